@@ -1,0 +1,126 @@
+"""The messages that cross stages. Nouns for what travels; each is owned by its receiver once sent.
+
+    ingress   --GenerateRequest/Abort-->  scheduler  --StepBatch-->  gpu
+    gpu       --StepResult------------->  scheduler  --StepEvents--> emitter
+    emitter   --RequestOutput---------->  the request's own output stream (read by HTTP / embedder)
+    emitter   --Abort(reason="stop")--->  scheduler   (a stop string ended the reply)
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from stages.sampling import SamplingParams
+from stages.trace import RequestTrace
+
+
+@dataclass(slots=True)
+class GenerateRequest:
+    """A parsed, validated, tokenized request on its way to the scheduler."""
+
+    request_id: str
+    prompt_token_ids: list[int]
+    params: SamplingParams
+    trace: RequestTrace
+    deadline_ns: int | None = None  # perf_counter_ns after which it is aborted ("timeout")
+    priority: int = 0  # lower runs first where the policy honours it
+    cache_salt: str | None = None
+
+
+@dataclass(slots=True)
+class Abort:
+    """Stop a request and free its blocks. `reason` is the finish_reason reported to its stream."""
+
+    request_id: str
+    reason: str = "abort"
+
+
+@dataclass(slots=True)
+class NewRequestData:
+    """Sent to the GPU stage the first time a request is scheduled: what its sampler needs."""
+
+    request_id: str
+    prompt_token_ids: list[int]
+    params: SamplingParams
+
+
+@dataclass(slots=True)
+class ScheduledChunk:
+    """One sequence's share of a step: compute `token_ids` at positions start_pos, start_pos+1, ..."""
+
+    request_id: str
+    token_ids: list[int]
+    start_pos: int  # == num_computed_tokens before the step
+    block_table: list[int]  # covers positions [0, start_pos + len(token_ids))
+    sample: bool  # the chunk reaches the last known token: sample the next one
+
+
+@dataclass(slots=True)
+class StepBatch:
+    step_id: int
+    new_requests: list[NewRequestData]
+    chunks: list[ScheduledChunk]
+    finished_ids: list[str] = field(default_factory=list)  # the runner may drop their state
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(len(c.token_ids) for c in self.chunks)
+
+
+@dataclass(slots=True)
+class SampledToken:
+    request_id: str
+    token_id: int
+    logprob: float | None = None  # of the sampled token, when logprobs were asked for
+    top_logprobs: list[tuple[int, float]] | None = None
+
+
+@dataclass(slots=True)
+class StepResult:
+    step_id: int
+    sampled: list[SampledToken]
+    failed: dict[str, str] = field(default_factory=dict)  # request_id -> message: that request only
+    error: str | None = None  # the whole step failed: the engine is broken
+    duration_ns: int = 0
+
+
+@dataclass(slots=True)
+class TokenEvent:
+    """What one step produced for one request."""
+
+    request_id: str
+    token_ids: list[int]
+    finish_reason: str | None = None  # "stop" | "length" | "abort" | "timeout" | "error"
+    logprobs: list[SampledToken] | None = None
+    num_prompt_tokens: int = 0
+    num_output_tokens: int = 0
+    num_cached_tokens: int = 0
+    error: str | None = None
+
+
+@dataclass(slots=True)
+class StepEvents:
+    step_id: int
+    events: list[TokenEvent]
+
+
+@dataclass(slots=True)
+class TokenLogprob:
+    token: str
+    token_id: int
+    logprob: float
+    top: list[tuple[str, int, float]]  # (text, id, logprob) of the alternatives
+
+
+@dataclass(slots=True)
+class RequestOutput:
+    """One flush for one request: the text added this step, and the end when it ended."""
+
+    request_id: str
+    text: str
+    token_ids: list[int]
+    finish_reason: str | None = None
+    logprobs: list[TokenLogprob] | None = None
+    num_prompt_tokens: int = 0
+    num_output_tokens: int = 0
+    num_cached_tokens: int = 0
+    error: str | None = None

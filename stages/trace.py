@@ -1,0 +1,70 @@
+"""RequestTrace: monotonic timestamps at every stage edge of one request's life.
+
+Times are `time.perf_counter_ns()` values (monotonic, ns). A stage marks an edge with
+`trace.mark("tokenized")`; the first mark of a name wins, so a retried edge keeps its first time.
+Host-side work that belongs to this request alone (parse, tokenize, schedule decision, emit) is also
+accumulated in `host_ns` by category, so that host overhead can be told apart from waiting.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+# The edges, in the order a request normally crosses them.
+EDGES: tuple[str, ...] = (
+    "received",
+    "parsed",
+    "tokenized",
+    "queued",
+    "reserved",
+    "first_scheduled",
+    "prefill_done",
+    "first_token_sampled",
+    "first_token_written",
+    "finished",
+)
+
+
+@dataclass(slots=True)
+class RequestTrace:
+    request_id: str
+    marks_ns: dict[str, int] = field(default_factory=dict)
+    host_ns: dict[str, int] = field(default_factory=dict)
+    info: dict[str, object] = field(default_factory=dict)
+    last_write_ns: int = 0  # when the last output was handed to the transport (for ITL)
+
+    def mark(self, edge: str, at_ns: int | None = None) -> None:
+        if edge not in self.marks_ns:
+            self.marks_ns[edge] = time.perf_counter_ns() if at_ns is None else at_ns
+
+    def add_host(self, category: str, duration_ns: int) -> None:
+        self.host_ns[category] = self.host_ns.get(category, 0) + duration_ns
+
+    def get_s(self, edge: str) -> float | None:
+        ns = self.marks_ns.get(edge)
+        return None if ns is None else ns / 1e9
+
+    def span_s(self, start: str, end: str) -> float | None:
+        a, b = self.marks_ns.get(start), self.marks_ns.get(end)
+        if a is None or b is None:
+            return None
+        return (b - a) / 1e9
+
+    def ttft_s(self) -> float | None:
+        """Body complete to the first token's bytes handed to the transport."""
+        return self.span_s("received", "first_token_written")
+
+    def host_overhead_s(self) -> float:
+        return sum(self.host_ns.values()) / 1e9
+
+    def to_json(self) -> dict[str, object]:
+        base = self.marks_ns.get("received")
+        rel = {
+            k: (None if base is None else round((v - base) / 1e6, 4)) for k, v in self.marks_ns.items()
+        }
+        return {
+            "request_id": self.request_id,
+            "edges_ms": rel,
+            "host_ms": {k: round(v / 1e6, 4) for k, v in self.host_ns.items()},
+            "info": self.info,
+        }
