@@ -1,0 +1,62 @@
+"""Incremental detokenization on token bytes.
+
+A byte-level BPE token is a run of bytes, not of characters: an emoji or a CJK character is often
+split over two or three tokens. Decoding each token on its own would send U+FFFD for each half;
+re-decoding the whole reply at every step would cost O(length) per token. Instead the token bytes
+feed one incremental UTF-8 decoder, which emits a character only once all its bytes are there and
+keeps at most 3 pending bytes between pushes: O(new tokens) per push.
+
+Invalid byte sequences become U+FFFD exactly as in Hugging Face's byte-level decoder (Rust's
+`String::from_utf8_lossy` and CPython's `errors="replace"` both replace each maximal invalid
+subpart by one U+FFFD), so the concatenation of all pushes plus `finish()` equals
+`tokenizer.decode(all_ids, skip_special_tokens=...)`, minus the U+FFFD a one-shot decode would give
+for an incomplete character left at the very end: that one is dropped, never sent.
+"""
+from __future__ import annotations
+
+import codecs
+from typing import Iterable
+
+from ingress.tokenizer import Tokenizer
+
+_Utf8Decoder = codecs.getincrementaldecoder("utf-8")
+
+
+class IncrementalDetokenizer:
+    """Token ids in, newly completed text out. One per request; not thread-safe (one owner)."""
+
+    __slots__ = ("_tokenizer", "_skip_special_tokens", "_decoder", "_finished")
+
+    def __init__(self, tokenizer: Tokenizer, skip_special_tokens: bool = True) -> None:
+        self._tokenizer = tokenizer
+        self._skip_special_tokens = skip_special_tokens
+        self._decoder = _Utf8Decoder(errors="replace")
+        self._finished = False
+
+    def push(self, token_ids: Iterable[int]) -> str:
+        """The text completed by these tokens (may be "" while a character is still partial)."""
+        assert not self._finished, "push after finish"
+        tok = self._tokenizer
+        skip = self._skip_special_tokens
+        data = b"".join(
+            tok.token_bytes(t) for t in token_ids if not (skip and tok.is_special(t))
+        )
+        if not data:
+            return ""
+        return self._decoder.decode(data)
+
+    @property
+    def num_pending_bytes(self) -> int:
+        """Bytes of a character still waiting for its continuation bytes (0 to 3)."""
+        return len(self._decoder.getstate()[0])
+
+    def finish(self) -> str:
+        """End of the reply: drop an incomplete trailing character (never sent as U+FFFD).
+
+        Returns "" by construction: the decoder emits every decodable byte at once and only ever
+        holds the prefix of a possibly valid character. It is a method so that callers need not
+        know that, and so that the end is explicit.
+        """
+        self._finished = True
+        self._decoder.reset()
+        return ""

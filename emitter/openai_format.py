@@ -1,0 +1,154 @@
+"""OpenAI-compatible response bodies, serialised with orjson to bytes.
+
+Streaming: one chunk per RequestOutput (one flush per step), built by a per-request chunker that
+remembers what the next chunk needs (the chat role delta goes first; completion logprob text
+offsets continue across chunks). Non-streaming: an accumulator gathers the outputs and builds the
+whole body at the end. Field names follow the OpenAI API (`openai` package types).
+
+Usage counts come from the last RequestOutput, whose counters are cumulative.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from emitter.openai_logprobs import chat_logprobs, completion_logprobs
+from stages.messages import RequestOutput, TokenLogprob
+
+COMPLETION_OBJECT = "text_completion"
+CHAT_OBJECT = "chat.completion"
+CHAT_CHUNK_OBJECT = "chat.completion.chunk"
+
+
+@dataclass(frozen=True, slots=True)
+class ResponseMeta:
+    """What every body of one response repeats."""
+
+    id: str  # "cmpl-..." or "chatcmpl-..."
+    created: int  # Unix seconds
+    model: str
+
+
+def usage_dict(out: RequestOutput) -> dict[str, Any]:
+    return {
+        "prompt_tokens": out.num_prompt_tokens,
+        "completion_tokens": out.num_output_tokens,
+        "total_tokens": out.num_prompt_tokens + out.num_output_tokens,
+        "prompt_tokens_details": {"cached_tokens": out.num_cached_tokens},
+    }
+
+
+def _envelope(meta: ResponseMeta, obj: str, choices: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"id": meta.id, "object": obj, "created": meta.created, "model": meta.model, "choices": choices}
+
+
+def usage_chunk(meta: ResponseMeta, out: RequestOutput, chat: bool) -> bytes:
+    """The last chunk when `stream_options.include_usage`: no choices, the usage."""
+    body = _envelope(meta, CHAT_CHUNK_OBJECT if chat else COMPLETION_OBJECT, [])
+    body["usage"] = usage_dict(out)
+    return orjson.dumps(body)
+
+
+class CompletionChunker:
+    """`/v1/completions` streaming chunks for one request."""
+
+    __slots__ = ("meta", "include_usage", "_text_offset")
+
+    def __init__(self, meta: ResponseMeta, include_usage: bool = False) -> None:
+        self.meta = meta
+        self.include_usage = include_usage  # then every chunk carries "usage": null
+        self._text_offset = 0
+
+    def chunk(self, out: RequestOutput) -> bytes:
+        logprobs = None
+        if out.logprobs is not None:
+            logprobs, self._text_offset = completion_logprobs(out.logprobs, self._text_offset)
+        choice = {"index": 0, "text": out.text, "logprobs": logprobs, "finish_reason": out.finish_reason}
+        body = _envelope(self.meta, COMPLETION_OBJECT, [choice])
+        if self.include_usage:
+            body["usage"] = None
+        return orjson.dumps(body)
+
+    def usage_chunk(self, out: RequestOutput) -> bytes:
+        return usage_chunk(self.meta, out, chat=False)
+
+
+class ChatChunker:
+    """`/v1/chat/completions` streaming chunks: role delta first, content deltas, finish_reason."""
+
+    __slots__ = ("meta", "include_usage")
+
+    def __init__(self, meta: ResponseMeta, include_usage: bool = False) -> None:
+        self.meta = meta
+        self.include_usage = include_usage
+
+    def _dump(self, choice: dict[str, Any]) -> bytes:
+        body = _envelope(self.meta, CHAT_CHUNK_OBJECT, [choice])
+        if self.include_usage:
+            body["usage"] = None
+        return orjson.dumps(body)
+
+    def role_chunk(self) -> bytes:
+        """The first chunk of every chat stream (sent before the first token, as OpenAI does)."""
+        delta = {"role": "assistant", "content": ""}
+        return self._dump({"index": 0, "delta": delta, "logprobs": None, "finish_reason": None})
+
+    def chunk(self, out: RequestOutput) -> bytes:
+        # The final chunk of OpenAI's streams has an empty delta; a final flush that still has
+        # text carries it together with the finish_reason.
+        delta = {"content": out.text} if out.text or out.finish_reason is None else {}
+        logprobs = chat_logprobs(out.logprobs) if out.logprobs is not None else None
+        choice = {"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": out.finish_reason}
+        return self._dump(choice)
+
+    def usage_chunk(self, out: RequestOutput) -> bytes:
+        return usage_chunk(self.meta, out, chat=True)
+
+
+class ResponseAccumulator:
+    """Gathers a request's outputs for a non-streaming body (completion or chat)."""
+
+    __slots__ = ("_texts", "_logprobs", "_last")
+
+    def __init__(self) -> None:
+        self._texts: list[str] = []
+        self._logprobs: list[TokenLogprob] | None = None
+        self._last: RequestOutput | None = None
+
+    def add(self, out: RequestOutput) -> None:
+        self._texts.append(out.text)
+        if out.logprobs is not None:
+            if self._logprobs is None:
+                self._logprobs = []
+            self._logprobs.extend(out.logprobs)
+        self._last = out
+
+    @property
+    def text(self) -> str:
+        return "".join(self._texts)
+
+    @property
+    def last(self) -> RequestOutput:
+        assert self._last is not None, "no output accumulated"
+        return self._last
+
+    def completion_body(self, meta: ResponseMeta) -> bytes:
+        logprobs = None if self._logprobs is None else completion_logprobs(self._logprobs)[0]
+        choice = {"index": 0, "text": self.text, "logprobs": logprobs, "finish_reason": self.last.finish_reason}
+        body = _envelope(meta, COMPLETION_OBJECT, [choice])
+        body["usage"] = usage_dict(self.last)
+        return orjson.dumps(body)
+
+    def chat_body(self, meta: ResponseMeta) -> bytes:
+        logprobs = None if self._logprobs is None else chat_logprobs(self._logprobs)
+        choice = {
+            "index": 0,
+            "message": {"role": "assistant", "content": self.text},
+            "logprobs": logprobs,
+            "finish_reason": self.last.finish_reason,
+        }
+        body = _envelope(meta, CHAT_OBJECT, [choice])
+        body["usage"] = usage_dict(self.last)
+        return orjson.dumps(body)

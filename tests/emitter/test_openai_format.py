@@ -1,0 +1,152 @@
+"""OpenAI bodies: exact field names and types, checked also against the `openai` package's models."""
+from __future__ import annotations
+
+import orjson
+import pytest
+from openai.types import Completion
+from openai.types.chat import ChatCompletion, ChatCompletionChunk
+
+from emitter.openai_format import (
+    ChatChunker,
+    CompletionChunker,
+    ResponseAccumulator,
+    ResponseMeta,
+)
+from stages.messages import RequestOutput, TokenLogprob
+
+META = ResponseMeta(id="cmpl-1", created=1_700_000_000, model="smollm2")
+ENVELOPE = {"id", "object", "created", "model", "choices"}
+
+
+def out(text, finish=None, logprobs=None, num_out=1) -> RequestOutput:
+    return RequestOutput("r", text, [0], finish, logprobs, num_prompt_tokens=5,
+                         num_output_tokens=num_out, num_cached_tokens=2)
+
+
+def lp(token, value, top=()) -> TokenLogprob:
+    return TokenLogprob(token=token, token_id=0, logprob=value, top=list(top))
+
+
+def test_completion_chunks():
+    chunker = CompletionChunker(META)
+    first = orjson.loads(chunker.chunk(out("Hel")))
+    assert set(first) == ENVELOPE
+    assert first["object"] == "text_completion" and first["id"] == "cmpl-1"
+    assert first["created"] == 1_700_000_000 and first["model"] == "smollm2"
+    assert first["choices"] == [{"index": 0, "text": "Hel", "logprobs": None, "finish_reason": None}]
+    last = chunker.chunk(out("lo", "length", num_out=2))
+    assert orjson.loads(last)["choices"][0]["finish_reason"] == "length"
+    Completion.model_validate_json(last)
+
+
+def test_chat_chunks_role_first_then_content_then_finish():
+    chunker = ChatChunker(META)
+    role = orjson.loads(chunker.role_chunk())
+    assert set(role) == ENVELOPE and role["object"] == "chat.completion.chunk"
+    assert role["choices"] == [
+        {"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}
+    ]
+    mid = orjson.loads(chunker.chunk(out("Hi")))
+    assert mid["choices"][0]["delta"] == {"content": "Hi"}
+    end = chunker.chunk(out("", "stop"))
+    assert orjson.loads(end)["choices"][0] == {"index": 0, "delta": {}, "logprobs": None, "finish_reason": "stop"}
+    end_with_text = orjson.loads(chunker.chunk(out("!", "length")))
+    assert end_with_text["choices"][0]["delta"] == {"content": "!"}
+    for body in (chunker.role_chunk(), chunker.chunk(out("Hi")), end):
+        ChatCompletionChunk.model_validate_json(body)
+
+
+@pytest.mark.parametrize("chat", [False, True])
+def test_usage_chunk_and_null_usage_on_other_chunks(chat):
+    chunker = ChatChunker(META, include_usage=True) if chat else CompletionChunker(META, include_usage=True)
+    body = orjson.loads(chunker.chunk(out("x")))
+    assert "usage" in body and body["usage"] is None
+    final = out("", "stop", num_out=7)
+    usage = orjson.loads(chunker.usage_chunk(final))
+    assert usage["choices"] == []
+    assert usage["object"] == ("chat.completion.chunk" if chat else "text_completion")
+    assert usage["usage"] == {
+        "prompt_tokens": 5,
+        "completion_tokens": 7,
+        "total_tokens": 12,
+        "prompt_tokens_details": {"cached_tokens": 2},
+    }
+    if chat:
+        ChatCompletionChunk.model_validate_json(chunker.usage_chunk(final))
+    # Without include_usage the field is absent.
+    plain = ChatChunker(META) if chat else CompletionChunker(META)
+    assert "usage" not in orjson.loads(plain.chunk(out("x")))
+
+
+def test_completion_logprobs_continue_their_text_offsets_across_chunks():
+    chunker = CompletionChunker(META)
+    a = orjson.loads(chunker.chunk(out("Hello", logprobs=[lp("Hello", -0.5, [("Hello", 1, -0.5), ("Hi", 2, -1.5)])])))
+    b = orjson.loads(chunker.chunk(out(" world", "length", [lp(" world", -0.25, [(" there", 3, -0.1)])])))
+    assert a["choices"][0]["logprobs"] == {
+        "tokens": ["Hello"],
+        "token_logprobs": [-0.5],
+        "top_logprobs": [{"Hello": -0.5, "Hi": -1.5}],
+        "text_offset": [0],
+    }
+    # The sampled token is always in top_logprobs, even when it is not among the top k.
+    assert b["choices"][0]["logprobs"] == {
+        "tokens": [" world"],
+        "token_logprobs": [-0.25],
+        "top_logprobs": [{" there": -0.1, " world": -0.25}],
+        "text_offset": [5],
+    }
+
+
+def test_chat_logprobs_shape_and_bytes():
+    chunker = ChatChunker(META)
+    lps = [lp("é", -0.1, [("é", 5, -0.1), ("e", 6, -2.0)]), lp("\ufffd", float("-inf"), [])]
+    body = chunker.chunk(out("é", logprobs=lps))
+    content = orjson.loads(body)["choices"][0]["logprobs"]
+    assert content == {
+        "content": [
+            {
+                "token": "é",
+                "logprob": -0.1,
+                "bytes": [0xC3, 0xA9],
+                "top_logprobs": [
+                    {"token": "é", "logprob": -0.1, "bytes": [0xC3, 0xA9]},
+                    {"token": "e", "logprob": -2.0, "bytes": [0x65]},
+                ],
+            },
+            {"token": "\ufffd", "logprob": -9999.0, "bytes": [0xEF, 0xBF, 0xBD], "top_logprobs": []},
+        ]
+    }
+    ChatCompletionChunk.model_validate_json(body)
+
+
+def test_non_streaming_completion_body():
+    acc = ResponseAccumulator()
+    acc.add(out("Hel", logprobs=[lp("Hel", -1.0)]))
+    acc.add(out("lo", "stop", [lp("lo", -2.0)], num_out=2))
+    raw = acc.completion_body(META)
+    body = orjson.loads(raw)
+    assert set(body) == ENVELOPE | {"usage"}
+    assert body["object"] == "text_completion"
+    choice = body["choices"][0]
+    assert set(choice) == {"index", "text", "logprobs", "finish_reason"}
+    assert choice["text"] == "Hello" and choice["finish_reason"] == "stop"
+    assert choice["logprobs"]["tokens"] == ["Hel", "lo"]
+    assert choice["logprobs"]["text_offset"] == [0, 3]
+    assert body["usage"]["completion_tokens"] == 2 and body["usage"]["total_tokens"] == 7
+    Completion.model_validate_json(raw)
+
+
+def test_non_streaming_chat_body():
+    acc = ResponseAccumulator()
+    acc.add(out("世"))
+    acc.add(out("界", "length", num_out=2))
+    raw = acc.chat_body(ResponseMeta("chatcmpl-9", 1, "m"))
+    body = orjson.loads(raw)
+    assert set(body) == ENVELOPE | {"usage"}
+    assert body["object"] == "chat.completion" and body["id"] == "chatcmpl-9"
+    assert body["choices"] == [
+        {"index": 0, "message": {"role": "assistant", "content": "世界"}, "logprobs": None, "finish_reason": "length"}
+    ]
+    assert isinstance(body["usage"]["prompt_tokens"], int)
+    parsed = ChatCompletion.model_validate_json(raw)
+    assert parsed.choices[0].message.content == "世界"
