@@ -1,0 +1,29 @@
+"""IngressLimits: the request-size and value limits checked before any expensive work.
+
+All of them are configuration (CLI flags in pipeline/); the defaults are generous for interactive use
+and small enough that one request cannot stall the event loop or fill memory.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class IngressLimits:
+    # Checked on the raw bytes, before orjson runs (413).
+    max_body_bytes: int = 8 * 1024 * 1024
+    # Characters of prompt text (completions) or of all message contents together (chat),
+    # checked before tokenizing: a 10 MB prompt is refused in microseconds.
+    max_prompt_chars: int = 1_000_000
+    # Explicit max_tokens above this is a 400; None: only the context window limits it.
+    max_tokens_cap: int | None = None
+    # Completions per request; n > 1 is additionally refused while it is not implemented.
+    max_n: int = 1
+    max_stop_strings: int = 16
+    max_stop_string_chars: int = 1000
+    max_stop_token_ids: int = 256
+    # OpenAI's own bound. Higher temperatures only flatten the distribution into noise.
+    max_temperature: float = 2.0
+    # Alternatives per position: completions `logprobs`, chat `top_logprobs` (OpenAI allows 20 on chat).
+    max_logprobs: int = 20
+    max_messages: int = 4096
