@@ -110,6 +110,7 @@ class RequestEmitter:
             num_output_tokens=self.num_output_tokens,
             num_cached_tokens=self.num_cached_tokens,
             error=ev.error,
+            error_status=ev.error_status,
         )
 
     def _logprobs(self, sampled: list[SampledToken] | None, num_taken: int) -> list[TokenLogprob] | None:

@@ -95,6 +95,7 @@ class TokenEvent:
     num_output_tokens: int = 0
     num_cached_tokens: int = 0
     error: str | None = None
+    error_status: int = 500  # the HTTP status of `error`: 400 for a request refused at admission
 
 
 @dataclass(slots=True)
@@ -124,3 +125,4 @@ class RequestOutput:
     num_output_tokens: int = 0
     num_cached_tokens: int = 0
     error: str | None = None
+    error_status: int = 500

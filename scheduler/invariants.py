@@ -1,0 +1,69 @@
+"""The scheduler's invariants (asserted by `Scheduler.check()`) and its stats for metrics.
+
+Beyond the pool's own check: every live request is in exactly one queue with a matching status;
+a running request's block table covers exactly its computed plus in-flight positions; waiting and
+preempted requests hold nothing; and the pool's ref counts are exactly the blocks the requests hold
+(so nothing leaks, nothing is freed twice, and when idle nothing is in use).
+"""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from scheduler.request_state import RequestStatus
+
+if TYPE_CHECKING:
+    from scheduler.scheduler import Scheduler
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerStats:
+    num_waiting: int
+    num_running: int
+    num_preemptions: int  # since start
+    num_free_blocks: int
+    num_used_blocks: int
+    num_cached_blocks: int
+    num_usable_blocks: int  # free + used + cached; the null block is not counted
+    num_evictions: int
+    prefix_hit_rate: float  # prompt tokens served from the cache / prompt tokens looked up
+
+
+def collect_stats(s: Scheduler) -> SchedulerStats:
+    pool, kv = s.kv.pool, s.kv
+    return SchedulerStats(
+        num_waiting=len(s.waiting), num_running=len(s.running),
+        num_preemptions=s.num_preemptions, num_free_blocks=pool.num_free,
+        num_used_blocks=pool.num_used, num_cached_blocks=pool.num_cached,
+        num_usable_blocks=pool.num_usable_blocks, num_evictions=pool.num_evictions,
+        prefix_hit_rate=kv.num_hit_tokens / kv.num_hit_queries if kv.num_hit_queries else 0.0,
+    )
+
+
+def check_scheduler(s: Scheduler) -> None:
+    pool, config = s.kv.pool, s.config
+    pool.check()
+    assert len(s.running) <= config.max_num_seqs
+    assert [r.arrival_seq for r in s.running] == sorted(r.arrival_seq for r in s.running)
+    live = {id(r) for r in s.running} | {id(r) for r in s.waiting}
+    assert len(live) == len(s.running) + len(s.waiting) == len(s.requests)
+    assert all(id(r) in live and r.request_id == rid for rid, r in s.requests.items())
+    held: Counter[int] = Counter()
+    for req in s.running:
+        assert req.status is RequestStatus.RUNNING, req
+        covered = req.num_computed_tokens + req.num_in_flight_tokens
+        assert len(req.block_ids) == config.blocks_for(covered), req
+        assert 0 <= req.num_computed_tokens <= covered <= req.num_tokens, req
+        assert req.num_hashed_blocks <= len(req.block_ids), req
+        held.update(req.block_ids)
+    for req in s.waiting:
+        assert req.status in (RequestStatus.WAITING, RequestStatus.PREEMPTED), req
+        assert not req.block_ids and req.num_computed_tokens == 0 and req.in_flight_step is None
+    for req in s.requests.values():
+        assert req.num_tokens <= config.max_model_len, req
+        assert req.num_output_tokens <= req.params.max_tokens, req
+    refs = {b: r for b, r in enumerate(pool.ref_counts) if r > 0}
+    assert dict(held) == refs, f"pool refs {refs} != blocks held by requests {dict(held)}"
+    if not s.requests:
+        assert pool.num_used == 0, "idle, yet blocks are in use"

@@ -1,0 +1,86 @@
+"""KVManager: a request's block table against the pool: grow, admit with prefix hits, free, cache.
+
+The scheduler decides *who* runs; this class owns *which blocks* they hold. Every block a request
+holds is one reference in the pool, taken here and given back here exactly once.
+"""
+from __future__ import annotations
+
+from scheduler.block_pool import BlockPool
+from scheduler.config import SchedulerConfig
+from scheduler.prefix_cache import extend_block_hashes, find_cached_prefix
+from scheduler.request_state import RequestState
+
+
+class KVManager:
+    def __init__(self, config: SchedulerConfig) -> None:
+        self.config = config
+        self.block_size = config.block_size
+        self.enable_caching = config.enable_prefix_caching
+        self.pool = BlockPool(config.num_blocks, config.block_size, config.enable_prefix_caching)
+        self.num_hit_queries = 0  # prompt tokens looked up at first admission
+        self.num_hit_tokens = 0  # of those, served from the cache
+
+    def footprint_blocks(self, num_prompt_tokens: int, max_tokens: int) -> int:
+        """Blocks a request holds at its largest: the last sampled token is never computed."""
+        return self.config.blocks_for(num_prompt_tokens + max_tokens - 1)
+
+    def update_hashes(self, req: RequestState) -> None:
+        if self.enable_caching:
+            extend_block_hashes(
+                req.block_hashes, req.all_token_ids, self.block_size, req.request.cache_salt)
+
+    # -- admission ---------------------------------------------------------------------------
+    def find_prefix(self, req: RequestState) -> list[int]:
+        """Cached blocks a request holding nothing could start from (empty when caching is off)."""
+        if not self.enable_caching or req.block_ids:
+            return []
+        return find_cached_prefix(self.pool, req.block_hashes, req.num_tokens)
+
+    def can_admit(self, hits: list[int], num_total_tokens: int) -> bool:
+        """Whether a request starting from `hits` can hold `num_total_tokens` positions. A hit on a
+        cached (ref 0) block takes it out of the evictable set, so it does not count as room."""
+        num_new = self.config.blocks_for(num_total_tokens) - len(hits)
+        num_hits_idle = sum(self.pool.ref_counts[b] == 0 for b in hits)
+        return num_new <= self.pool.num_allocatable - num_hits_idle
+
+    def admit(self, req: RequestState, hits: list[int], num_total_tokens: int) -> None:
+        assert not req.block_ids and req.num_computed_tokens == 0
+        self.pool.touch(hits)
+        req.block_ids = list(hits)
+        req.num_hashed_blocks = len(hits)
+        req.num_computed_tokens = len(hits) * self.block_size
+        if not req.was_scheduled:  # usage reports the first admission's hit, not a recompute's
+            req.num_cached_tokens = req.num_computed_tokens
+            self.num_hit_queries += req.num_prompt_tokens
+            self.num_hit_tokens += req.num_computed_tokens
+        ok = self.grow(req, num_total_tokens)
+        assert ok, "admit() without can_admit()"
+
+    # -- growth / release --------------------------------------------------------------------
+    def grow(self, req: RequestState, num_total_tokens: int) -> bool:
+        """Extend the block table to cover `num_total_tokens` positions; False (no change) if short."""
+        num_new = self.config.blocks_for(num_total_tokens) - len(req.block_ids)
+        if num_new <= 0:
+            return True
+        new_ids = self.pool.allocate(num_new)
+        if new_ids is None:
+            return False
+        req.block_ids.extend(new_ids)
+        return True
+
+    def free(self, req: RequestState) -> None:
+        """Give back every block the request holds, last block first: in the cached LRU a chain's
+        tail is then evicted before its head, which other prompts are likelier to share."""
+        self.pool.free(reversed(req.block_ids))
+        req.block_ids = []
+        req.num_hashed_blocks = 0
+
+    def cache_computed(self, req: RequestState) -> None:
+        """Register the request's fully computed blocks in the prefix cache. Called after a step
+        succeeded, so a cached block always holds KV that was actually written."""
+        if not self.enable_caching:
+            return
+        num_full = min(req.num_computed_tokens // self.block_size, len(req.block_hashes))
+        for i in range(req.num_hashed_blocks, num_full):
+            self.pool.cache_block(req.block_ids[i], req.block_hashes[i])
+        req.num_hashed_blocks = max(req.num_hashed_blocks, num_full)

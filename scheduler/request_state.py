@@ -1,0 +1,74 @@
+"""RequestState: what the scheduler knows about one request across its life.
+
+Catch-up scheduling in one line: `num_computed_tokens` (KV written) chases `num_tokens` (prompt plus
+sampled outputs). A prefill, a chunked prefill, a prefix hit and a recompute after preemption are all
+the same thing: computed < known, schedule the difference under the budget.
+"""
+from __future__ import annotations
+
+import enum
+
+from stages.messages import GenerateRequest
+from stages.sampling import SamplingParams
+
+
+class RequestStatus(enum.Enum):
+    WAITING = "waiting"  # queued, never scheduled
+    RUNNING = "running"  # holds blocks, scheduled every step it can be
+    PREEMPTED = "preempted"  # blocks taken back; waits at the front of the queue to recompute
+    FINISHED = "finished"  # done or aborted; holds nothing
+
+
+class RequestState:
+    __slots__ = (
+        "request", "request_id", "params", "all_token_ids", "num_prompt_tokens",
+        "num_computed_tokens", "block_ids", "status", "num_preemptions", "finish_reason", "error",
+        "arrival_seq", "in_flight_step", "num_in_flight_tokens", "was_scheduled",
+        "block_hashes", "num_hashed_blocks", "num_cached_tokens",
+    )
+
+    def __init__(self, request: GenerateRequest, arrival_seq: int) -> None:
+        self.request = request
+        self.request_id = request.request_id
+        self.params: SamplingParams = request.params
+        self.all_token_ids: list[int] = list(request.prompt_token_ids)
+        self.num_prompt_tokens = len(request.prompt_token_ids)
+        self.num_computed_tokens = 0
+        self.block_ids: list[int] = []  # block table: block i holds positions [i*B, (i+1)*B)
+        self.status = RequestStatus.WAITING
+        self.num_preemptions = 0
+        self.finish_reason: str | None = None
+        self.error: str | None = None
+        self.arrival_seq = arrival_seq  # order of add_request; preemption victims: latest first
+        self.in_flight_step: int | None = None  # step whose result this request still awaits
+        self.num_in_flight_tokens = 0
+        self.was_scheduled = False  # NewRequestData sent to the GPU stage
+        # Prefix cache: chained hashes of the full blocks of all_token_ids, and how many of this
+        # request's blocks are already registered in the pool's cache.
+        self.block_hashes: list[bytes] = []
+        self.num_hashed_blocks = 0
+        self.num_cached_tokens = 0  # prompt tokens served by a prefix hit at (first) admission
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.all_token_ids)
+
+    @property
+    def num_output_tokens(self) -> int:
+        return len(self.all_token_ids) - self.num_prompt_tokens
+
+    @property
+    def output_token_ids(self) -> list[int]:
+        return self.all_token_ids[self.num_prompt_tokens:]
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status is RequestStatus.FINISHED
+
+    @property
+    def num_uncomputed_tokens(self) -> int:
+        return self.num_tokens - self.num_computed_tokens
+
+    def __repr__(self) -> str:
+        return (f"RequestState({self.request_id!r}, {self.status.value}, "
+                f"computed={self.num_computed_tokens}/{self.num_tokens}, blocks={self.block_ids})")

@@ -1,0 +1,82 @@
+"""SchedulerStage: the actor around the synchronous Scheduler.
+
+It absorbs every waiting message (new requests, aborts, step results), then, if no step is in
+flight, asks the core for the next step and sends it to the GPU stage. Results come back through
+the same inbox, so one task owns the scheduler and no lock is needed.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from typing import Callable, Union
+
+from scheduler.scheduler import OVERLOADED, Scheduler
+from stages.channel import Channel
+from stages.messages import Abort, GenerateRequest, StepBatch, StepEvents, StepResult, TokenEvent
+from stages.stage import Stage
+
+log = logging.getLogger("ttft.scheduler")
+
+SchedulerMessage = Union[GenerateRequest, Abort, StepResult]
+
+
+class SchedulerStage(Stage[SchedulerMessage]):
+    def __init__(
+        self,
+        scheduler: Scheduler,
+        gpu_inbox: Channel[StepBatch],
+        emitter_inbox: Channel[StepEvents],
+        inbox_size: int,
+        on_engine_error: Callable[[str], None],
+    ) -> None:
+        super().__init__("scheduler", inbox_size)
+        self.scheduler = scheduler
+        self.gpu_inbox = gpu_inbox
+        self.emitter_inbox = emitter_inbox
+        self.on_engine_error = on_engine_error
+        self.in_flight: StepBatch | None = None
+        self.num_steps = 0
+        self.last_step_ns = 0  # wall time of the last step, for metrics
+        self._pending_events: list[TokenEvent] = []
+        self._step_sent_ns = 0
+
+    async def handle(self, msg: SchedulerMessage) -> None:
+        if isinstance(msg, StepResult):
+            self._on_result(msg)
+        elif isinstance(msg, GenerateRequest):
+            error = self.scheduler.add_request(msg)
+            if error is not None:  # the engine checks these first: a safety net, not a path
+                status = 503 if error == OVERLOADED else 400
+                self._pending_events.append(
+                    TokenEvent(msg.request_id, [], finish_reason="error", error=error,
+                               num_prompt_tokens=len(msg.prompt_token_ids), error_status=status)
+                )
+        elif isinstance(msg, Abort):
+            event = self.scheduler.abort(msg.request_id, msg.reason)
+            if event is not None:
+                self._pending_events.append(event)
+        else:  # pragma: no cover - a programming error
+            raise TypeError(f"scheduler got {type(msg).__name__}")
+
+    def _on_result(self, result: StepResult) -> None:
+        batch = self.in_flight
+        assert batch is not None and batch.step_id == result.step_id, "result for no step in flight"
+        self.in_flight = None
+        self.last_step_ns = time.perf_counter_ns() - self._step_sent_ns
+        if result.error is not None:
+            self.scheduler.fail_all(result.error)  # frees every block; the streams get the error
+            self.on_engine_error(result.error)
+            return
+        self._pending_events.extend(self.scheduler.update(batch, result))
+
+    async def after_burst(self) -> None:
+        if self._pending_events:
+            events, self._pending_events = self._pending_events, []
+            await self.emitter_inbox.put(StepEvents(self.num_steps, events))
+        if self.in_flight is None and self.scheduler.has_work():
+            batch = self.scheduler.schedule()
+            if batch is not None:
+                self.in_flight = batch
+                self.num_steps += 1
+                self._step_sent_ns = time.perf_counter_ns()
+                await self.gpu_inbox.put(batch)

@@ -1,0 +1,40 @@
+"""StepBuilder: collects one step's chunks under the token budget and marks requests in flight."""
+from __future__ import annotations
+
+from stages.messages import NewRequestData, ScheduledChunk, StepBatch
+from scheduler.request_state import RequestState
+
+
+class StepBuilder:
+    def __init__(self, step_id: int, token_budget: int) -> None:
+        self.step_id = step_id
+        self.budget_left = token_budget
+        self.chunks: list[ScheduledChunk] = []
+        self.new_requests: list[NewRequestData] = []
+        self.num_preempted = 0
+
+    def add(self, req: RequestState, num_tokens: int) -> None:
+        """Schedule positions [computed, computed + num_tokens) of `req`; its blocks cover them."""
+        assert 0 < num_tokens <= self.budget_left and req.in_flight_step is None
+        start = req.num_computed_tokens
+        end = start + num_tokens
+        assert end <= req.num_tokens
+        if not req.was_scheduled:
+            req.was_scheduled = True
+            self.new_requests.append(
+                NewRequestData(req.request_id, req.request.prompt_token_ids, req.params))
+            req.request.trace.mark("first_scheduled")
+        self.chunks.append(ScheduledChunk(
+            request_id=req.request_id,
+            token_ids=req.all_token_ids[start:end],
+            start_pos=start,
+            block_table=list(req.block_ids),
+            sample=end == req.num_tokens,
+        ))
+        req.in_flight_step = self.step_id
+        req.num_in_flight_tokens = num_tokens
+        self.budget_left -= num_tokens
+
+    def build(self, finished_ids: list[str]) -> StepBatch:
+        return StepBatch(self.step_id, self.new_requests, self.chunks, finished_ids)
+

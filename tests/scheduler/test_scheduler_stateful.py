@@ -1,0 +1,160 @@
+"""Hypothesis state machine over the Scheduler: random arrivals, steps, aborts at any moment (also
+while a step is in flight), per-request failures, EOS, and a pool small enough to force preemption.
+
+The fake GPU keeps a paged KV store: each chunk writes its tokens into the slots its block table
+names, and first verifies that every earlier position already holds the request's own token there.
+That catches a block freed while in use, a prefix hit on the wrong block, a shared block overwritten,
+or a recompute that skipped tokens. check() runs after every rule; idle means nothing in use."""
+from __future__ import annotations
+
+from hypothesis import event, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+from scheduler.config import SchedulerConfig
+from scheduler.scheduler import OVERLOADED, Scheduler
+from stages.messages import SampledToken, StepBatch, StepResult, TokenEvent
+from stages.sampling import SamplingParams
+from stages.messages import GenerateRequest
+from stages.trace import RequestTrace
+
+EOS = 1
+BLOCK = 2
+PREFIXES = [[7, 8, 9, 10, 11, 12], [7, 8, 9, 20], [30, 31, 32, 33, 34]]
+
+
+class SchedulerMachine(RuleBasedStateMachine):
+    caching = False
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.s = Scheduler(SchedulerConfig(
+            num_blocks=9, block_size=BLOCK, max_num_seqs=3, max_num_batched_tokens=6,
+            max_model_len=14, max_queued=4, long_prefill_threshold=4,
+            enable_prefix_caching=self.caching, eos_token_ids=frozenset({EOS})))
+        self.kv: dict[tuple[int, int], int] = {}  # (block, slot) -> token id written there
+        self.num_added = 0
+        self.ends: dict[str, TokenEvent] = {}  # request id -> its one finishing event
+        self.outputs: dict[str, list[int]] = {}
+        self.in_flight: StepBatch | None = None
+
+    # -- rules ---------------------------------------------------------------------------------
+    @rule(prefix=st.integers(0, len(PREFIXES)), tail=st.lists(st.integers(40, 60), max_size=5),
+          max_tokens=st.integers(1, 6), salt=st.sampled_from([None, None, "s"]))
+    def add(self, prefix: int, tail: list[int], max_tokens: int, salt: str | None) -> None:
+        prompt = (PREFIXES[prefix] if prefix < len(PREFIXES) else []) + tail
+        rid = f"r{self.num_added}"
+        self.num_added += 1
+        req = GenerateRequest(rid, prompt, SamplingParams(max_tokens=max_tokens), RequestTrace(rid),
+                              cache_salt=salt)
+        err = self.s.add_request(req)
+        if err is None:
+            self.outputs[rid] = []
+        else:
+            assert err == OVERLOADED or not prompt or len(prompt) + max_tokens > 14 or "KV" in err
+        self.s.check()
+
+    @precondition(lambda self: self.in_flight is None)
+    @rule()
+    def schedule(self) -> None:
+        self.in_flight = self.s.schedule()
+        self.s.check()
+        if self.in_flight is None:
+            assert self.s.is_idle() or self.s.has_work()
+            return
+        if self.s.num_preemptions:
+            event("preempted")
+        for chunk in self.in_flight.chunks:
+            if chunk.start_pos > 0 and chunk.request_id in [n.request_id for n in self.in_flight.new_requests]:
+                event("prefix hit")
+            self._gpu_write(chunk.request_id, chunk.start_pos, chunk.token_ids, chunk.block_table)
+
+    @precondition(lambda self: self.in_flight is not None)
+    @rule(eos_mask=st.integers(0, 7), fail_mask=st.integers(0, 31))
+    def update(self, eos_mask: int, fail_mask: int) -> None:
+        batch, self.in_flight = self.in_flight, None
+        assert batch is not None
+        sampled, failed = [], {}
+        for i, chunk in enumerate(batch.chunks):
+            if fail_mask == 1 << i:
+                failed[chunk.request_id] = "injected"
+            elif chunk.sample:
+                token = EOS if eos_mask & (1 << i) else 100 + len(self.outputs.get(chunk.request_id, []))
+                sampled.append(SampledToken(chunk.request_id, token))
+        self._record(self.s.update(batch, StepResult(batch.step_id, sampled, failed)))
+        self.s.check()
+
+    @precondition(lambda self: self.s.requests)
+    @rule(i=st.integers(0, 50), reason=st.sampled_from(["abort", "timeout", "stop"]))
+    def abort(self, i: int, reason: str) -> None:
+        rid = sorted(self.s.requests)[i % len(self.s.requests)]
+        if self.in_flight is not None and rid in {c.request_id for c in self.in_flight.chunks}:
+            event("abort in flight")
+        ev = self.s.abort(rid, reason)
+        assert ev is not None and ev.finish_reason == reason
+        self._record([ev])
+        assert self.s.abort(rid, reason) is None  # idempotent
+        self.s.check()
+
+    @rule(i=st.integers(0, 50))
+    def abort_unknown_or_finished(self, i: int) -> None:
+        done = sorted(self.ends)
+        rid = done[i % len(done)] if done else "nobody"
+        assert self.s.abort(rid) is None
+        self.s.check()
+
+    # -- fake GPU and bookkeeping ----------------------------------------------------------------
+    def _gpu_write(self, rid: str, start: int, token_ids: list[int], table: list[int]) -> None:
+        state = self.s.requests[rid]
+        assert len(table) == -(-(start + len(token_ids)) // BLOCK)
+        for pos in range(start):  # everything before the chunk must already be this request's KV
+            assert self.kv.get((table[pos // BLOCK], pos % BLOCK)) == state.all_token_ids[pos], (rid, pos)
+        assert token_ids == state.all_token_ids[start:start + len(token_ids)]
+        for k, tok in enumerate(token_ids):
+            pos = start + k
+            block = table[pos // BLOCK]
+            # A block another request holds with a cache hash is never rewritten with other tokens.
+            prev = self.kv.get((block, pos % BLOCK))
+            if self.s.kv.pool.ref_counts[block] > 1:
+                assert prev == tok
+            self.kv[(block, pos % BLOCK)] = tok
+
+    def _record(self, events: list[TokenEvent]) -> None:
+        for ev in events:
+            assert ev.request_id not in self.ends, f"{ev.request_id} ended twice"
+            self.outputs[ev.request_id] += ev.token_ids
+            assert ev.num_output_tokens == len(self.outputs[ev.request_id])
+            if ev.finish_reason is not None:
+                self.ends[ev.request_id] = ev
+
+    @invariant()
+    def idle_means_nothing_used(self) -> None:
+        if self.s.is_idle():
+            assert self.s.kv.pool.num_used == 0
+            assert self.s.kv.pool.num_free + self.s.kv.pool.num_cached == 8
+
+    def teardown(self) -> None:
+        """Whatever happened, the remaining requests all finish (no deadlock, no livelock)."""
+        for _ in range(300):
+            if self.in_flight is not None:
+                self.update(0, 0)
+            if self.s.is_idle():
+                break
+            self.schedule()
+            assert self.in_flight is not None, "work left but nothing schedulable"
+        assert self.s.is_idle() and self.s.kv.pool.num_used == 0
+        assert set(self.ends) == set(self.outputs)
+        for rid, ev in self.ends.items():
+            if ev.finish_reason == "length":
+                assert len(self.outputs[rid]) >= 1
+
+
+class CachingSchedulerMachine(SchedulerMachine):
+    caching = True
+
+
+_settings = settings(max_examples=200, stateful_step_count=40, deadline=None)
+SchedulerMachine.TestCase.settings = _settings
+CachingSchedulerMachine.TestCase.settings = _settings
+TestScheduler = SchedulerMachine.TestCase
+TestCachingScheduler = CachingSchedulerMachine.TestCase
