@@ -1,0 +1,230 @@
+"""GGUF loading: tiny files written with gguf.GGUFWriter (exact checks of dequantization and the
+q/k un-permutation), plus the default SmolLM2 file against transformers' own GGUF loader."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from gguf import GGMLQuantizationType as Q, GGUFWriter
+from gguf.quants import dequantize, quantize
+
+from gpu_stage.loaders import default_model_path, load_model_source
+from gpu_stage.loaders.gguf_loader import (FastGGUFReader, gguf_model_config, gguf_to_hf_name, iter_gguf_tensors,
+                                           llama3_rope_scaling, read_gguf_metadata, unpermute_rows)
+
+HIDDEN, HEADS, KV_HEADS, HEAD_DIM, FFN, VOCAB = 64, 4, 2, 16, 96, 288
+TOKENS = ["<s>", "</s>", "<|eot|>"] + [f"t{i}" for i in range(VOCAB - 3)]
+
+
+def llama_cpp_permute(w: np.ndarray, num_heads: int) -> np.ndarray:
+    """What llama.cpp's convert_hf_to_gguf.py does to q/k rows (the thing we must undo)."""
+    return w.reshape(num_heads, 2, w.shape[0] // num_heads // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def write_tiny_gguf(path, arch: str, tied: bool) -> dict[str, np.ndarray]:
+    """A one-layer model; returns the HF-layout float32 weights we expect back."""
+    rng = np.random.default_rng(0)
+    q, kv = HEADS * HEAD_DIM, KV_HEADS * HEAD_DIM
+    hf = {
+        "model.embed_tokens.weight": rng.standard_normal((VOCAB, HIDDEN), dtype=np.float32),
+        "model.layers.0.input_layernorm.weight": rng.standard_normal(HIDDEN, dtype=np.float32),
+        "model.layers.0.self_attn.q_proj.weight": rng.standard_normal((q, HIDDEN), dtype=np.float32),
+        "model.layers.0.self_attn.k_proj.weight": rng.standard_normal((kv, HIDDEN), dtype=np.float32),
+        "model.layers.0.self_attn.v_proj.weight": rng.standard_normal((kv, HIDDEN), dtype=np.float32),
+        "model.layers.0.self_attn.o_proj.weight": rng.standard_normal((HIDDEN, q), dtype=np.float32),
+        "model.layers.0.post_attention_layernorm.weight": rng.standard_normal(HIDDEN, dtype=np.float32),
+        "model.layers.0.mlp.gate_proj.weight": rng.standard_normal((FFN, HIDDEN), dtype=np.float32),
+        "model.layers.0.mlp.up_proj.weight": rng.standard_normal((FFN, HIDDEN), dtype=np.float32),
+        "model.layers.0.mlp.down_proj.weight": rng.standard_normal((HIDDEN, FFN), dtype=np.float32),
+        "model.norm.weight": rng.standard_normal(HIDDEN, dtype=np.float32),
+    }
+    if arch == "qwen2":
+        hf["model.layers.0.self_attn.q_proj.bias"] = rng.standard_normal(q, dtype=np.float32)
+        hf["model.layers.0.self_attn.k_proj.bias"] = rng.standard_normal(kv, dtype=np.float32)
+        hf["model.layers.0.self_attn.v_proj.bias"] = rng.standard_normal(kv, dtype=np.float32)
+    if not tied:
+        hf["lm_head.weight"] = rng.standard_normal((VOCAB, HIDDEN), dtype=np.float32)
+    qtypes = {"embed_tokens": Q.F16, "q_proj.weight": Q.F32, "k_proj.weight": Q.F16, "v_proj.weight": Q.Q8_0,
+              "o_proj": Q.Q4_0, "gate_proj": Q.Q4_1, "up_proj": Q.BF16, "lm_head": Q.Q8_0}
+    w = GGUFWriter(str(path), arch)
+    w.add_block_count(1)
+    w.add_context_length(4096)
+    w.add_embedding_length(HIDDEN)
+    w.add_feed_forward_length(FFN)
+    w.add_head_count(HEADS)
+    w.add_head_count_kv(KV_HEADS)
+    w.add_layer_norm_rms_eps(1e-6)
+    w.add_rope_freq_base(500000.0)
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("smollm")
+    w.add_token_list(TOKENS)
+    w.add_token_types([3, 3, 3] + [1] * (VOCAB - 3))
+    w.add_token_merges([])
+    w.add_bos_token_id(0)
+    w.add_eos_token_id(1)
+    w.add_eot_token_id(2)
+    w.add_add_bos_token(True)
+    expected = {}
+    for name, value in hf.items():
+        gguf_name = next(g for g in _gguf_names() if gguf_to_hf_name(g) == name)
+        stored = value
+        if arch == "llama" and "q_proj" in name:
+            stored = llama_cpp_permute(value, HEADS)
+        elif arch == "llama" and "k_proj" in name:
+            stored = llama_cpp_permute(value, KV_HEADS)
+        qtype = next((t for key, t in qtypes.items() if key in name), Q.F32)
+        data = quantize(stored, qtype) if qtype != Q.F32 else stored
+        w.add_tensor(gguf_name, data, raw_dtype=qtype)
+        # What a correct loader returns: the stored values, dequantized, rows back in HF order.
+        roundtrip = dequantize(data, qtype).astype(np.float32).reshape(value.shape)
+        if arch == "llama" and "q_proj" in name:
+            roundtrip = unpermute_rows(roundtrip, HEADS)
+        elif arch == "llama" and "k_proj" in name:
+            roundtrip = unpermute_rows(roundtrip, KV_HEADS)
+        expected[name] = roundtrip
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return expected | {f"original:{k}": v for k, v in hf.items()}
+
+
+def _gguf_names() -> list[str]:
+    parts = ["attn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_norm", "ffn_gate", "ffn_up", "ffn_down"]
+    return ["token_embd.weight", "output_norm.weight", "output.weight"] + \
+        [f"blk.0.{p}.{k}" for p in parts for k in ("weight", "bias")]
+
+
+@pytest.mark.parametrize("arch, tied", [("llama", True), ("llama", False), ("qwen2", False)])
+def test_tiny_gguf_weights_and_config(tmp_path, arch, tied):
+    expected = write_tiny_gguf(tmp_path / "tiny.gguf", arch, tied)
+    src = load_model_source(str(tmp_path / "tiny.gguf"))
+    cfg = src.config
+    assert (cfg.architecture, cfg.num_layers, cfg.hidden_size, cfg.intermediate_size) == (arch, 1, HIDDEN, FFN)
+    assert (cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, cfg.vocab_size) == (HEADS, KV_HEADS, HEAD_DIM, VOCAB)
+    assert cfg.rope_theta == 500000.0 and cfg.max_position_embeddings == 4096 and cfg.rope_scaling is None
+    assert cfg.rms_norm_eps == pytest.approx(1e-6)
+    assert cfg.tie_word_embeddings == tied and cfg.attention_bias == (arch == "qwen2")
+    got = dict(src.weights(torch.device("cpu"), torch.float32))
+    assert set(got) == {k for k in expected if not k.startswith("original:")}
+    for name, tensor in got.items():
+        want = torch.from_numpy(expected[name])
+        assert tensor.dtype == torch.float32 and tensor.shape == want.shape, name
+        assert torch.equal(tensor, want), name
+        original = torch.from_numpy(expected[f"original:{name}"])
+        # Undoing the permutation puts rows back where HF had them: quantized tensors stay close
+        # to the original (a wrong row order would be off by O(1)).
+        assert (tensor - original).abs().max() < 0.35 * original.abs().max(), name
+    # lossless types come back exactly, un-permuted
+    assert torch.equal(got["model.layers.0.self_attn.q_proj.weight"],
+                       torch.from_numpy(expected["original:model.layers.0.self_attn.q_proj.weight"]))
+    k = expected["original:model.layers.0.self_attn.k_proj.weight"].astype(np.float16).astype(np.float32)
+    assert torch.equal(got["model.layers.0.self_attn.k_proj.weight"], torch.from_numpy(k))
+    half = dict(src.weights(torch.device("cpu"), torch.bfloat16))
+    assert all(t.dtype == torch.bfloat16 for t in half.values())
+    tok = src.tokenizer
+    assert tok.bos_token_id == 0 and tok.add_bos and tok.eos_token_ids == frozenset({1, 2})
+    assert tok.encode("<|eot|>") == [0, 2]
+    assert src.name == "tiny" and src.fingerprint.startswith("gguf:")
+
+
+def test_weights_are_lazy_one_tensor_at_a_time(tmp_path):
+    write_tiny_gguf(tmp_path / "tiny.gguf", "llama", tied=True)
+    it = load_model_source(str(tmp_path / "tiny.gguf")).weights(torch.device("cpu"), torch.float32)
+    name, tensor = next(it)
+    assert isinstance(name, str) and isinstance(tensor, torch.Tensor)
+
+
+def test_unpermute_inverts_llama_cpp_permute():
+    w = np.arange(8 * 16 * 3, dtype=np.float32).reshape(8 * 16, 3)
+    for heads in (1, 2, 8):
+        assert np.array_equal(unpermute_rows(llama_cpp_permute(w, heads), heads), w)
+        assert not np.array_equal(llama_cpp_permute(w, heads), w)
+    bias = np.arange(64, dtype=np.float32)
+    assert np.array_equal(unpermute_rows(llama_cpp_permute(bias, 4), 4), bias)
+
+
+def test_llama3_rope_freqs_are_recognised():
+    transformers = pytest.importorskip("transformers")
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+    params = {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
+              "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
+    config = transformers.LlamaConfig(hidden_size=4096, num_attention_heads=32, max_position_embeddings=131072,
+                                      rope_parameters=params)
+    scaled, _ = ROPE_INIT_FUNCTIONS["llama3"](config, "cpu")
+    plain = 1.0 / (500000.0 ** (torch.arange(0, 128, 2, dtype=torch.float32) / 128))
+    rope_freqs = (plain / scaled).numpy()  # what llama.cpp stores in `rope_freqs.weight`
+    got = llama3_rope_scaling(rope_freqs, 500000.0, 128)
+    assert got == {k: v for k, v in params.items() if k != "rope_theta"}
+    with pytest.raises(ValueError, match="rope_freqs"):
+        llama3_rope_scaling(rope_freqs * 1.5, 500000.0, 128)
+
+
+def test_unsupported_architecture_is_a_clear_error(tmp_path):
+    w = GGUFWriter(str(tmp_path / "x.gguf"), "falcon")
+    w.add_tensor("token_embd.weight", np.zeros((4, 8), dtype=np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    with pytest.raises(ValueError, match="unsupported GGUF architecture 'falcon'"):
+        load_model_source(str(tmp_path / "x.gguf"))
+
+
+def test_default_model_config_and_identity():
+    src = load_model_source(None)
+    cfg = src.config
+    assert (cfg.architecture, cfg.num_layers, cfg.hidden_size, cfg.intermediate_size) == ("llama", 30, 576, 1536)
+    assert (cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, cfg.vocab_size) == (9, 3, 64, 49152)
+    assert cfg.tie_word_embeddings and not cfg.attention_bias and cfg.rope_scaling is None
+    assert cfg.rope_theta == 100000.0 and cfg.max_position_embeddings == 8192
+    assert src.name == "SmolLM2-135M-Instruct.Q4_1" and str(default_model_path()) in src.fingerprint
+    assert src.tokenizer.vocab_size == 49152
+
+
+KEPT_LAYERS = {0: 0, 1: 1, 29: 2}  # first, second and last block of SmolLM2, renumbered
+
+
+@pytest.fixture(scope="module")
+def smollm2_three_layers(tmp_path_factory):
+    """The SmolLM2 file cut down to three blocks (same quantized bytes, Q8_0/Q4_1/F32), without the
+    tokenizer: transformers loads it in a fraction of the time the full file takes."""
+    reader = FastGGUFReader(str(default_model_path()))
+    meta = read_gguf_metadata(reader)
+    path = tmp_path_factory.mktemp("smollm2") / "smollm2-3l.gguf"
+    w = GGUFWriter(str(path), "llama")
+    for key in ("context_length", "embedding_length", "feed_forward_length", "attention.head_count",
+                "attention.head_count_kv", "rope.freq_base", "attention.layer_norm_rms_epsilon",
+                "vocab_size", "rope.dimension_count"):
+        w.add_key_value(f"llama.{key}", meta[f"llama.{key}"], reader.fields[f"llama.{key}"].types[0])
+    w.add_block_count(len(KEPT_LAYERS))
+    for t in reader.tensors:
+        name = t.name
+        if name.startswith("blk."):
+            layer = int(name.split(".")[1])
+            if layer not in KEPT_LAYERS:
+                continue
+            name = name.replace(f"blk.{layer}.", f"blk.{KEPT_LAYERS[layer]}.", 1)
+        w.add_tensor(name, np.asarray(t.data), raw_dtype=t.tensor_type)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+def test_smollm2_weights_equal_transformers_gguf_loader(smollm2_three_layers):
+    transformers = pytest.importorskip("transformers")
+    path = smollm2_three_layers
+    model = transformers.AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name,
+                                                              dtype=torch.float32)
+    reference = model.state_dict()
+    reader = FastGGUFReader(str(path))
+    config = gguf_model_config(read_gguf_metadata(reader), {t.name: t for t in reader.tensors})
+    assert config.num_layers == 3 and config.tie_word_embeddings
+    names = set()
+    for name, tensor in iter_gguf_tensors(reader, config, torch.device("cpu"), torch.float32):
+        names.add(name)
+        assert tensor.shape == reference[name].shape, name
+        assert (tensor - reference[name]).abs().max().item() < 1e-6, name
+    assert names == set(reference) - {"lm_head.weight"}  # tied: lm_head is the embedding

@@ -1,0 +1,133 @@
+"""HF directories: a tiny transformers model saved sharded, tokenizer.json built with `tokenizers`."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+from gpu_stage.loaders import load_model_source
+from gpu_stage.loaders.hf_dir_loader import hf_model_config
+
+transformers = pytest.importorskip("transformers")
+
+VOCAB = 320
+LLAMA3_ROPE = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+               "original_max_position_embeddings": 8192}
+
+
+def write_tokenizer(d) -> None:
+    backend = Tokenizer(models.BPE())
+    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    backend.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=VOCAB, special_tokens=["<s>", "</s>", "<|eot_id|>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    backend.train_from_iterator(["the quick brown fox jumps over the lazy dog"] * 10, trainer)
+    backend.save(str(d / "tokenizer.json"))
+    (d / "tokenizer_config.json").write_text(json.dumps({
+        "bos_token": "<s>", "eos_token": "</s>", "add_bos_token": True,
+        "chat_template": "{% for m in messages %}{{ m['content'] }}<|eot_id|>{% endfor %}"}))
+    (d / "generation_config.json").write_text(json.dumps({"bos_token_id": 0, "eos_token_id": [1, 2]}))
+
+
+@pytest.fixture(scope="module")
+def llama_dir(tmp_path_factory):
+    d = tmp_path_factory.mktemp("llama")
+    config = transformers.LlamaConfig(
+        vocab_size=VOCAB, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=16384, rms_norm_eps=1e-5, tie_word_embeddings=False,
+        rope_parameters={"rope_theta": 500000.0, **LLAMA3_ROPE}, bos_token_id=0, eos_token_id=1)
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(config)
+    model.save_pretrained(str(d), max_shard_size="40KB")
+    write_tokenizer(d)
+    return d, {k: v.clone() for k, v in model.state_dict().items()}
+
+
+def test_sharded_llama_dir(llama_dir):
+    d, reference = llama_dir
+    assert (d / "model.safetensors.index.json").is_file() and len(list(d.glob("*.safetensors"))) > 1
+    src = load_model_source(str(d))
+    c = src.config
+    assert (c.architecture, c.vocab_size, c.hidden_size, c.intermediate_size, c.num_layers) == ("llama", VOCAB, 64, 96, 2)
+    assert (c.num_heads, c.num_kv_heads, c.head_dim, c.max_position_embeddings) == (4, 2, 16, 16384)
+    assert c.rope_theta == 500000.0 and c.rope_scaling == LLAMA3_ROPE and c.rms_norm_eps == 1e-5
+    assert not c.tie_word_embeddings and not c.attention_bias
+    weights = dict(src.weights(torch.device("cpu"), torch.float32))
+    assert weights.keys() == reference.keys()
+    assert all(torch.equal(weights[k], reference[k]) for k in reference)
+    assert all(t.dtype == torch.bfloat16 for _, t in src.weights(torch.device("cpu"), torch.bfloat16))
+    tok = src.tokenizer
+    assert tok.eos_token_ids == frozenset({1, 2}) and tok.bos_token_id == 0 and tok.add_bos
+    assert tok.encode("the fox<|eot_id|>")[0] == 0 and tok.encode("<|eot_id|>", add_special_tokens=False) == [2]
+    assert tok.chat_template.endswith("{% endfor %}")
+    assert src.name == d.name and src.fingerprint.startswith("hf:")
+
+
+def test_fingerprint_changes_with_files(llama_dir, tmp_path):
+    d, _ = llama_dir
+    before = load_model_source(str(d)).fingerprint
+    assert load_model_source(str(d)).fingerprint == before
+    extra = d / "extra.json"
+    extra.write_text("{}")
+    try:
+        assert load_model_source(str(d)).fingerprint != before
+    finally:
+        extra.unlink()
+
+
+def test_tied_qwen2_dir(tmp_path):
+    config = transformers.Qwen2Config(
+        vocab_size=VOCAB, hidden_size=64, intermediate_size=96, num_hidden_layers=1, num_attention_heads=4,
+        num_key_value_heads=2, tie_word_embeddings=True, rms_norm_eps=1e-6)
+    model = transformers.Qwen2ForCausalLM(config)
+    model.save_pretrained(str(tmp_path))
+    write_tokenizer(tmp_path)
+    src = load_model_source(str(tmp_path))
+    assert src.config.architecture == "qwen2" and src.config.attention_bias and src.config.tie_word_embeddings
+    weights = dict(src.weights(torch.device("cpu"), torch.float32))
+    reference = model.state_dict()
+    assert "lm_head.weight" not in weights and "model.layers.0.self_attn.q_proj.bias" in weights
+    assert weights.keys() == set(reference) - {"lm_head.weight"}
+    assert all(torch.equal(weights[k], reference[k]) for k in weights)
+
+
+CLASSIC = {"architectures": ["MistralForCausalLM"], "vocab_size": 32000, "hidden_size": 4096,
+           "intermediate_size": 14336, "num_hidden_layers": 32, "num_attention_heads": 32,
+           "num_key_value_heads": 8, "rope_theta": 1000000.0, "sliding_window": None,
+           "rope_scaling": {"type": "linear", "factor": 2.0}, "max_position_embeddings": 32768}
+
+
+def test_classic_config_spelling():
+    c = hf_model_config(CLASSIC)
+    assert c.architecture == "mistral" and c.head_dim == 128 and c.rope_theta == 1e6
+    assert c.rope_scaling == {"rope_type": "linear", "factor": 2.0} and c.rms_norm_eps == 1e-6
+    assert hf_model_config({**CLASSIC, "head_dim": 96}).head_dim == 96
+    assert hf_model_config({**CLASSIC, "rope_scaling": None}).rope_scaling is None
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"architectures": ["GPT2LMHeadModel"]}, "unsupported architecture"),
+    ({"mlp_bias": True}, "mlp_bias"),
+])
+def test_unsupported_configs(change, message):
+    with pytest.raises(ValueError, match=message):
+        hf_model_config({**CLASSIC, **change})
+
+
+def test_missing_files_are_clear_errors(tmp_path, llama_dir):
+    with pytest.raises(ValueError, match="does not exist"):
+        load_model_source(str(tmp_path / "nope"))
+    with pytest.raises(ValueError, match="no config.json"):
+        load_model_source(str(tmp_path))
+    (tmp_path / "config.json").write_text(json.dumps(CLASSIC))
+    with pytest.raises(ValueError, match="no \\*.safetensors"):
+        load_model_source(str(tmp_path))
+    d, _ = llama_dir
+    index = json.loads((d / "model.safetensors.index.json").read_text())
+    (tmp_path / "model.safetensors.index.json").write_text(json.dumps(index))
+    with pytest.raises(ValueError, match="missing shard"):
+        load_model_source(str(tmp_path))
+    with pytest.raises(ValueError, match="unsupported model file"):
+        load_model_source(str(tmp_path / "config.json"))
