@@ -1,0 +1,130 @@
+"""IngressStage: bytes in, a validated and tokenized request out.
+
+It runs inside the HTTP handler's own task: parsing and validation cost microseconds, and a hop
+through an inbox would add an event-loop turn to every request. Tokenizing (and chat-template
+rendering) of long inputs goes to a small thread pool, so a 1 MB prompt never stalls the loop; its
+bound is the pool's queue, and the limits checked first keep that queue's jobs small.
+"""
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from ingress.chat_template import ChatTemplate
+from ingress.errors import ApiError, bad_request
+from ingress.limits import IngressLimits
+from ingress.parser import parse_json_body
+from ingress.schemas import (
+    ChatCompletionRequest,
+    CompletionRequest,
+    check_context_length,
+    parse_chat_request,
+    parse_completion_request,
+)
+from ingress.tokenizer import Tokenizer
+from stages.sampling import SamplingParams
+from stages.trace import RequestTrace
+
+
+@dataclass(slots=True)
+class PreparedRequest:
+    api: CompletionRequest | ChatCompletionRequest
+    prompt_token_ids: list[int]
+    params: SamplingParams  # max_tokens filled in
+
+
+class IngressStage:
+    def __init__(
+        self,
+        tokenizer: Tokenizer,
+        chat_template: ChatTemplate,
+        limits: IngressLimits,
+        max_model_len: int,
+        offload_chars: int,
+        num_threads: int,
+    ) -> None:
+        self.tokenizer = tokenizer
+        self.chat_template = chat_template
+        self.limits = limits
+        self.max_model_len = max_model_len
+        self.offload_chars = offload_chars
+        self._pool = ThreadPoolExecutor(max_workers=num_threads, thread_name_prefix="ttft-tok")
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    async def prepare_completion(self, body: bytes, trace: RequestTrace) -> PreparedRequest:
+        t0 = time.perf_counter_ns()
+        obj = parse_json_body(body, self.limits)
+        req = parse_completion_request(obj, self.limits, self.tokenizer.vocab_size)
+        trace.mark("parsed")
+        trace.add_host("parse", time.perf_counter_ns() - t0)
+        if isinstance(req.prompt, str):
+            ids = await self._run(trace, len(req.prompt), self._encode_text, req.prompt)
+        else:
+            ids = list(req.prompt)
+            trace.mark("tokenized")
+        return self._finish(req, ids, trace)
+
+    async def prepare_chat(self, body: bytes, trace: RequestTrace) -> PreparedRequest:
+        t0 = time.perf_counter_ns()
+        obj = parse_json_body(body, self.limits)
+        req = parse_chat_request(obj, self.limits, self.tokenizer.vocab_size)
+        trace.mark("parsed")
+        trace.add_host("parse", time.perf_counter_ns() - t0)
+        num_chars = sum(_content_chars(m) for m in req.messages)
+        ids = await self._run(trace, num_chars, self._encode_chat, req)
+        return self._finish(req, ids, trace)
+
+    def encode_prompt(self, prompt: str | list[int]) -> list[int]:
+        """For embedders: text (with the model's BOS rule) or ids as they are."""
+        if isinstance(prompt, str):
+            return self._encode_text(prompt)
+        return list(prompt)
+
+    def _encode_text(self, text: str) -> list[int]:
+        return self.tokenizer.encode(text, add_special_tokens=True)
+
+    def _encode_chat(self, req: ChatCompletionRequest) -> list[int]:
+        try:
+            text = self.chat_template.render(req.messages, add_generation_prompt=req.add_generation_prompt)
+        except ValueError as exc:
+            raise bad_request(f"messages could not be rendered by the chat template: {exc}", "messages")
+        # The template writes its own special tokens (BOS included): never add them twice.
+        return self.tokenizer.encode(text, add_special_tokens=False)
+
+    async def _run(self, trace: RequestTrace, num_chars: int, fn, arg) -> list[int]:
+        t0 = time.perf_counter_ns()
+        if num_chars > self.offload_chars:
+            ids = await asyncio.get_running_loop().run_in_executor(self._pool, fn, arg)
+        else:
+            ids = fn(arg)
+        trace.add_host("tokenize", time.perf_counter_ns() - t0)
+        trace.mark("tokenized")
+        return ids
+
+    def _finish(self, req, ids: list[int], trace: RequestTrace) -> PreparedRequest:
+        if not ids:
+            raise bad_request("the prompt is empty after tokenization", "prompt")
+        max_tokens = check_context_length(
+            len(ids), req.max_tokens, self.max_model_len, max_tokens_cap=self.limits.max_tokens_cap,
+            prompt_param="messages" if isinstance(req, ChatCompletionRequest) else "prompt",
+        )
+        params = dataclasses.replace(req.params, max_tokens=max_tokens)
+        trace.info["num_prompt_tokens"] = len(ids)
+        return PreparedRequest(req, ids, params)
+
+
+def _content_chars(message: dict) -> int:
+    content = message.get("content")
+    if isinstance(content, str):
+        return len(content)
+    if isinstance(content, list):
+        return sum(len(p.get("text", "")) for p in content if isinstance(p, dict))
+    return 0
+
+
+__all__ = ["IngressStage", "PreparedRequest", "ApiError"]

@@ -1,0 +1,108 @@
+"""create_app: the Starlette application around an Engine.
+
+Mountable inside another ASGI app (`Mount("/llm", app=create_app(engine))`). The engine starts in
+the app's lifespan, in the background, so /health answers 503 "loading" while weights load.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+from contextlib import asynccontextmanager
+
+import orjson
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from ingress.errors import ApiError, not_found
+from pipeline.engine import Engine
+from pipeline.json_response import error_response, json_response
+from pipeline.openai_routes import chat_completions, completions, list_models
+from pipeline.perfetto import traces_to_perfetto
+
+log = logging.getLogger("ttft.app")
+
+
+async def health(request: Request) -> Response:
+    engine: Engine = request.app.state.engine
+    status = 200 if engine.health.ready else 503
+    body = {"status": engine.health.state}
+    if engine.health.reason:
+        body["reason"] = engine.health.reason
+    return json_response(body, status)
+
+
+async def metrics(request: Request) -> Response:
+    engine: Engine = request.app.state.engine
+    if engine.built is None:
+        return Response(b"", media_type="text/plain; version=0.0.4")
+    return Response(engine.metrics.render(), media_type="text/plain; version=0.0.4")
+
+
+async def debug_traces(request: Request) -> Response:
+    engine: Engine = request.app.state.engine
+    raw_limit = request.query_params.get("limit", "100")
+    if not raw_limit.isdigit():
+        return error_response(ApiError(400, "limit must be a non-negative integer", param="limit"))
+    traces = list(engine.traces)[-int(raw_limit):] if int(raw_limit) else []
+    if request.query_params.get("format") == "perfetto":
+        return Response(orjson.dumps(traces_to_perfetto(traces)), media_type="application/json")
+    return json_response({"traces": [t.to_json() for t in traces]})
+
+
+async def not_found_handler(request: Request, exc: Exception) -> Response:
+    return error_response(not_found(f"no route {request.method} {request.url.path}"))
+
+
+async def method_not_allowed(request: Request, exc: Exception) -> Response:
+    return error_response(ApiError(405, f"method {request.method} not allowed on {request.url.path}"))
+
+
+async def internal_error(request: Request, exc: Exception) -> Response:
+    log.exception("unhandled error on %s", request.url.path)
+    return error_response(ApiError(500, "internal server error", type="server_error"))
+
+
+def create_app(engine: Engine) -> Starlette:
+    @asynccontextmanager
+    async def lifespan(app: Starlette):
+        start = asyncio.create_task(engine.start(), name="engine:start")
+        start.add_done_callback(_report_start_failure(engine))
+        try:
+            yield
+        finally:
+            if not start.done():
+                start.cancel()
+            elif start.exception() is None:
+                await engine.stop()
+
+    routes = [
+        Route("/v1/completions", completions, methods=["POST"]),
+        Route("/v1/chat/completions", chat_completions, methods=["POST"]),
+        Route("/v1/models", list_models, methods=["GET"]),
+        Route("/health", health, methods=["GET"]),
+        Route("/metrics", metrics, methods=["GET"]),
+        Route("/debug/traces", debug_traces, methods=["GET"]),
+    ]
+    app = Starlette(
+        routes=routes,
+        lifespan=lifespan,
+        exception_handlers={404: not_found_handler, 405: method_not_allowed, 500: internal_error},
+    )
+    app.state.engine = engine
+    return app
+
+
+def _report_start_failure(engine: Engine):
+    def done(task: asyncio.Task) -> None:
+        if task.cancelled() or task.exception() is None:
+            return
+        exc = task.exception()
+        log.error("engine failed to start: %s", exc)
+        engine.health.set_broken(f"start-up failed: {exc}")
+        engine.start_error = exc
+        if engine.on_fatal is not None:
+            engine.on_fatal(str(exc))
+
+    return done

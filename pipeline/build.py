@@ -1,0 +1,90 @@
+"""build_model: from an EngineConfig to the synchronous cores (model runner, scheduler, tokenizer).
+
+Runs in a worker thread at start-up (loading weights takes seconds). It also settles the context
+window: the model's own, lowered to what the KV pool can hold, and an explicit value the pool
+cannot hold refuses to start.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import torch
+
+from gpu_stage.kv_cache import blocks_for_memory
+from gpu_stage.loaders import load_model_source
+from gpu_stage.model_runner import ModelRunner
+from gpu_stage.model_source import ModelSource
+from ingress.chat_template import ChatTemplate
+from ingress.tokenizer import Tokenizer
+from pipeline.config import EngineConfig
+from scheduler.config import SchedulerConfig
+from scheduler.scheduler import Scheduler
+
+log = logging.getLogger("ttft.build")
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+DEFAULT_CPU_KV_GB = 1.0
+
+
+class StartupError(Exception):
+    """A configuration that cannot work: the server refuses to start with this message."""
+
+
+@dataclass
+class BuiltModel:
+    source: ModelSource
+    runner: ModelRunner
+    scheduler: Scheduler
+    tokenizer: Tokenizer
+    chat_template: ChatTemplate
+    max_model_len: int
+    num_blocks: int
+
+    @property
+    def model_name(self) -> str:
+        return self.source.name
+
+
+def resolve_max_model_len(requested: int | None, model_len: int, pool_tokens: int) -> int:
+    if requested is not None:
+        if requested > pool_tokens:
+            raise StartupError(
+                f"--max-model-len {requested} does not fit the KV cache, which holds {pool_tokens} "
+                f"tokens: lower --max-model-len or raise --kv-cache-gb"
+            )
+        if requested > model_len:
+            raise StartupError(f"--max-model-len {requested} exceeds the model's context ({model_len})")
+        return requested
+    if pool_tokens < model_len:
+        log.warning("max_model_len lowered from %d to %d: what the KV cache holds", model_len, pool_tokens)
+        return pool_tokens
+    return model_len
+
+
+def build_model(cfg: EngineConfig) -> BuiltModel:
+    device = torch.device(cfg.resolved_device())
+    dtype = DTYPES[cfg.resolved_dtype()]
+    source = load_model_source(cfg.model, seed=cfg.seed)
+    kv_gb = cfg.kv_cache_gb if cfg.kv_cache_gb is not None else DEFAULT_CPU_KV_GB
+    num_blocks = blocks_for_memory(source.config, cfg.block_size, dtype, int(kv_gb * 2**30))
+    if num_blocks < 2:
+        raise StartupError(f"--kv-cache-gb {kv_gb} holds fewer than 2 blocks for this model")
+    max_model_len = resolve_max_model_len(
+        cfg.max_model_len, source.config.max_position_embeddings, num_blocks * cfg.block_size
+    )
+    runner = ModelRunner(
+        source, device=device, dtype=dtype, num_blocks=num_blocks, block_size=cfg.block_size,
+        max_num_batched_tokens=cfg.max_num_batched_tokens, max_num_seqs=cfg.max_num_seqs,
+    )
+    tok = source.tokenizer
+    scheduler = Scheduler(SchedulerConfig(
+        num_blocks=num_blocks, block_size=cfg.block_size, max_num_seqs=cfg.max_num_seqs,
+        max_num_batched_tokens=cfg.max_num_batched_tokens, max_model_len=max_model_len,
+        max_queued=cfg.max_queued, long_prefill_threshold=cfg.long_prefill_threshold,
+        eos_token_ids=frozenset(tok.eos_token_ids),
+    ))
+    template = ChatTemplate(
+        tok.chat_template, bos_token=getattr(tok, "bos_token", None), eos_token=getattr(tok, "eos_token", None)
+    )
+    return BuiltModel(source, runner, scheduler, tok, template, max_model_len, num_blocks)

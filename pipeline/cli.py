@@ -1,0 +1,81 @@
+"""`ttft serve` and `ttft bench`."""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import sys
+
+from ingress.limits import IngressLimits
+from pipeline.config import EngineConfig
+
+
+def add_serve_arguments(p: argparse.ArgumentParser) -> None:
+    d = EngineConfig()
+    lim = IngressLimits()
+    p.add_argument("--model", default=None, help="a .gguf file, a Hugging Face directory or dummy:<preset> (default: the packaged SmolLM2-135M-Instruct)")
+    p.add_argument("--served-model-name", default=None, help="the name the API reports")
+    p.add_argument("--seed", type=int, default=d.seed, help="seed of dummy weights")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--uds", default=None, help="serve on this Unix domain socket instead of TCP")
+    p.add_argument("--device", choices=["auto", "cpu", "cuda"], default=d.device)
+    p.add_argument("--dtype", choices=["auto", "float32", "bfloat16", "float16"], default=d.dtype)
+    p.add_argument("--max-model-len", type=int, default=None)
+    p.add_argument("--kv-cache-gb", type=float, default=None, help="KV pool size (default 1 GiB on CPU)")
+    p.add_argument("--block-size", type=int, default=d.block_size)
+    p.add_argument("--max-num-seqs", type=int, default=d.max_num_seqs, help="running requests")
+    p.add_argument("--max-num-batched-tokens", type=int, default=d.max_num_batched_tokens, help="per-step token budget")
+    p.add_argument("--max-queued", type=int, default=d.max_queued, help="waiting requests; past them: 503")
+    p.add_argument("--long-prefill-threshold", type=int, default=d.long_prefill_threshold)
+    p.add_argument("--request-timeout-s", type=float, default=None)
+    p.add_argument("--stream-stall-timeout-s", type=float, default=d.stream_stall_timeout_s)
+    p.add_argument("--shutdown-grace-s", type=float, default=d.shutdown_grace_s)
+    p.add_argument("--max-body-bytes", type=int, default=lim.max_body_bytes)
+    p.add_argument("--max-prompt-chars", type=int, default=lim.max_prompt_chars)
+    p.add_argument("--max-tokens-cap", type=int, default=lim.max_tokens_cap)
+    p.add_argument("--max-stop-strings", type=int, default=lim.max_stop_strings)
+    p.add_argument("--log-level", default="info")
+
+
+def config_from_args(a: argparse.Namespace) -> EngineConfig:
+    limits = IngressLimits(
+        max_body_bytes=a.max_body_bytes, max_prompt_chars=a.max_prompt_chars,
+        max_tokens_cap=a.max_tokens_cap, max_stop_strings=a.max_stop_strings,
+    )
+    return EngineConfig(
+        model=a.model, served_model_name=a.served_model_name, seed=a.seed, device=a.device,
+        dtype=a.dtype, max_model_len=a.max_model_len, kv_cache_gb=a.kv_cache_gb,
+        block_size=a.block_size, max_num_seqs=a.max_num_seqs,
+        max_num_batched_tokens=a.max_num_batched_tokens, max_queued=a.max_queued,
+        long_prefill_threshold=a.long_prefill_threshold, request_timeout_s=a.request_timeout_s,
+        stream_stall_timeout_s=a.stream_stall_timeout_s, shutdown_grace_s=a.shutdown_grace_s,
+        limits=limits,
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="ttft", description="An LLM server obsessed with time to first token")
+    sub = parser.add_subparsers(dest="command", required=True)
+    add_serve_arguments(sub.add_parser("serve", help="serve a model over an OpenAI-compatible API"))
+    from bench.cli import add_bench_arguments, run_bench
+
+    add_bench_arguments(sub.add_parser("bench", help="load-test an OpenAI-compatible server"))
+    args = parser.parse_args(argv)
+    if args.command == "serve":
+        logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        from pipeline.build import StartupError
+        from pipeline.server import serve
+
+        try:
+            return serve(config_from_args(args), args.host, args.port, args.uds, args.log_level)
+        except StartupError as exc:
+            print(f"ttft: cannot start: {exc}", file=sys.stderr)
+            return 2
+    asyncio.run(run_bench(args))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

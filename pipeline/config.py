@@ -1,0 +1,48 @@
+"""EngineConfig: every knob of the engine, with the defaults `ttft serve` uses."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ingress.limits import IngressLimits
+
+
+@dataclass
+class EngineConfig:
+    model: str | None = None  # None: the packaged SmolLM2 GGUF
+    served_model_name: str | None = None
+    seed: int = 0  # dummy weights are a function of (preset, seed)
+    device: str = "auto"  # auto | cpu | cuda
+    dtype: str = "auto"  # auto (bf16 on GPU, fp32 on CPU) | float32 | bfloat16 | float16
+    max_model_len: int | None = None  # default: the model's, lowered to what the KV pool holds
+    kv_cache_gb: float | None = None  # default: 1 GiB on CPU
+    block_size: int = 16
+    max_num_seqs: int = 64  # running requests
+    max_num_batched_tokens: int = 2048  # per-step token budget
+    max_queued: int = 1024  # waiting requests; past running + queued: 503
+    long_prefill_threshold: int = 512  # chunk cap for one long prefill per step
+    # Channel and buffer bounds (every queue is bounded).
+    scheduler_inbox_size: int = 4096
+    gpu_inbox_size: int = 2
+    emitter_inbox_size: int = 64
+    stream_buffer_items: int = 256
+    # Deadlines.
+    request_timeout_s: float | None = None
+    stream_stall_timeout_s: float = 30.0
+    shutdown_grace_s: float = 30.0
+    # Tokenize in a worker thread when the text is longer than this (short texts are faster inline).
+    offload_tokenize_chars: int = 4096
+    num_tokenizer_threads: int = 2
+    max_traces: int = 1000  # recent traces kept for /debug/traces
+    limits: IngressLimits = field(default_factory=IngressLimits)
+
+    def resolved_device(self) -> str:
+        if self.device != "auto":
+            return self.device
+        import torch
+
+        return "cuda" if torch.cuda.is_available() else "cpu"
+
+    def resolved_dtype(self) -> str:
+        if self.dtype != "auto":
+            return self.dtype
+        return "bfloat16" if self.resolved_device() == "cuda" else "float32"

@@ -1,0 +1,212 @@
+"""Engine: builds the stages, joins them with bounded channels, and runs them.
+
+    async with Engine(EngineConfig(model="dummy:tiny")) as engine:
+        async for out in engine.generate("Hello", SamplingParams(max_tokens=8)):
+            print(out.text, end="")
+
+The HTTP app uses the same object: `engine.ingress` prepares a request, `engine.submit` admits it
+(or raises a 503 ApiError at once), and the caller reads the returned OutputStream.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections import deque
+from typing import AsyncIterator, Callable
+
+from emitter.output_stream import OutputStream
+from emitter.request_emitter import RequestEmitter
+from emitter.stage import EmitterStage
+from ingress.errors import ApiError, bad_request, overloaded
+from ingress.stage import IngressStage
+from pipeline.build import BuiltModel, build_model
+from pipeline.config import EngineConfig
+from pipeline.health import EngineHealth
+from pipeline.metrics import EngineMetrics
+from scheduler.stage import SchedulerStage
+from gpu_stage.stage import GpuStage
+from stages.messages import Abort, GenerateRequest, RequestOutput
+from stages.sampling import SamplingParams
+from stages.trace import RequestTrace
+
+log = logging.getLogger("ttft.engine")
+
+
+class Engine:
+    def __init__(self, config: EngineConfig) -> None:
+        self.config = config
+        self.health = EngineHealth()
+        self.metrics = EngineMetrics()
+        self.traces: deque[RequestTrace] = deque(maxlen=config.max_traces)
+        self.built: BuiltModel | None = None
+        self.on_fatal: Callable[[str], None] | None = None  # set by the server: exit non-zero
+        self._active: dict[str, OutputStream] = {}
+        self._deadlines: dict[str, int] = {}  # request_id -> perf_counter_ns deadline
+        self._housekeeping: asyncio.Task[None] | None = None
+
+    # ---- life cycle -------------------------------------------------------------------------
+    async def start(self) -> None:
+        t0 = time.perf_counter()
+        self.built = built = await asyncio.to_thread(build_model, self.config)
+        cfg = self.config
+        self.ingress = IngressStage(
+            built.tokenizer, built.chat_template, cfg.limits, built.max_model_len,
+            cfg.offload_tokenize_chars, cfg.num_tokenizer_threads,
+        )
+        self.scheduler_stage = SchedulerStage(
+            built.scheduler, gpu_inbox=None, emitter_inbox=None,  # joined below
+            inbox_size=cfg.scheduler_inbox_size, on_engine_error=self._on_engine_error,
+        )
+        self.gpu_stage = GpuStage(built.runner, self.scheduler_stage.inbox, cfg.gpu_inbox_size)
+        self.emitter_stage = EmitterStage(
+            self.scheduler_stage.inbox, cfg.emitter_inbox_size, self._on_finished
+        )
+        self.scheduler_stage.gpu_inbox = self.gpu_stage.inbox
+        self.scheduler_stage.emitter_inbox = self.emitter_stage.inbox
+        for stage in self.stages:
+            stage.start()
+        self._housekeeping = asyncio.create_task(self._housekeep(), name="engine:housekeeping")
+        self.metrics.bind(self)
+        self.health.set_ready()
+        log.info("engine ready in %.2f s: model %s, %d KV blocks of %d tokens, max_model_len %d",
+                 time.perf_counter() - t0, built.model_name, built.num_blocks, cfg.block_size,
+                 built.max_model_len)
+
+    @property
+    def stages(self) -> list:
+        return [self.scheduler_stage, self.gpu_stage, self.emitter_stage]
+
+    async def stop(self) -> None:
+        self.health.set_stopping()
+        for rid in list(self._active):
+            self.abort(rid)
+        if self._housekeeping is not None:
+            self._housekeeping.cancel()
+        for stage in self.stages:
+            await stage.stop()
+        self.ingress.close()
+
+    async def __aenter__(self) -> "Engine":
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    # ---- requests ---------------------------------------------------------------------------
+    @property
+    def model_name(self) -> str:
+        assert self.built is not None
+        return self.config.served_model_name or self.built.model_name
+
+    @property
+    def tokenizer(self):
+        assert self.built is not None
+        return self.built.tokenizer
+
+    def new_request_id(self, prefix: str = "cmpl") -> str:
+        return f"{prefix}-{uuid.uuid4().hex}"
+
+    def submit(
+        self,
+        request_id: str,
+        prompt_token_ids: list[int],
+        params: SamplingParams,
+        trace: RequestTrace,
+        priority: int = 0,
+        cache_salt: str | None = None,
+    ) -> OutputStream:
+        """Admit a prepared request, or raise ApiError (503 overloaded / not ready) at once."""
+        if not self.health.ready:
+            raise overloaded(1, f"the server is {self.health.state}: not accepting requests")
+        if request_id in self._active:
+            raise bad_request(f"request id {request_id!r} is already in use", "X-Request-Id")
+        cfg = self.config
+        if len(self._active) >= cfg.max_num_seqs + cfg.max_queued:
+            self.metrics.count_outcome("rejected_overload")
+            raise overloaded(1, "the server is at capacity (running and queued requests)")
+        deadline_ns = None
+        if cfg.request_timeout_s is not None:
+            deadline_ns = time.perf_counter_ns() + int(cfg.request_timeout_s * 1e9)
+            self._deadlines[request_id] = deadline_ns
+        stream = OutputStream(request_id, trace, cfg.stream_buffer_items)
+        emitter = RequestEmitter(request_id, self.tokenizer, params, num_prompt_tokens=len(prompt_token_ids))
+        self._active[request_id] = stream
+        self.emitter_stage.register(stream, emitter)
+        trace.mark("queued")
+        self.scheduler_stage.inbox.force_put(  # bounded by the admission check above
+            GenerateRequest(request_id, prompt_token_ids, params, trace, deadline_ns, priority, cache_salt)
+        )
+        return stream
+
+    def abort(self, request_id: str, reason: str = "abort") -> None:
+        """Cancellation is a message: the scheduler frees the request's blocks within a step."""
+        if request_id in self._active and not self.scheduler_stage.inbox.closed:
+            self.scheduler_stage.inbox.force_put(Abort(request_id, reason))
+
+    def record_write(self, stream: OutputStream, out: RequestOutput) -> None:
+        """Called by a reader right after it handed an output's bytes to its transport."""
+        now = time.perf_counter_ns()
+        if out.token_ids or out.text:
+            self.metrics.observe_write(stream.trace, now)
+            stream.trace.mark("first_token_written", now)
+
+    async def generate(
+        self, prompt: str | list[int], params: SamplingParams, request_id: str | None = None
+    ) -> AsyncIterator[RequestOutput]:
+        """The embedding API: yields one RequestOutput per step until the reply ends."""
+        rid = request_id or self.new_request_id()
+        trace = RequestTrace(rid)
+        trace.mark("received")
+        ids = self.ingress.encode_prompt(prompt)
+        trace.mark("parsed")
+        trace.mark("tokenized")
+        if not ids:
+            raise bad_request("the prompt is empty", "prompt")
+        from ingress.schemas import check_context_length
+        import dataclasses
+
+        max_tokens = check_context_length(len(ids), params.max_tokens, self.built.max_model_len)
+        params = dataclasses.replace(params, max_tokens=max_tokens)
+        stream = self.submit(rid, ids, params, trace)
+        try:
+            while True:
+                out = await stream.get()
+                self.record_write(stream, out)
+                yield out
+                if out.finish_reason is not None:
+                    return
+        finally:
+            if not stream.finished:
+                self.abort(rid)
+
+    # ---- internals --------------------------------------------------------------------------
+    def _on_finished(self, stream: OutputStream, out: RequestOutput) -> None:
+        self._active.pop(stream.request_id, None)
+        self._deadlines.pop(stream.request_id, None)
+        stream.trace.mark("finished")
+        stream.trace.info["finish_reason"] = out.finish_reason
+        stream.trace.info["num_output_tokens"] = out.num_output_tokens
+        self.traces.append(stream.trace)
+        self.metrics.observe_finished(stream.trace, out.finish_reason or "unknown")
+
+    def _on_engine_error(self, message: str) -> None:
+        log.error("engine failure: %s", message)
+        self.health.set_broken(message)
+        self.emitter_stage.fail_all(f"engine failure: {message}")
+        if self.on_fatal is not None:
+            self.on_fatal(message)
+
+    async def _housekeep(self) -> None:
+        """Deadlines and stalled readers, checked a few times a second (cheap: one pass)."""
+        stall_ns = int(self.config.stream_stall_timeout_s * 1e9)
+        while True:
+            await asyncio.sleep(0.1)
+            now = time.perf_counter_ns()
+            for rid, stream in list(self._active.items()):
+                if stream.stalled_since_ns is not None and now - stream.stalled_since_ns > stall_ns:
+                    self.abort(rid, "abort")
+                elif rid in self._deadlines and now > self._deadlines[rid]:
+                    self.abort(rid, "timeout")

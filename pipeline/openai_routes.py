@@ -1,0 +1,159 @@
+"""The OpenAI-compatible routes: /v1/completions, /v1/chat/completions, /v1/models.
+
+A request's life here: read the body (size-limited), `received`; ingress prepares it; the engine
+admits it (or 503 at once); then its OutputStream is read while a DisconnectWatch turns a client
+that goes away into an abort. A streamed reply waits for its first output before sending headers,
+so an error found by the scheduler is still a proper status code, and the first flush carries the
+first token (chat: the role delta and the first content travel in that same write).
+"""
+from __future__ import annotations
+
+import time
+from typing import AsyncIterator
+
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import Response
+
+from emitter.openai_format import ChatChunker, CompletionChunker, ResponseAccumulator, ResponseMeta
+from emitter.output_stream import OutputStream
+from emitter.sse import SSE_DONE, sse_error, sse_event
+from ingress.errors import ApiError, bad_request, model_not_found, payload_too_large
+from ingress.stage import PreparedRequest
+from pipeline.asgi_stream import DisconnectWatch, EventStreamResponse
+from pipeline.engine import Engine
+from pipeline.json_response import error_response, json_response
+from stages.messages import RequestOutput
+from stages.trace import RequestTrace
+
+MAX_REQUEST_ID_CHARS = 128
+
+
+async def completions(request: Request) -> Response:
+    return await _generate(request, chat=False)
+
+
+async def chat_completions(request: Request) -> Response:
+    return await _generate(request, chat=True)
+
+
+async def list_models(request: Request) -> Response:
+    engine: Engine = request.app.state.engine
+    if engine.built is None:
+        return error_response(ApiError(503, "the model is still loading", type="overloaded_error",
+                                       headers={"Retry-After": "1"}))
+    return json_response({"object": "list", "data": [{
+        "id": engine.model_name, "object": "model", "created": int(time.time()), "owned_by": "ttft",
+        "max_model_len": engine.built.max_model_len,
+    }]})
+
+
+async def read_body(request: Request, max_bytes: int) -> bytes:
+    """The whole body, refused with 413 as soon as it passes the limit (before any parsing)."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > max_bytes:
+        raise payload_too_large(int(declared), max_bytes)
+    parts: list[bytes] = []
+    size = 0
+    async for part in request.stream():
+        size += len(part)
+        if size > max_bytes:
+            raise payload_too_large(None, max_bytes)
+        parts.append(part)
+    return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+def _request_id(request: Request, engine: Engine, chat: bool) -> str:
+    given = request.headers.get("x-request-id")
+    if given:
+        if len(given) > MAX_REQUEST_ID_CHARS or not given.isprintable():
+            raise bad_request("X-Request-Id must be printable and at most 128 characters", "X-Request-Id")
+        return given
+    return engine.new_request_id("chatcmpl" if chat else "cmpl")
+
+
+async def _generate(request: Request, chat: bool) -> Response:
+    engine: Engine = request.app.state.engine
+    rid_header: dict[str, str] = {}
+    try:
+        if engine.built is None or not engine.health.ready:
+            raise ApiError(503, f"the server is {engine.health.state}", type="overloaded_error",
+                           headers={"Retry-After": "1"})
+        request_id = _request_id(request, engine, chat)
+        rid_header = {"X-Request-Id": request_id}
+        trace = RequestTrace(request_id)
+        body = await read_body(request, engine.config.limits.max_body_bytes)
+        trace.mark("received")
+        if chat:
+            prepared = await engine.ingress.prepare_chat(body, trace)
+        else:
+            prepared = await engine.ingress.prepare_completion(body, trace)
+        api = prepared.api
+        if api.model is not None and api.model != engine.model_name:
+            raise model_not_found(api.model, engine.model_name)
+        stream = engine.submit(request_id, prepared.prompt_token_ids, prepared.params, trace,
+                               priority=api.priority, cache_salt=api.cache_salt)
+    except ApiError as err:
+        return error_response(err, rid_header)
+    except ClientDisconnect:
+        return Response(status_code=499)
+
+    watch = DisconnectWatch(request.receive, lambda: engine.abort(request_id))
+    meta = ResponseMeta(request_id, int(time.time()), engine.model_name)
+    first = await stream.get()
+    if first.error is not None and first.num_output_tokens == 0 and not first.text:
+        watch.cancel()
+        status = 503 if not engine.health.ready else first.error_status
+        kind = "invalid_request_error" if status == 400 else "server_error"
+        headers = {**rid_header, "Retry-After": "1"} if status == 503 else rid_header
+        return error_response(ApiError(status, first.error, type=kind), headers)
+    if api.stream:
+        chunks = _sse_chunks(engine, stream, first, meta, chat, api.include_usage)
+        on_sent = lambda out: engine.record_write(stream, out)  # noqa: E731
+        return EventStreamResponse(chunks, watch, on_sent, rid_header)
+    try:
+        return await _whole_body(engine, stream, first, meta, chat, watch, rid_header)
+    finally:
+        watch.cancel()
+
+
+async def _sse_chunks(
+    engine: Engine, stream: OutputStream, first: RequestOutput, meta: ResponseMeta, chat: bool,
+    include_usage: bool,
+) -> AsyncIterator[tuple[bytes, RequestOutput]]:
+    chunker = ChatChunker(meta, include_usage) if chat else CompletionChunker(meta, include_usage)
+    out = first
+    prefix = sse_event(chunker.role_chunk()) if chat else b""
+    while True:
+        t0 = time.perf_counter_ns()
+        if out.error is not None:
+            data = prefix + sse_error(out.error) + SSE_DONE
+        else:
+            data = prefix + sse_event(chunker.chunk(out))
+            if out.finish_reason is not None:
+                if include_usage:
+                    data += sse_event(chunker.usage_chunk(out))
+                data += SSE_DONE
+        prefix = b""
+        stream.trace.add_host("emit", time.perf_counter_ns() - t0)
+        yield data, out
+        if out.finish_reason is not None:
+            return
+        out = await stream.get()
+
+
+async def _whole_body(
+    engine: Engine, stream: OutputStream, first: RequestOutput, meta: ResponseMeta, chat: bool,
+    watch: DisconnectWatch, headers: dict[str, str],
+) -> Response:
+    acc = ResponseAccumulator()
+    out = first
+    while True:
+        if out.error is not None:
+            return error_response(ApiError(500, out.error, type="server_error"), headers)
+        acc.add(out)
+        if out.finish_reason is not None:
+            break
+        out = await stream.get()
+    body = acc.chat_body(meta) if chat else acc.completion_body(meta)
+    engine.record_write(stream, out)
+    return Response(body, media_type="application/json", headers=headers)

@@ -1,0 +1,251 @@
+"""The OpenAPI 3.1 document of the server, served at /openapi.json.
+
+Built from the same limits the ingress checks (openapi_requests.py holds the request bodies), so the
+document and the server cannot drift apart: a schemathesis run against it expects every schema-valid
+body to be answered without a 5xx and every schema-invalid one with a 4xx. It is built once per app
+(the limits and the model do not change while the server runs) and cached on `app.state`.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from starlette.requests import Request
+from starlette.responses import Response
+
+from ingress.errors import ApiError
+from ingress.limits import IngressLimits
+from pipeline.json_response import error_response
+from pipeline.openapi_requests import Schema, chat_request, completion_request
+
+OPENAPI_VERSION = "3.1.0"
+FINISH_REASONS = ["stop", "length", "abort", "timeout", "error"]
+MAX_REQUEST_ID_CHARS = 128  # pipeline.openai_routes.MAX_REQUEST_ID_CHARS
+
+_ERROR_DESCRIPTIONS = {
+    "400": "Invalid request: malformed JSON, a field of the wrong type or out of range, an unsupported "
+           "parameter, or a prompt that does not fit the context window.",
+    "401": "Missing or wrong API key (only when the server requires one).",
+    "404": "The requested model is not the one served.",
+    "413": "The request body is larger than the server's limit.",
+    "500": "An internal error of the server.",
+    "503": "Overloaded, loading, draining or broken: retry later (Retry-After, in seconds, when known).",
+}
+
+
+def _ref(name: str) -> Schema:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def _json(schema: Schema) -> dict[str, Any]:
+    return {"application/json": {"schema": schema}}
+
+
+def _error(status: str) -> dict[str, Any]:
+    out: dict[str, Any] = {"description": _ERROR_DESCRIPTIONS[status], "content": _json(_ref("Error"))}
+    if status == "401":
+        out["headers"] = {"WWW-Authenticate": {"schema": {"type": "string", "const": "Bearer"}}}
+    if status == "503":
+        out["headers"] = {"Retry-After": {"schema": {"type": "string", "pattern": "^[0-9]+$"}}}
+    return out
+
+
+def _response_schemas() -> dict[str, Schema]:
+    usage = {
+        "type": "object",
+        "required": ["prompt_tokens", "completion_tokens", "total_tokens"],
+        "properties": {
+            "prompt_tokens": {"type": "integer", "minimum": 0},
+            "completion_tokens": {"type": "integer", "minimum": 0},
+            "total_tokens": {"type": "integer", "minimum": 0},
+            "prompt_tokens_details": {"type": "object",
+                                      "properties": {"cached_tokens": {"type": "integer", "minimum": 0}}},
+        },
+    }
+    finish = {"enum": [*FINISH_REASONS, None]}
+    token = {"token": {"type": "string"}, "logprob": {"type": "number"},
+             "bytes": {"type": "array", "items": {"type": "integer", "minimum": 0, "maximum": 255}}}
+    alternative = {"type": "object", "required": list(token), "properties": token}
+    chat_logprobs = {"type": ["object", "null"], "required": ["content"], "properties": {"content": {
+        "type": "array", "items": {"type": "object", "required": [*token, "top_logprobs"],
+                                   "properties": {**token, "top_logprobs": {"type": "array", "items": alternative}}},
+    }}}
+    completion_logprobs = {"type": ["object", "null"], "properties": {
+        "tokens": {"type": "array", "items": {"type": "string"}},
+        "token_logprobs": {"type": "array", "items": {"type": "number"}},
+        "top_logprobs": {"type": "array", "items": {"type": "object",
+                                                    "additionalProperties": {"type": "number"}}},
+        "text_offset": {"type": "array", "items": {"type": "integer"}},
+    }}
+
+    def envelope(obj: str, choice: Schema, with_usage: bool) -> Schema:
+        props: Schema = {
+            "id": {"type": "string"}, "object": {"const": obj}, "created": {"type": "integer"},
+            "model": {"type": "string"}, "choices": {"type": "array", "items": choice},
+        }
+        required = ["id", "object", "created", "model", "choices"]
+        if with_usage:
+            props["usage"] = usage
+            required.append("usage")
+        else:
+            props["usage"] = {"anyOf": [usage, {"type": "null"}]}
+        return {"type": "object", "required": required, "properties": props}
+
+    def choice(extra: Schema, logprobs: Schema) -> Schema:
+        props = {"index": {"type": "integer", "minimum": 0}, **extra, "logprobs": logprobs,
+                 "finish_reason": finish}
+        return {"type": "object", "required": ["index", *extra, "finish_reason"], "properties": props}
+
+    message = {"type": "object", "required": ["role", "content"],
+               "properties": {"role": {"const": "assistant"}, "content": {"type": "string"}}}
+    delta = {"type": "object", "properties": {"role": {"const": "assistant"}, "content": {"type": "string"}}}
+    return {
+        "Error": {
+            "type": "object", "required": ["error"],
+            "properties": {"error": {
+                "type": "object", "required": ["message", "type", "param", "code"],
+                "properties": {"message": {"type": "string"}, "type": {"type": "string"},
+                               "param": {"type": ["string", "null"]}, "code": {"type": ["string", "null"]}},
+            }},
+        },
+        "Usage": usage,
+        "Completion": envelope("text_completion", choice({"text": {"type": "string"}}, completion_logprobs),
+                               True),
+        "ChatCompletion": envelope("chat.completion", choice({"message": message}, chat_logprobs), True),
+        "CompletionChunk": envelope("text_completion", choice({"text": {"type": "string"}},
+                                                              completion_logprobs), False),
+        "ChatCompletionChunk": envelope("chat.completion.chunk", choice({"delta": delta}, chat_logprobs),
+                                        False),
+        "ModelList": {
+            "type": "object", "required": ["object", "data"],
+            "properties": {"object": {"const": "list"}, "data": {"type": "array", "items": {
+                "type": "object", "required": ["id", "object", "created", "owned_by"],
+                "properties": {"id": {"type": "string"}, "object": {"const": "model"},
+                               "created": {"type": "integer"}, "owned_by": {"type": "string"},
+                               "max_model_len": {"type": "integer", "minimum": 1}},
+            }}},
+        },
+        "Health": {"type": "object", "required": ["status"],
+                   "properties": {"status": {"enum": ["loading", "ready", "draining", "broken", "stopped"]},
+                                  "reason": {"type": "string"}}},
+    }
+
+
+_REQUEST_ID = {
+    "name": "X-Request-Id", "in": "header", "required": False,
+    "description": "Your id for the request (echoed back); default: one the server makes.",
+    "schema": {"type": "string", "maxLength": MAX_REQUEST_ID_CHARS, "pattern": "^[\\x20-\\x7e]*$"},
+}
+
+
+def _generate_operation(op_id: str, summary: str, body: str, result: str, chunk: str) -> dict[str, Any]:
+    stream_doc = (f"With stream=true: server-sent events, each `data: ` line one {chunk} "
+                  "(see components), then `data: [DONE]`; an error mid-stream is an `data: {\"error\": ...}` "
+                  "event followed by `data: [DONE]`.")
+    return {
+        "operationId": op_id,
+        "summary": summary,
+        "parameters": [_REQUEST_ID],
+        "requestBody": {"required": True, "content": _json(_ref(body))},
+        "responses": {
+            "200": {
+                "description": "The completion (JSON), or a stream of chunks when stream=true.",
+                "headers": {"X-Request-Id": {"schema": {"type": "string"}}},
+                "content": {
+                    **_json(_ref(result)),
+                    "text/event-stream": {"schema": {"type": "string", "description": stream_doc}},
+                },
+            },
+            **{status: _error(status) for status in ("400", "401", "404", "413", "500", "503")},
+        },
+    }
+
+
+def build_openapi(
+    model_name: str,
+    limits: IngressLimits,
+    max_model_len: int,
+    vocab_size: int | None = None,
+    *,
+    auth_required: bool = False,
+    protect_metrics: bool = False,
+) -> dict:
+    """The OpenAPI document for this configuration. `vocab_size` bounds token ids (unbounded if None);
+    `auth_required` marks every route but /health (and /metrics unless protected) as bearer-only."""
+    schemas = _response_schemas()
+    schemas["CompletionRequest"] = completion_request(model_name, limits, max_model_len, vocab_size)
+    schemas["ChatCompletionRequest"] = chat_request(model_name, limits, max_model_len, vocab_size)
+    open_op: dict[str, Any] = {"security": []} if auth_required else {}
+    models_unauth = {"401": _error("401")}
+    metrics_op: dict[str, Any] = {
+        "operationId": "metrics", "summary": "Prometheus metrics",
+        "responses": {"200": {"description": "Prometheus text exposition format 0.0.4",
+                              "content": {"text/plain": {"schema": {"type": "string"}}}}},
+    }
+    if protect_metrics:
+        metrics_op["responses"].update(models_unauth)
+    else:
+        metrics_op.update(open_op)
+    doc: dict[str, Any] = {
+        "openapi": OPENAPI_VERSION,
+        "info": {
+            "title": "ttft", "version": "1",
+            "description": f"OpenAI-compatible inference server for '{model_name}' "
+                           f"(context window {max_model_len} tokens).",
+        },
+        "paths": {
+            "/v1/completions": {"post": _generate_operation(
+                "createCompletion", "Text completion", "CompletionRequest", "Completion", "CompletionChunk")},
+            "/v1/chat/completions": {"post": _generate_operation(
+                "createChatCompletion", "Chat completion", "ChatCompletionRequest", "ChatCompletion",
+                "ChatCompletionChunk")},
+            "/v1/models": {"get": {
+                "operationId": "listModels", "summary": "The served model",
+                "responses": {"200": {"description": "One model", "content": _json(_ref("ModelList"))},
+                              **models_unauth, "503": _error("503")},
+            }},
+            "/health": {"get": {
+                "operationId": "health", "summary": "200 only when ready to serve",
+                "responses": {"200": {"description": "Ready", "content": _json(_ref("Health"))},
+                              "503": {"description": "Loading, draining, broken or stopped",
+                                      "content": _json(_ref("Health"))}},
+                **open_op,
+            }},
+            "/metrics": {"get": metrics_op},
+            "/openapi.json": {"get": {
+                "operationId": "openapi", "summary": "This document",
+                "responses": {"200": {"description": "OpenAPI 3.1", "content": _json({"type": "object"})},
+                              **models_unauth, "503": _error("503")},
+            }},
+        },
+        "components": {
+            "schemas": schemas,
+            "securitySchemes": {"bearerAuth": {"type": "http", "scheme": "bearer"}},
+        },
+    }
+    if auth_required:
+        doc["security"] = [{"bearerAuth": []}]
+    return doc
+
+
+async def openapi_json(request: Request) -> Response:
+    """GET /openapi.json: the document for this app's engine, built on first use, then cached.
+    Reads `app.state.auth_required` / `app.state.protect_metrics` (default False) set at assembly."""
+    state = request.app.state
+    cached: bytes | None = getattr(state, "openapi_body", None)
+    if cached is None:
+        engine = state.engine
+        if engine.built is None:
+            return error_response(ApiError(503, "the model is still loading", type="overloaded_error",
+                                           headers={"Retry-After": "1"}))
+        doc = build_openapi(
+            engine.model_name, engine.config.limits, engine.built.max_model_len,
+            engine.built.tokenizer.vocab_size,
+            auth_required=getattr(state, "auth_required", False),
+            protect_metrics=getattr(state, "protect_metrics", False),
+        )
+        cached = state.openapi_body = orjson.dumps(doc)
+    return Response(cached, media_type="application/json")
+
+
+__all__ = ["build_openapi", "openapi_json"]
