@@ -1,0 +1,91 @@
+"""AttentionMetadata: what every attention layer of one step needs, built once per step.
+
+The tokens of all sequences of a step are flattened into one dimension T (no padding). Sequence i
+owns rows cu_seqlens_q[i]:cu_seqlens_q[i+1] of q; its new tokens sit at the absolute positions
+seq_lens[i] - query_len .. seq_lens[i] - 1, and its earlier context is already in the paged cache.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+
+@dataclass
+class AttentionMetadata:
+    cu_seqlens_q: torch.Tensor  # [B + 1] int32: query start offsets into the flattened tokens
+    seq_lens: torch.Tensor  # [B] int32: context length of each sequence, new tokens included
+    block_tables: torch.Tensor  # [B, max_num_blocks] int32, padded with block 0 (never read unmasked)
+    slot_mapping: torch.Tensor  # [T] int64: block_id * block_size + offset of each new token
+    positions: torch.Tensor  # [T] int64: absolute position of each new token
+    max_query_len: int
+    max_seq_len: int
+    block_size: int
+    # Host copies of the per-sequence lengths, so backends can plan without a device sync.
+    query_lens_host: list[int] = field(default_factory=list)
+    seq_lens_host: list[int] = field(default_factory=list)
+    # The slot of each new token split into (block, offset): the pool is block-first, so a layer's
+    # view is strided across blocks and is indexed with this pair rather than a flat slot.
+    slot_blocks: torch.Tensor | None = None  # [T] int64
+    slot_offsets: torch.Tensor | None = None  # [T] int64
+    # Backend-private data computed once per step on first use and reused by every layer.
+    backend_plan: Any = None
+
+    @property
+    def num_seqs(self) -> int:
+        return len(self.seq_lens_host)
+
+    @property
+    def num_tokens(self) -> int:
+        return int(self.slot_mapping.shape[0])
+
+
+def build_metadata(
+    query_lens: list[int],
+    seq_lens: list[int],
+    block_tables: list[list[int]],
+    block_size: int,
+    device: torch.device | str,
+) -> AttentionMetadata:
+    """Metadata for sequences computing `query_lens[i]` new tokens that end at `seq_lens[i]`.
+
+    `block_tables[i]` must cover positions [0, seq_lens[i]).
+    """
+    num_seqs = len(query_lens)
+    assert num_seqs == len(seq_lens) == len(block_tables) and num_seqs > 0
+    for q_len, s_len, table in zip(query_lens, seq_lens, block_tables):
+        assert 0 < q_len <= s_len, (q_len, s_len)
+        assert len(table) * block_size >= s_len, (len(table), block_size, s_len)
+    max_num_blocks = max(len(t) for t in block_tables)
+    padded = [t + [0] * (max_num_blocks - len(t)) for t in block_tables]
+    tables = torch.tensor(padded, dtype=torch.int64)  # [B, max_num_blocks]
+    q_lens = torch.tensor(query_lens, dtype=torch.int64)  # [B]
+    s_lens = torch.tensor(seq_lens, dtype=torch.int64)  # [B]
+    cu = torch.zeros(num_seqs + 1, dtype=torch.int64)
+    torch.cumsum(q_lens, 0, out=cu[1:])
+    num_tokens = int(cu[-1])
+    seq_of_token = torch.repeat_interleave(torch.arange(num_seqs), q_lens)  # [T]
+    start = s_lens - q_lens  # [B]: first new position of each sequence
+    positions = torch.arange(num_tokens) - cu[seq_of_token] + start[seq_of_token]  # [T]
+    slot_blocks = tables[seq_of_token, positions // block_size]  # [T]
+    slot_offsets = positions % block_size  # [T]
+    slot_mapping = slot_blocks * block_size + slot_offsets  # [T]
+
+    def dev(t: torch.Tensor, dtype: torch.dtype = torch.int64) -> torch.Tensor:
+        return t.to(device=device, dtype=dtype)
+
+    return AttentionMetadata(
+        cu_seqlens_q=dev(cu, torch.int32),
+        seq_lens=dev(s_lens, torch.int32),
+        block_tables=dev(tables, torch.int32),
+        slot_mapping=dev(slot_mapping),
+        positions=dev(positions),
+        max_query_len=max(query_lens),
+        max_seq_len=max(seq_lens),
+        block_size=block_size,
+        query_lens_host=list(query_lens),
+        seq_lens_host=list(seq_lens),
+        slot_blocks=dev(slot_blocks),
+        slot_offsets=dev(slot_offsets),
+    )

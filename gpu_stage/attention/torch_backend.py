@@ -1,0 +1,158 @@
+"""Reference paged attention in plain torch: the CPU path, and the oracle for GPU kernels.
+
+Interface (a Triton backend provides the same two functions):
+    store_kv(kv_layer, k, v, meta)   write the step's new K/V into the paged cache
+    forward(q, kv_layer, meta)       causal attention of the new queries over each sequence's context
+
+`kv_layer` is one layer's view of the pool, [num_blocks, 2, block_size, num_kv_heads, head_dim].
+Every query attends to its own sequence's keys at positions <= its own (the earlier context is
+already in the cache: chunked prefill, prefix hits, decode). Grouped-query attention: q head h reads
+kv head h // (num_heads // num_kv_heads), as in HF's repeat_kv.
+
+Speed on CPU: the gather indices and masks are computed once per step (`_plan`, cached on the
+metadata) and reused by every layer; all single-token (decode) sequences run as one padded
+scaled_dot_product_attention call, with the query heads of a kv group folded into the query-length
+dimension so no K/V is repeated; each multi-token (prefill) sequence is one SDPA call, with
+`is_causal` when it starts at position 0 (the fast fused path) and an explicit mask otherwise.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from gpu_stage.attention.metadata import AttentionMetadata
+
+
+@dataclass
+class _PrefillSeq:
+    q_start: int
+    q_end: int
+    k_rows: torch.Tensor  # [L] int64: pool row of each context position's key
+    mask: torch.Tensor | None  # [Tq, L] bool (True = attend); None: causal from position 0
+
+
+@dataclass
+class _Plan:
+    v_delta: int  # a value's row = its key's row + v_delta
+    store_k_rows: torch.Tensor  # [T] int64: rows the new keys go to
+    all_decode: bool  # every sequence has exactly one new token, rows 0..B-1 in order
+    decode_rows: torch.Tensor | None  # [Bd] int64 rows of q; None when there are no decodes
+    decode_k_rows: torch.Tensor | None  # [Bd * Ld] int64, padded with rows that the mask hides
+    decode_mask: torch.Tensor | None  # [Bd, 1, 1, Ld] bool; None when all lengths are equal
+    decode_max_len: int
+    prefills: list[_PrefillSeq]
+
+
+def _pool_rows(kv_layer: torch.Tensor) -> torch.Tensor:
+    """A 2-D [num_rows, kv_heads * head_dim] view of the pool's storage starting at this layer, so
+    that one token's K (or V) is one row and gathers are a single index_select of whole rows.
+
+    Rows of other layers lie between this layer's blocks, but row indices relative to the layer's
+    start are the same for every layer: the plan's indices are computed once and reused."""
+    num_blocks, _, block_size, num_kv_heads, head_dim = kv_layer.shape
+    width = num_kv_heads * head_dim
+    assert kv_layer.stride()[2:] == (width, head_dim, 1), "token rows must be contiguous"
+    num_rows = (num_blocks - 1) * (kv_layer.stride(0) // width) + kv_layer.stride(1) // width + block_size
+    return kv_layer.as_strided((num_rows, width), (width, 1), kv_layer.storage_offset())
+
+
+def _get_plan(meta: AttentionMetadata, kv_layer: torch.Tensor) -> _Plan:
+    plan = meta.backend_plan
+    if not isinstance(plan, _Plan):
+        plan = meta.backend_plan = _plan(meta, kv_layer)
+    return plan
+
+
+def store_kv(kv_layer: torch.Tensor, k: torch.Tensor, v: torch.Tensor, meta: AttentionMetadata) -> None:
+    """k, v [T, num_kv_heads, head_dim] -> the cache slots of meta.slot_mapping."""
+    plan = _get_plan(meta, kv_layer)
+    rows = _pool_rows(kv_layer)
+    num_tokens = k.shape[0]
+    rows.index_copy_(0, plan.store_k_rows, k.reshape(num_tokens, -1))
+    rows.index_copy_(0, plan.store_k_rows + plan.v_delta, v.reshape(num_tokens, -1))
+
+
+def forward(q: torch.Tensor, kv_layer: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
+    """q [T, num_heads, head_dim] -> out [T, num_heads, head_dim]. Call after store_kv."""
+    plan = _get_plan(meta, kv_layer)
+    rows = _pool_rows(kv_layer)  # [num_rows, kv_heads * head_dim]
+    num_kv_heads = kv_layer.shape[3]
+    if plan.all_decode:
+        return _decode(q, rows, num_kv_heads, plan)
+    out = torch.empty_like(q)
+    if plan.decode_rows is not None:
+        out[plan.decode_rows] = _decode(q[plan.decode_rows], rows, num_kv_heads, plan)
+    for seq in plan.prefills:
+        out[seq.q_start : seq.q_end] = _prefill(q[seq.q_start : seq.q_end], rows, num_kv_heads, seq, plan.v_delta)
+    return out
+
+
+def _decode(q: torch.Tensor, rows: torch.Tensor, num_kv_heads: int, plan: _Plan) -> torch.Tensor:
+    """q [Bd, num_heads, head_dim] with one query per sequence -> [Bd, num_heads, head_dim]."""
+    num_seqs, num_heads, head_dim = q.shape
+    shape = (num_seqs, plan.decode_max_len, num_kv_heads, head_dim)
+    k = rows.index_select(0, plan.decode_k_rows).view(shape).transpose(1, 2)  # [Bd, kv_heads, Ld, D]
+    v = rows.index_select(0, plan.decode_k_rows + plan.v_delta).view(shape).transpose(1, 2)
+    # The group's query heads act as query rows: [Bd, kv_heads, group, D]; no causal mask is
+    # needed because a decode token sees its whole context.
+    q_grouped = q.view(num_seqs, num_kv_heads, num_heads // num_kv_heads, head_dim)
+    out = F.scaled_dot_product_attention(q_grouped, k, v, attn_mask=plan.decode_mask)
+    return out.reshape(num_seqs, num_heads, head_dim)
+
+
+def _prefill(q: torch.Tensor, rows: torch.Tensor, num_kv_heads: int, seq: _PrefillSeq, v_delta: int) -> torch.Tensor:
+    """q [Tq, num_heads, head_dim] of one sequence -> [Tq, num_heads, head_dim]."""
+    shape = (seq.k_rows.shape[0], num_kv_heads, q.shape[2])
+    k = rows.index_select(0, seq.k_rows).view(shape).transpose(0, 1)[None]  # [1, kv_heads, L, D]
+    v = rows.index_select(0, seq.k_rows + v_delta).view(shape).transpose(0, 1)[None]
+    q4 = q.transpose(0, 1)[None]  # [1, num_heads, Tq, D]
+    out = F.scaled_dot_product_attention(
+        q4, k, v, attn_mask=seq.mask, is_causal=seq.mask is None, enable_gqa=True
+    )  # [1, num_heads, Tq, D]
+    return out[0].transpose(0, 1)
+
+
+def _plan(meta: AttentionMetadata, kv_layer: torch.Tensor) -> _Plan:
+    device = meta.block_tables.device
+    block_size = meta.block_size
+    width = kv_layer.shape[3] * kv_layer.shape[4]
+    block_rows, v_delta = kv_layer.stride(0) // width, kv_layer.stride(1) // width
+    query_lens, seq_lens = meta.query_lens_host, meta.seq_lens_host
+    tables = meta.block_tables.to(torch.int64) * block_rows  # [B, max_num_blocks]: first row of each block
+    store_k_rows = meta.slot_blocks * block_rows + meta.slot_offsets  # [T]
+    decode_idx = [i for i, n in enumerate(query_lens) if n == 1]
+    cu = [0]
+    for n in query_lens:
+        cu.append(cu[-1] + n)
+
+    decode_rows = decode_k_rows = decode_mask = None
+    max_len = 0
+    if decode_idx:
+        lens = [seq_lens[i] for i in decode_idx]
+        max_len = max(lens)
+        pos = torch.arange(max_len, device=device)  # [Ld]
+        cols = (pos // block_size).clamp_(max=tables.shape[1] - 1)  # [Ld]
+        idx = torch.tensor(decode_idx, device=device)
+        decode_k_rows = (tables[idx][:, cols] + (pos % block_size)[None, :]).reshape(-1)  # [Bd * Ld]
+        if min(lens) != max_len:
+            lens_t = torch.tensor(lens, device=device)
+            decode_mask = (pos[None, :] < lens_t[:, None])[:, None, None, :]  # [Bd, 1, 1, Ld]
+        decode_rows = torch.tensor([cu[i] for i in decode_idx], device=device)
+
+    prefills = []
+    for i, q_len in enumerate(query_lens):
+        if q_len == 1:
+            continue
+        seq_len = seq_lens[i]
+        start = seq_len - q_len
+        pos = torch.arange(seq_len, device=device)  # [L]
+        mask = None
+        if start > 0:
+            q_pos = torch.arange(start, seq_len, device=device)  # [Tq]
+            mask = pos[None, :] <= q_pos[:, None]  # [Tq, L]
+        k_rows = tables[i][pos // block_size] + pos % block_size  # [L]
+        prefills.append(_PrefillSeq(cu[i], cu[i + 1], k_rows, mask))
+    all_decode = len(decode_idx) == len(query_lens)
+    return _Plan(v_delta, store_k_rows, all_decode, decode_rows, decode_k_rows, decode_mask, max_len, prefills)

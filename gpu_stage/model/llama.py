@@ -1,0 +1,206 @@
+"""The Llama family (Llama 2/3/3.x, Mistral, Qwen2 with qkv bias, SmolLM2) over a paged KV cache.
+
+Tokens of all sequences of a step are flattened into one dimension T (no padding); attention reads
+each sequence's context through the metadata's block tables. q/k/v are fused into one `qkv_proj`
+and gate/up into one `gate_up_proj` at load time (two matmuls fewer per layer, larger GEMMs). The
+lm_head runs only on `logits_indices` (the last token of each sampled sequence), never a whole prompt.
+Arithmetic follows transformers' LlamaForCausalLM (RMSNorm in float32, cos/sin cast to the model
+dtype) so logits match it within rounding.
+"""
+from __future__ import annotations
+
+import re
+from types import ModuleType
+from typing import Iterable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from gpu_stage.attention import torch_backend
+from gpu_stage.attention.metadata import AttentionMetadata
+from gpu_stage.kv_cache import KvCache
+from gpu_stage.model_config import ModelConfig
+from gpu_stage.rope import RotaryEmbedding, apply_rope
+
+
+def _param(*shape: int, device: torch.device | str, dtype: torch.dtype) -> nn.Parameter:
+    # Uninitialised: every parameter is overwritten by load_weights (checked there).
+    return nn.Parameter(torch.empty(shape, device=device, dtype=dtype), requires_grad=False)
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, size: int, eps: float, device: torch.device | str, dtype: torch.dtype) -> None:
+        super().__init__()
+        self.weight = _param(size, device=device, dtype=dtype)
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """x [N, hidden] -> [N, hidden]; the variance in float32 as in HF."""
+        x32 = x.to(torch.float32)
+        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * x32.to(x.dtype)
+
+
+class LlamaDecoderLayer(nn.Module):
+    def __init__(self, config: ModelConfig, attention: ModuleType, device, dtype) -> None:
+        super().__init__()
+        c = config
+        self.num_heads, self.num_kv_heads, self.head_dim = c.num_heads, c.num_kv_heads, c.head_dim
+        self.q_size, self.kv_size = c.q_size, c.kv_size
+        self.attention = attention
+        self.input_layernorm = RMSNorm(c.hidden_size, c.rms_norm_eps, device, dtype)
+        self.post_attention_layernorm = RMSNorm(c.hidden_size, c.rms_norm_eps, device, dtype)
+        # [q_size + 2 * kv_size, hidden]: rows q | k | v, each in HF's row order.
+        self.qkv_weight = _param(c.q_size + 2 * c.kv_size, c.hidden_size, device=device, dtype=dtype)
+        self.qkv_bias = (
+            _param(c.q_size + 2 * c.kv_size, device=device, dtype=dtype) if c.attention_bias else None
+        )
+        self.o_weight = _param(c.hidden_size, c.q_size, device=device, dtype=dtype)
+        # HF Llama puts attention_bias on o_proj too; Qwen2 only on q/k/v.
+        has_o_bias = c.attention_bias and c.architecture != "qwen2"
+        self.o_bias = _param(c.hidden_size, device=device, dtype=dtype) if has_o_bias else None
+        # [2 * intermediate, hidden]: rows gate | up.
+        self.gate_up_weight = _param(2 * c.intermediate_size, c.hidden_size, device=device, dtype=dtype)
+        self.down_weight = _param(c.hidden_size, c.intermediate_size, device=device, dtype=dtype)
+
+    def forward(
+        self,
+        h: torch.Tensor,  # [T, hidden]
+        cos: torch.Tensor,  # [T, head_dim]
+        sin: torch.Tensor,  # [T, head_dim]
+        kv_layer: torch.Tensor,  # [num_blocks, 2, block_size, kv_heads, head_dim]
+        meta: AttentionMetadata,
+    ) -> torch.Tensor:
+        num_tokens = h.shape[0]
+        x = self.input_layernorm(h)
+        qkv = F.linear(x, self.qkv_weight, self.qkv_bias)  # [T, q_size + 2 * kv_size]
+        q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
+        q = apply_rope(q.view(num_tokens, self.num_heads, self.head_dim), cos, sin)  # [T, H, D]
+        k = apply_rope(k.view(num_tokens, self.num_kv_heads, self.head_dim), cos, sin)  # [T, Hkv, D]
+        v = v.view(num_tokens, self.num_kv_heads, self.head_dim)  # [T, Hkv, D]
+        self.attention.store_kv(kv_layer, k, v, meta)
+        attn = self.attention.forward(q, kv_layer, meta)  # [T, H, D]
+        h = h + F.linear(attn.reshape(num_tokens, self.q_size), self.o_weight, self.o_bias)
+        x = self.post_attention_layernorm(h)
+        gate, up = F.linear(x, self.gate_up_weight).chunk(2, dim=-1)  # [T, inter] each
+        return h + F.linear(F.silu(gate) * up, self.down_weight)  # [T, hidden]
+
+
+class LlamaForCausalLM(nn.Module):
+    def __init__(
+        self,
+        config: ModelConfig,
+        device: torch.device | str = "cpu",
+        dtype: torch.dtype = torch.float32,
+        attention: ModuleType = torch_backend,
+    ) -> None:
+        super().__init__()
+        c = config
+        self.config = config
+        self.embed_weight = _param(c.vocab_size, c.hidden_size, device=device, dtype=dtype)
+        self.layers = nn.ModuleList(
+            LlamaDecoderLayer(c, attention, device, dtype) for _ in range(c.num_layers)
+        )
+        self.norm = RMSNorm(c.hidden_size, c.rms_norm_eps, device, dtype)
+        self.lm_head_weight = (
+            None if c.tie_word_embeddings else _param(c.vocab_size, c.hidden_size, device=device, dtype=dtype)
+        )
+        self.rotary = RotaryEmbedding(c, device)
+
+    @torch.inference_mode()
+    def forward(
+        self,
+        input_ids: torch.Tensor,  # [T] int64, all sequences flattened
+        positions: torch.Tensor,  # [T] int64, absolute positions
+        kv_cache: KvCache,
+        meta: AttentionMetadata,
+        logits_indices: torch.Tensor,  # [S] int64 rows of T to produce logits for
+    ) -> torch.Tensor:
+        """-> logits [S, vocab] float32."""
+        h = F.embedding(input_ids, self.embed_weight)  # [T, hidden]
+        cos, sin = self.rotary.cos_sin(positions, h.dtype)  # [T, head_dim] each
+        for i, layer in enumerate(self.layers):
+            h = layer(h, cos, sin, kv_cache.layer(i), meta)
+        h = self.norm(h[logits_indices])  # [S, hidden]
+        head = self.embed_weight if self.lm_head_weight is None else self.lm_head_weight
+        return F.linear(h, head).float()  # [S, vocab]
+
+    @torch.no_grad()
+    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
+        """Copy HF-named, unfused weights in, fusing q/k/v and gate/up. Raises on unknown or missing."""
+        loaded: set[str] = set()
+        for name, tensor in weights:
+            target = self._target(name)
+            if target is None:
+                continue
+            param, rows, key = target
+            dest = param if rows is None else param[rows[0] : rows[1]]
+            if tuple(dest.shape) != tuple(tensor.shape):
+                raise ValueError(f"{name}: shape {tuple(tensor.shape)}, expected {tuple(dest.shape)}")
+            dest.copy_(tensor)
+            loaded.add(key)
+        if self.lm_head_weight is not None and "lm_head" not in loaded:
+            # No output matrix in the file (as in many GGUFs): the model is tied in fact.
+            self.lm_head_weight = None
+            loaded.add("lm_head")
+        missing = sorted(self._expected_keys() - loaded)
+        if missing:
+            raise ValueError(f"weights missing from the checkpoint: {missing[:8]} ({len(missing)} in all)")
+
+    _LAYER = re.compile(r"model\.layers\.(\d+)\.(.+)")
+
+    def _target(self, name: str) -> tuple[torch.Tensor, tuple[int, int] | None, str] | None:
+        """(parameter, row range inside it or None, key for the completeness check) for a HF name."""
+        c = self.config
+        if name == "model.embed_tokens.weight":
+            return self.embed_weight, None, "embed"
+        if name == "model.norm.weight":
+            return self.norm.weight, None, "norm"
+        if name == "lm_head.weight":
+            return None if self.lm_head_weight is None else (self.lm_head_weight, None, "lm_head")
+        if name.endswith("rotary_emb.inv_freq"):
+            return None  # recomputed from the config
+        match = self._LAYER.fullmatch(name)
+        if match is None or int(match.group(1)) >= c.num_layers:
+            raise ValueError(f"unexpected weight {name!r}")
+        i, rest = int(match.group(1)), match.group(2)
+        layer = self.layers[i]
+        q, kv, inter = c.q_size, c.kv_size, c.intermediate_size
+        fused = {
+            "self_attn.q_proj": (0, q),
+            "self_attn.k_proj": (q, q + kv),
+            "self_attn.v_proj": (q + kv, q + 2 * kv),
+            "mlp.gate_proj": (0, inter),
+            "mlp.up_proj": (inter, 2 * inter),
+        }
+        module, _, kind = rest.rpartition(".")
+        if module in fused:
+            param = layer.gate_up_weight if module.startswith("mlp") else (
+                layer.qkv_weight if kind == "weight" else layer.qkv_bias
+            )
+            if param is not None and kind in ("weight", "bias"):
+                return param, fused[module], f"{i}.{module}.{kind}"
+        plain = {
+            "self_attn.o_proj.weight": layer.o_weight,
+            "self_attn.o_proj.bias": layer.o_bias,
+            "mlp.down_proj.weight": layer.down_weight,
+            "input_layernorm.weight": layer.input_layernorm.weight,
+            "post_attention_layernorm.weight": layer.post_attention_layernorm.weight,
+        }
+        if plain.get(rest) is not None:
+            return plain[rest], None, f"{i}.{rest}"
+        raise ValueError(f"unexpected weight {name!r} for this configuration")
+
+    def _expected_keys(self) -> set[str]:
+        keys = {"embed", "norm"} | ({"lm_head"} if self.lm_head_weight is not None else set())
+        per_layer = [
+            "self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight",
+            "self_attn.o_proj.weight", "mlp.gate_proj.weight", "mlp.up_proj.weight",
+            "mlp.down_proj.weight", "input_layernorm.weight", "post_attention_layernorm.weight",
+        ]
+        if self.config.attention_bias:
+            per_layer += ["self_attn.q_proj.bias", "self_attn.k_proj.bias", "self_attn.v_proj.bias"]
+        if self.layers and self.layers[0].o_bias is not None:
+            per_layer.append("self_attn.o_proj.bias")
+        return keys | {f"{i}.{p}" for i in range(self.config.num_layers) for p in per_layer}

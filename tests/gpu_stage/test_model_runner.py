@@ -1,0 +1,186 @@
+"""ModelRunner: batched steps (prefill chunks mixed with decodes) equal each request run alone."""
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+import pytest
+import torch
+from tiny_hf_models import hf_model, model_config
+
+from gpu_stage.model_runner import ModelRunner
+from gpu_stage.model_source import ModelSource
+from stages.messages import NewRequestData, ScheduledChunk, StepBatch
+from stages.sampling import SamplingParams
+
+BLOCK_SIZE = 4
+EOS = 1
+
+
+class FakeTokenizer:
+    vocab_size = 400
+    bos_token_id = None
+    eos_token_ids = frozenset({EOS})
+    add_bos = False
+    chat_template = None
+
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        return [ord(c) % 400 for c in text]
+
+    def decode(self, ids, skip_special_tokens: bool = True) -> str:
+        return "".join(chr(i) for i in ids)
+
+    def token_bytes(self, token_id: int) -> bytes:
+        return chr(token_id).encode()
+
+    def is_special(self, token_id: int) -> bool:
+        return token_id == EOS
+
+
+@pytest.fixture(scope="module")
+def source() -> ModelSource:
+    hf = hf_model("llama", num_hidden_layers=2)
+    state = hf.state_dict()
+
+    def weights(device, dtype):
+        return ((name, t.to(device=device, dtype=dtype)) for name, t in state.items())
+
+    return ModelSource("tiny", model_config(hf), weights, FakeTokenizer(), "tiny-seed0")
+
+
+def _runner(source: ModelSource, num_blocks: int = 64) -> ModelRunner:
+    return ModelRunner(source, "cpu", torch.float32, num_blocks, BLOCK_SIZE, max_num_batched_tokens=64, max_num_seqs=8)
+
+
+@dataclass
+class _Req:
+    request_id: str
+    prompt: list[int]
+    params: SamplingParams
+    arrival_step: int = 0
+    output: list[int] = field(default_factory=list)
+    num_computed: int = 0
+    blocks: list[int] = field(default_factory=list)
+
+
+def _drive(runner: ModelRunner, reqs: list[_Req], token_budget: int, seed: int = 0) -> dict[str, list[int]]:
+    """A minimal catch-up scheduler: decodes first, then prefill chunks under the token budget;
+    blocks come from a shuffled free list; finished requests are reported the next step."""
+    free = list(range(runner.kv_cache.num_blocks))
+    random.Random(seed).shuffle(free)
+    running: list[_Req] = []
+    finished: list[str] = []
+    step = 0
+    while any(len(r.output) < r.params.max_tokens for r in reqs):
+        new = [r for r in reqs if r.arrival_step == step]
+        running += new
+        budget, chunks = token_budget, []
+        for r in sorted(running, key=lambda r: r.num_computed < len(r.prompt)):  # decodes first
+            tokens = r.prompt + r.output
+            n = min(len(tokens) - r.num_computed, budget)
+            if n <= 0:
+                continue
+            end = r.num_computed + n
+            while len(r.blocks) * BLOCK_SIZE < end:
+                r.blocks.append(free.pop())
+            chunks.append(ScheduledChunk(r.request_id, tokens[r.num_computed : end], r.num_computed, list(r.blocks), end == len(tokens)))
+            budget -= n
+        batch = StepBatch(step, [NewRequestData(r.request_id, r.prompt, r.params) for r in new], chunks, finished)
+        result = runner.execute(batch)
+        assert not result.failed and result.error is None
+        by_id = {r.request_id: r for r in running}
+        for chunk in chunks:
+            by_id[chunk.request_id].num_computed += len(chunk.token_ids)
+        finished = []
+        for token in result.sampled:
+            r = by_id[token.request_id]
+            r.output.append(token.token_id)
+            if len(r.output) == r.params.max_tokens:
+                finished.append(r.request_id)
+                free += r.blocks
+                running.remove(r)
+        step += 1
+    runner.execute(StepBatch(step, [], [], finished))
+    return {r.request_id: r.output for r in reqs}
+
+
+def _requests() -> list[_Req]:
+    gen = torch.Generator().manual_seed(5)
+    specs = [  # (prompt length, params, arrival step)
+        (23, SamplingParams(max_tokens=12, temperature=0.0), 0),
+        (5, SamplingParams(max_tokens=16, temperature=0.0), 0),
+        (40, SamplingParams(max_tokens=8, temperature=0.8, seed=11, top_p=0.9), 1),
+        (9, SamplingParams(max_tokens=10, temperature=1.0, seed=3, top_k=20, frequency_penalty=0.4), 2),
+        (17, SamplingParams(max_tokens=9, temperature=0.0, repetition_penalty=1.3, min_tokens=4), 3),
+    ]
+    return [
+        _Req(f"r{i}", torch.randint(2, 400, (n,), generator=gen).tolist(), params, arrival)
+        for i, (n, params, arrival) in enumerate(specs)
+    ]
+
+
+def test_batched_steps_equal_each_request_alone(source: ModelSource) -> None:
+    runner = _runner(source)
+    together = _drive(runner, _requests(), token_budget=16)  # forces chunked prefill + mixing
+    assert not runner.requests  # every finished request's state was dropped
+    for req in _requests():
+        req.arrival_step = 0
+        alone = _drive(_runner(source), [req], token_budget=64, seed=9)
+        assert together[req.request_id] == alone[req.request_id], req.request_id
+    assert all(len(together[r.request_id]) == r.params.max_tokens for r in _requests())
+
+
+def _one_step(runner: ModelRunner, ids: list[str], prompt_len: int = 6) -> StepBatch:
+    new = [NewRequestData(i, list(range(2, 2 + prompt_len)), SamplingParams(temperature=0.0)) for i in ids]
+    chunks = [ScheduledChunk(i, list(range(2, 2 + prompt_len)), 0, [k * 2, k * 2 + 1], True) for k, i in enumerate(ids)]
+    return StepBatch(0, new, chunks)
+
+
+def test_request_failure_fails_only_that_request(source: ModelSource) -> None:
+    runner = _runner(source)
+
+    def fail_b(request_id: str) -> None:
+        if request_id == "b":
+            raise RuntimeError("injected")
+
+    runner.request_fault_injector = fail_b
+    result = runner.execute(_one_step(runner, ["a", "b", "c"]))
+    assert set(result.failed) == {"b"} and "injected" in result.failed["b"]
+    assert [t.request_id for t in result.sampled] == ["a", "c"]
+    assert result.sampled[0].token_id == result.sampled[1].token_id  # same prompt, greedy
+
+
+def test_step_fault_propagates_and_unknown_request_fails(source: ModelSource) -> None:
+    runner = _runner(source)
+
+    def boom(batch: StepBatch) -> None:
+        raise RuntimeError("step fault")
+
+    runner.fault_injector = boom
+    with pytest.raises(RuntimeError, match="step fault"):
+        runner.execute(_one_step(runner, ["a"]))
+    runner.fault_injector = None
+    batch = _one_step(runner, ["a", "ghost"])
+    batch.new_requests = batch.new_requests[:1]  # "ghost" was never announced
+    result = runner.execute(batch)
+    assert set(result.failed) == {"ghost"} and [t.request_id for t in result.sampled] == ["a"]
+    assert runner.requests["a"].output_token_ids == [result.sampled[0].token_id]
+    runner.execute(StepBatch(1, [], [], finished_ids=["a"]))
+    assert "a" not in runner.requests
+
+
+def test_limits_and_partial_prefill(source: ModelSource) -> None:
+    runner = _runner(source)
+    with pytest.raises(RuntimeError, match="over the limits"):
+        runner.execute(_one_step(runner, [f"r{i}" for i in range(9)], prompt_len=2))
+    new = [NewRequestData("p", list(range(2, 12)), SamplingParams(temperature=0.0))]
+    partial = ScheduledChunk("p", list(range(2, 8)), 0, [0, 1], sample=False)
+    assert runner.execute(StepBatch(0, new, [partial])).sampled == []
+    rest = ScheduledChunk("p", list(range(8, 12)), 6, [0, 1, 2], sample=True)
+    chunked = runner.execute(StepBatch(1, [], [rest])).sampled[0].token_id
+    other = _runner(source)
+    whole = ScheduledChunk("q", list(range(2, 12)), 0, [5, 3, 7], sample=True)
+    one_shot = other.execute(StepBatch(0, [NewRequestData("q", whole.token_ids, SamplingParams(temperature=0.0))], [whole]))
+    assert chunked == one_shot.sampled[0].token_id
+    runner.warmup()  # runs without touching request state
+    assert set(runner.requests) == {"p"}

@@ -1,0 +1,136 @@
+"""Sampler: greedy, seeded reproducibility, truncation masks, penalties, min_tokens, logprobs."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from gpu_stage.sampler import Sampler, SamplingRow, apply_penalties
+from stages.sampling import SamplingParams
+
+PROBS = [0.5, 0.3, 0.15, 0.05]  # a hand-made distribution over 4 tokens (plus banned padding)
+
+
+def _row(seed: int | None = None, prompt=(), output=(), **params) -> SamplingRow:
+    gen = None
+    if seed is not None:
+        gen = torch.Generator().manual_seed(seed)
+    return SamplingRow(SamplingParams(**params), list(prompt), list(output), gen)
+
+
+def _hand_logits(num_rows: int) -> torch.Tensor:
+    return torch.tensor([math.log(p) for p in PROBS]).repeat(num_rows, 1)  # [R, 4]
+
+
+def _support(num_rows: int = 300, **params) -> set[int]:
+    """Tokens drawn from PROBS by many independently seeded rows in one vectorised call."""
+    rows = [_row(seed=i, **params) for i in range(num_rows)]
+    return set(Sampler()(_hand_logits(num_rows), rows).token_ids)
+
+
+def test_greedy_is_argmax_and_top_k_one_is_greedy() -> None:
+    logits = torch.randn(6, 1000, generator=torch.Generator().manual_seed(0))
+    argmax = logits.argmax(dim=-1).tolist()
+    assert Sampler()(logits, [_row(temperature=0.0) for _ in range(6)]).token_ids == argmax
+    rows = [_row(seed=i, temperature=1.3, top_k=1) for i in range(6)]
+    assert Sampler()(logits, rows).token_ids == argmax
+
+
+def test_seeded_sampling_reproducible_and_independent_of_batch() -> None:
+    gen = torch.Generator().manual_seed(1)
+    logits_steps = [torch.randn(4, 500, generator=gen) for _ in range(20)]
+    target = dict(seed=1234, temperature=0.9, top_p=0.95)
+
+    def run(batch: bool) -> list[int]:
+        rows = [_row(**target)]
+        if batch:  # neighbours: greedy, unseeded, another seed with top_k and penalties
+            rows += [_row(temperature=0.0), _row(temperature=1.0),
+                     _row(seed=7, top_k=5, presence_penalty=0.5, output=[1, 2])]
+        out = []
+        for logits in logits_steps:
+            out.append(Sampler()(logits[: len(rows)], rows).token_ids[0])
+            rows[0].output_token_ids.append(out[-1])
+        return out
+
+    alone, batched = run(False), run(True)
+    assert alone == run(False)
+    assert alone == batched
+    other_seed = [_row(seed=99, temperature=0.9, top_p=0.95)]
+    assert [Sampler()(lg[:1], other_seed).token_ids[0] for lg in logits_steps] != alone
+
+
+def test_frequencies_follow_the_distribution() -> None:
+    n = 4000
+    counts = torch.bincount(torch.tensor(Sampler()(_hand_logits(n), [_row(seed=i) for i in range(n)]).token_ids), minlength=4)
+    for p, c in zip(PROBS, counts.tolist()):
+        assert abs(c - n * p) < 4 * math.sqrt(n * p * (1 - p)), (p, c)
+
+
+@pytest.mark.parametrize(
+    "params,expected",
+    [
+        ({"top_p": 0.7}, {0, 1}),
+        ({"top_p": 0.85}, {0, 1, 2}),
+        ({"top_p": 0.4}, {0}),
+        ({"top_k": 2}, {0, 1}),
+        ({"top_k": 3, "top_p": 0.7}, {0, 1}),
+        ({"min_p": 0.4}, {0, 1}),  # keep p >= 0.4 * 0.5
+        ({"min_p": 0.25}, {0, 1, 2}),
+        ({"temperature": 1.0}, {0, 1, 2, 3}),
+    ],
+)
+def test_truncation_masks(params: dict, expected: set[int]) -> None:
+    assert _support(**params) == expected
+
+
+def test_penalties_match_hand_computed_reference() -> None:
+    logits = torch.tensor([[2.0, -1.0, 0.5, 3.0, 0.0], [2.0, -1.0, 0.5, 3.0, 0.0]])
+    rows = [
+        _row(prompt=[0, 2], output=[3, 3, 1], repetition_penalty=2.0, frequency_penalty=0.5, presence_penalty=0.25),
+        _row(prompt=[0, 2], output=[3, 3, 1]),  # no penalties: untouched
+    ]
+    out = apply_penalties(logits, rows)
+    # repetition over prompt+output {0,1,2,3}: positive / 2, negative * 2; then token 3 (count 2):
+    # -0.5*2 - 0.25; token 1 (count 1): -0.5 - 0.25. Token 4 was never seen.
+    expected = torch.tensor([1.0, -2.0 - 0.75, 0.25, 1.5 - 1.25, 0.0])
+    assert torch.allclose(out[0], expected)
+    assert torch.equal(out[1], logits[1])
+    assert torch.equal(logits[0], torch.tensor([2.0, -1.0, 0.5, 3.0, 0.0]))  # input not modified
+    # Greedy sees the penalised logits: token 3 would win unpenalised, token 0 wins after.
+    assert Sampler()(logits[:1], [_row(temperature=0.0, output=[3], presence_penalty=2.0)]).token_ids == [0]
+
+
+def test_min_tokens_bans_eos_and_stop_ids() -> None:
+    logits = torch.tensor([[0.0, 1.0, 5.0, 4.0, 3.0]])  # eos = 2 is the argmax, stop id 3 next
+    sampler = Sampler(eos_token_ids=[2])
+    assert sampler(logits, [_row(temperature=0.0, output=[1], min_tokens=2, stop_token_ids=(3,))]).token_ids == [4]
+    assert sampler(logits, [_row(temperature=0.0, output=[1, 1], min_tokens=2)]).token_ids == [2]
+    assert sampler(logits, [_row(temperature=0.0, min_tokens=0)]).token_ids == [2]
+
+
+def test_logprobs_are_raw_log_softmax() -> None:
+    logits = torch.randn(3, 50, generator=torch.Generator().manual_seed(3))
+    rows = [
+        _row(temperature=0.0, logprobs=3, repetition_penalty=1.5, prompt=[int(logits[0].argmax())]),
+        _row(seed=5, temperature=0.7, logprobs=0),
+        _row(temperature=0.0),
+    ]
+    out = Sampler()(logits, rows)
+    ref = torch.log_softmax(logits, dim=-1)
+    for i in (0, 1):
+        assert out.logprobs[i] == pytest.approx(float(ref[i, out.token_ids[i]]), abs=1e-6)
+    top = ref[0].topk(3)
+    assert [t for t, _ in out.top_logprobs[0]] == top.indices.tolist()
+    assert [lp for _, lp in out.top_logprobs[0]] == pytest.approx(top.values.tolist(), abs=1e-6)
+    assert out.top_logprobs[1] == []
+    assert out.logprobs[2] is None and out.top_logprobs[2] is None
+
+
+def test_non_finite_row_is_an_error_for_that_row_only() -> None:
+    logits = torch.randn(3, 20)
+    logits[1, 4] = float("nan")
+    rows = [_row(temperature=0.0), _row(seed=1), _row(seed=2)]
+    out = Sampler()(logits, rows)
+    assert set(out.errors) == {1}
+    assert out.token_ids[0] == int(logits[0].argmax())
