@@ -1,0 +1,136 @@
+"""Turn a run into files: JSON with everything (config, machine, commit, metrics, every sample), a short
+Markdown table next to it, and a TTFT CDF plot when matplotlib is installed.
+
+The metrics themselves are computed in `bench.metrics` (re-exported here).
+"""
+from __future__ import annotations
+
+import datetime as dt
+import importlib.metadata
+import os
+import platform
+import re
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import orjson
+
+from bench.metrics import compute_metrics, summarize_ms, tpot_s  # noqa: F401  (re-exported)
+
+ROWS = (("TTFT", "ttft"), ("TPOT", "tpot"), ("ITL", "itl"), ("E2E latency", "e2el"))
+
+
+def _run(cmd: list[str]) -> str | None:
+    try:
+        # GIT_OPTIONAL_LOCKS=0: `git status` must not take the index lock while others commit
+        env = {**os.environ, "GIT_OPTIONAL_LOCKS": "0"}
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=10, check=True, env=env)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None
+
+
+def machine_info() -> dict:
+    """Where the numbers came from. torch's version is read from package metadata (no slow import)."""
+    try:
+        torch_version = importlib.metadata.version("torch")
+    except importlib.metadata.PackageNotFoundError:
+        torch_version = None
+    gpus = None
+    if shutil.which("nvidia-smi"):
+        gpus = _run(["nvidia-smi", "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader"])
+    repo = Path(__file__).resolve().parent.parent
+    return {
+        "hostname": socket.gethostname(),
+        "cpu_count": os.cpu_count(),
+        "platform": platform.platform(),
+        "python": sys.version.split()[0],
+        "torch": torch_version,
+        "gpus": gpus.splitlines() if gpus else [],
+        "git_commit": _run(["git", "-C", str(repo), "rev-parse", "HEAD"]),
+        "git_dirty": bool(_run(["git", "-C", str(repo), "status", "--porcelain", "--untracked-files=no"])),
+        "timestamp": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+    }
+
+
+def _fmt(x: float) -> str:
+    x = round(x, 2)
+    return f"{x:.2f}" if abs(x) < 100 else f"{x:.1f}"
+
+
+def markdown_table(result: dict) -> str:
+    cfg, m = result["config"], result["metrics"]
+    load = f"rate {cfg['rate']}/s" if cfg.get("rate") is not None else f"concurrency {cfg.get('concurrency')}"
+    lines = [
+        f"### {cfg.get('label') or cfg.get('workload')}: {cfg.get('workload')}, "
+        f"{cfg.get('num_requests')} requests, {load}",
+        "",
+        "| metric (ms) | mean | P50 | P95 | P99 |",
+        "|---|---|---|---|---|",
+    ]
+    for title, key in ROWS:
+        cells = [m[f"mean_{key}_ms"], m[f"p50_{key}_ms"], m[f"p95_{key}_ms"], m[f"p99_{key}_ms"]]
+        lines.append(f"| {title} | " + " | ".join(_fmt(c) for c in cells) + " |")
+    lines += [
+        "",
+        f"{m['completed']} ok, {m['failed']} failed in {m['duration_s']:.2f} s; "
+        f"{m['request_throughput']:.2f} req/s, {m['output_throughput']:.1f} output tok/s, "
+        f"{m['total_token_throughput']:.1f} total tok/s; peak in flight {m['max_concurrent_requests']}",
+    ]
+    if m["errors"]:
+        lines.append("errors: " + "; ".join(m["errors"][:3]))
+    return "\n".join(lines) + "\n"
+
+
+def result_stem(result: dict) -> str:
+    cfg = result["config"]
+    when = result["machine"]["timestamp"].replace(":", "").replace("-", "")[:15]
+    load = f"r{cfg['rate']}" if cfg.get("rate") is not None else f"c{cfg.get('concurrency')}"
+    name = f"{when}-{cfg.get('label') or cfg.get('workload')}-{load}"
+    return re.sub(r"[^A-Za-z0-9_.+-]", "_", name)
+
+
+def plot_ttft_cdf(result: dict, path: Path) -> bool:
+    """Write a TTFT CDF as PNG; False (silently) when matplotlib is not installed."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    ttfts = sorted(s["ttft_s"] * 1000 for s in result["samples"] if s["success"])
+    if not ttfts:
+        return False
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ax.step(ttfts, [(i + 1) / len(ttfts) for i in range(len(ttfts))], where="post")
+    ax.set_xlabel("TTFT (ms)")
+    ax.set_ylabel("fraction of requests")
+    ax.set_title(result_stem(result))
+    ax.grid(True, alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return True
+
+
+def write_report(result: dict, result_dir: str | Path) -> dict[str, str]:
+    """Write <stem>.json, <stem>.md and (if possible) <stem>_ttft_cdf.png; returns their paths."""
+    out_dir = Path(result_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    stem = base = result_stem(result)
+    num = 1
+    while (out_dir / f"{stem}.json").exists():  # two runs in the same second keep both files
+        num += 1
+        stem = f"{base}-{num}"
+    paths = {"json": out_dir / f"{stem}.json", "markdown": out_dir / f"{stem}.md"}
+    options = orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY
+    paths["json"].write_bytes(orjson.dumps(result, option=options, default=str))
+    paths["markdown"].write_text(markdown_table(result))
+    png = out_dir / f"{stem}_ttft_cdf.png"
+    if plot_ttft_cdf(result, png):
+        paths["ttft_cdf"] = png
+    return {k: str(v) for k, v in paths.items()}
