@@ -5,6 +5,7 @@ ends the reply at once and sends Abort(reason="stop") upstream so the scheduler 
 """
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Callable
 
@@ -54,7 +55,9 @@ class EmitterStage(Stage[StepEvents]):
             entry = self._entries.get(event.request_id)
             if entry is None:
                 continue  # its reader is gone (disconnect): nothing to deliver
+            t0 = time.perf_counter_ns()
             out = entry.emitter.on_event(event)
+            entry.stream.trace.add_host("emit", time.perf_counter_ns() - t0)
             if out is None:
                 continue
             entry.stream.push(out)

@@ -10,7 +10,7 @@ import traceback
 from concurrent.futures import ThreadPoolExecutor
 
 from gpu_stage.model_runner import ModelRunner
-from stages.channel import Channel
+from stages.channel import Channel, ChannelClosed
 from stages.messages import StepBatch, StepResult
 from stages.stage import Stage
 
@@ -39,7 +39,10 @@ class GpuStage(Stage[StepBatch]):
         loop = asyncio.get_running_loop()
         result = await loop.run_in_executor(self._executor, self._execute, batch)
         self.busy_ns += result.duration_ns
-        await self.result_inbox.put(result)
+        try:
+            await self.result_inbox.put(result)
+        except ChannelClosed:
+            pass  # shutting down: the scheduler is gone, and so is whoever waited for this step
 
     async def on_stop(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)

@@ -18,6 +18,7 @@ from gpu_stage.model_source import ModelSource
 from ingress.chat_template import ChatTemplate
 from ingress.tokenizer import Tokenizer
 from pipeline.config import EngineConfig
+from pipeline.faults import install_faults
 from scheduler.config import SchedulerConfig
 from scheduler.scheduler import Scheduler
 
@@ -67,7 +68,8 @@ def build_model(cfg: EngineConfig) -> BuiltModel:
     dtype = DTYPES[cfg.resolved_dtype()]
     source = load_model_source(cfg.model, seed=cfg.seed)
     kv_gb = cfg.kv_cache_gb if cfg.kv_cache_gb is not None else DEFAULT_CPU_KV_GB
-    num_blocks = blocks_for_memory(source.config, cfg.block_size, dtype, int(kv_gb * 2**30))
+    num_blocks = cfg.num_kv_blocks or blocks_for_memory(
+        source.config, cfg.block_size, dtype, int(kv_gb * 2**30))
     if num_blocks < 2:
         raise StartupError(f"--kv-cache-gb {kv_gb} holds fewer than 2 blocks for this model")
     max_model_len = resolve_max_model_len(
@@ -77,6 +79,7 @@ def build_model(cfg: EngineConfig) -> BuiltModel:
         source, device=device, dtype=dtype, num_blocks=num_blocks, block_size=cfg.block_size,
         max_num_batched_tokens=cfg.max_num_batched_tokens, max_num_seqs=cfg.max_num_seqs,
     )
+    install_faults(runner)
     tok = source.tokenizer
     scheduler = Scheduler(SchedulerConfig(
         num_blocks=num_blocks, block_size=cfg.block_size, max_num_seqs=cfg.max_num_seqs,

@@ -24,6 +24,7 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dtype", choices=["auto", "float32", "bfloat16", "float16"], default=d.dtype)
     p.add_argument("--max-model-len", type=int, default=None)
     p.add_argument("--kv-cache-gb", type=float, default=None, help="KV pool size (default 1 GiB on CPU)")
+    p.add_argument("--num-kv-blocks", type=int, default=None, help="KV pool size in blocks (overrides --kv-cache-gb)")
     p.add_argument("--block-size", type=int, default=d.block_size)
     p.add_argument("--max-num-seqs", type=int, default=d.max_num_seqs, help="running requests")
     p.add_argument("--max-num-batched-tokens", type=int, default=d.max_num_batched_tokens, help="per-step token budget")
@@ -47,6 +48,7 @@ def config_from_args(a: argparse.Namespace) -> EngineConfig:
     return EngineConfig(
         model=a.model, served_model_name=a.served_model_name, seed=a.seed, device=a.device,
         dtype=a.dtype, max_model_len=a.max_model_len, kv_cache_gb=a.kv_cache_gb,
+        num_kv_blocks=a.num_kv_blocks,
         block_size=a.block_size, max_num_seqs=a.max_num_seqs,
         max_num_batched_tokens=a.max_num_batched_tokens, max_queued=a.max_queued,
         long_prefill_threshold=a.long_prefill_threshold, request_timeout_s=a.request_timeout_s,

@@ -15,6 +15,7 @@ class EngineConfig:
     dtype: str = "auto"  # auto (bf16 on GPU, fp32 on CPU) | float32 | bfloat16 | float16
     max_model_len: int | None = None  # default: the model's, lowered to what the KV pool holds
     kv_cache_gb: float | None = None  # default: 1 GiB on CPU
+    num_kv_blocks: int | None = None  # overrides kv_cache_gb (tests, reproducible benchmarks)
     block_size: int = 16
     max_num_seqs: int = 64  # running requests
     max_num_batched_tokens: int = 2048  # per-step token budget

@@ -10,6 +10,7 @@ The HTTP app uses the same object: `engine.ingress` prepares a request, `engine.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 import uuid
@@ -19,7 +20,8 @@ from typing import AsyncIterator, Callable
 from emitter.output_stream import OutputStream
 from emitter.request_emitter import RequestEmitter
 from emitter.stage import EmitterStage
-from ingress.errors import ApiError, bad_request, overloaded
+from ingress.errors import bad_request, overloaded
+from ingress.schemas import check_context_length
 from ingress.stage import IngressStage
 from pipeline.build import BuiltModel, build_model
 from pipeline.config import EngineConfig
@@ -45,6 +47,7 @@ class Engine:
         self._active: dict[str, OutputStream] = {}
         self._deadlines: dict[str, int] = {}  # request_id -> perf_counter_ns deadline
         self._housekeeping: asyncio.Task[None] | None = None
+        self.start_error: BaseException | None = None
 
     # ---- life cycle -------------------------------------------------------------------------
     async def start(self) -> None:
@@ -80,8 +83,10 @@ class Engine:
 
     async def stop(self) -> None:
         self.health.set_stopping()
-        for rid in list(self._active):
-            self.abort(rid)
+        self.abort_all("abort")
+        deadline = time.monotonic() + 1.0
+        while self._active and time.monotonic() < deadline and self.scheduler_stage.running:
+            await asyncio.sleep(0.01)
         if self._housekeeping is not None:
             self._housekeeping.cancel()
         for stage in self.stages:
@@ -141,6 +146,15 @@ class Engine:
         )
         return stream
 
+    @property
+    def num_active(self) -> int:
+        """Requests admitted and not yet finished (running, queued, or finishing)."""
+        return len(self._active)
+
+    def abort_all(self, reason: str = "abort") -> None:
+        for rid in list(self._active):
+            self.abort(rid, reason)
+
     def abort(self, request_id: str, reason: str = "abort") -> None:
         """Cancellation is a message: the scheduler frees the request's blocks within a step."""
         if request_id in self._active and not self.scheduler_stage.inbox.closed:
@@ -165,9 +179,6 @@ class Engine:
         trace.mark("tokenized")
         if not ids:
             raise bad_request("the prompt is empty", "prompt")
-        from ingress.schemas import check_context_length
-        import dataclasses
-
         max_tokens = check_context_length(len(ids), params.max_tokens, self.built.max_model_len)
         params = dataclasses.replace(params, max_tokens=max_tokens)
         stream = self.submit(rid, ids, params, trace)

@@ -16,11 +16,11 @@ from starlette.responses import Response
 from ingress.errors import ApiError
 from ingress.limits import IngressLimits
 from pipeline.json_response import error_response
+from pipeline.openai_routes import MAX_REQUEST_ID_CHARS
 from pipeline.openapi_requests import Schema, chat_request, completion_request
+from pipeline.openapi_responses import response_schemas
 
 OPENAPI_VERSION = "3.1.0"
-FINISH_REASONS = ["stop", "length", "abort", "timeout", "error"]
-MAX_REQUEST_ID_CHARS = 128  # pipeline.openai_routes.MAX_REQUEST_ID_CHARS
 
 _ERROR_DESCRIPTIONS = {
     "400": "Invalid request: malformed JSON, a field of the wrong type or out of range, an unsupported "
@@ -50,92 +50,29 @@ def _error(status: str) -> dict[str, Any]:
     return out
 
 
-def _response_schemas() -> dict[str, Schema]:
-    usage = {
-        "type": "object",
-        "required": ["prompt_tokens", "completion_tokens", "total_tokens"],
-        "properties": {
-            "prompt_tokens": {"type": "integer", "minimum": 0},
-            "completion_tokens": {"type": "integer", "minimum": 0},
-            "total_tokens": {"type": "integer", "minimum": 0},
-            "prompt_tokens_details": {"type": "object",
-                                      "properties": {"cached_tokens": {"type": "integer", "minimum": 0}}},
-        },
-    }
-    finish = {"enum": [*FINISH_REASONS, None]}
-    token = {"token": {"type": "string"}, "logprob": {"type": "number"},
-             "bytes": {"type": "array", "items": {"type": "integer", "minimum": 0, "maximum": 255}}}
-    alternative = {"type": "object", "required": list(token), "properties": token}
-    chat_logprobs = {"type": ["object", "null"], "required": ["content"], "properties": {"content": {
-        "type": "array", "items": {"type": "object", "required": [*token, "top_logprobs"],
-                                   "properties": {**token, "top_logprobs": {"type": "array", "items": alternative}}},
-    }}}
-    completion_logprobs = {"type": ["object", "null"], "properties": {
-        "tokens": {"type": "array", "items": {"type": "string"}},
-        "token_logprobs": {"type": "array", "items": {"type": "number"}},
-        "top_logprobs": {"type": "array", "items": {"type": "object",
-                                                    "additionalProperties": {"type": "number"}}},
-        "text_offset": {"type": "array", "items": {"type": "integer"}},
-    }}
-
-    def envelope(obj: str, choice: Schema, with_usage: bool) -> Schema:
-        props: Schema = {
-            "id": {"type": "string"}, "object": {"const": obj}, "created": {"type": "integer"},
-            "model": {"type": "string"}, "choices": {"type": "array", "items": choice},
-        }
-        required = ["id", "object", "created", "model", "choices"]
-        if with_usage:
-            props["usage"] = usage
-            required.append("usage")
-        else:
-            props["usage"] = {"anyOf": [usage, {"type": "null"}]}
-        return {"type": "object", "required": required, "properties": props}
-
-    def choice(extra: Schema, logprobs: Schema) -> Schema:
-        props = {"index": {"type": "integer", "minimum": 0}, **extra, "logprobs": logprobs,
-                 "finish_reason": finish}
-        return {"type": "object", "required": ["index", *extra, "finish_reason"], "properties": props}
-
-    message = {"type": "object", "required": ["role", "content"],
-               "properties": {"role": {"const": "assistant"}, "content": {"type": "string"}}}
-    delta = {"type": "object", "properties": {"role": {"const": "assistant"}, "content": {"type": "string"}}}
-    return {
-        "Error": {
-            "type": "object", "required": ["error"],
-            "properties": {"error": {
-                "type": "object", "required": ["message", "type", "param", "code"],
-                "properties": {"message": {"type": "string"}, "type": {"type": "string"},
-                               "param": {"type": ["string", "null"]}, "code": {"type": ["string", "null"]}},
-            }},
-        },
-        "Usage": usage,
-        "Completion": envelope("text_completion", choice({"text": {"type": "string"}}, completion_logprobs),
-                               True),
-        "ChatCompletion": envelope("chat.completion", choice({"message": message}, chat_logprobs), True),
-        "CompletionChunk": envelope("text_completion", choice({"text": {"type": "string"}},
-                                                              completion_logprobs), False),
-        "ChatCompletionChunk": envelope("chat.completion.chunk", choice({"delta": delta}, chat_logprobs),
-                                        False),
-        "ModelList": {
-            "type": "object", "required": ["object", "data"],
-            "properties": {"object": {"const": "list"}, "data": {"type": "array", "items": {
-                "type": "object", "required": ["id", "object", "created", "owned_by"],
-                "properties": {"id": {"type": "string"}, "object": {"const": "model"},
-                               "created": {"type": "integer"}, "owned_by": {"type": "string"},
-                               "max_model_len": {"type": "integer", "minimum": 1}},
-            }}},
-        },
-        "Health": {"type": "object", "required": ["status"],
-                   "properties": {"status": {"enum": ["loading", "ready", "draining", "broken", "stopped"]},
-                                  "reason": {"type": "string"}}},
-    }
-
-
 _REQUEST_ID = {
     "name": "X-Request-Id", "in": "header", "required": False,
     "description": "Your id for the request (echoed back); default: one the server makes.",
     "schema": {"type": "string", "maxLength": MAX_REQUEST_ID_CHARS, "pattern": "^[\\x20-\\x7e]*$"},
 }
+
+
+def _sse_event(chunk: str) -> Schema:
+    """One server-sent event (what OpenAPI < 3.2 puts in `schema` for text/event-stream): its data is
+    a chunk or an error object as JSON, or the final `[DONE]`."""
+    return {
+        "type": "object",
+        "required": ["data"],
+        "properties": {
+            "event": {"type": "string"},
+            "data": {
+                "type": "string",
+                "if": {"const": "[DONE]"},
+                "else": {"contentMediaType": "application/json",
+                         "contentSchema": {"anyOf": [_ref(chunk), _ref("Error")]}},
+            },
+        },
+    }
 
 
 def _generate_operation(op_id: str, summary: str, body: str, result: str, chunk: str) -> dict[str, Any]:
@@ -153,7 +90,7 @@ def _generate_operation(op_id: str, summary: str, body: str, result: str, chunk:
                 "headers": {"X-Request-Id": {"schema": {"type": "string"}}},
                 "content": {
                     **_json(_ref(result)),
-                    "text/event-stream": {"schema": {"type": "string", "description": stream_doc}},
+                    "text/event-stream": {"schema": {**_sse_event(chunk), "description": stream_doc}},
                 },
             },
             **{status: _error(status) for status in ("400", "401", "404", "413", "500", "503")},
@@ -172,7 +109,7 @@ def build_openapi(
 ) -> dict:
     """The OpenAPI document for this configuration. `vocab_size` bounds token ids (unbounded if None);
     `auth_required` marks every route but /health (and /metrics unless protected) as bearer-only."""
-    schemas = _response_schemas()
+    schemas = response_schemas()
     schemas["CompletionRequest"] = completion_request(model_name, limits, max_model_len, vocab_size)
     schemas["ChatCompletionRequest"] = chat_request(model_name, limits, max_model_len, vocab_size)
     open_op: dict[str, Any] = {"security": []} if auth_required else {}

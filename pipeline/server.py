@@ -1,15 +1,84 @@
-"""Run the app on uvicorn (uvloop + httptools), on TCP or a Unix socket."""
+"""Run the app on uvicorn (uvloop + httptools), on TCP or a Unix socket, with ttft's shutdown.
+
+SIGTERM (or SIGINT): /health flips to 503 and new requests get 503 at once, while the listener stays
+open; in-flight requests get `shutdown_grace_s` to finish, then whatever is left is aborted
+(finish_reason "abort"), the streams are flushed, and the process exits 0. A second signal exits at
+once. An engine failure (the model step raised) stops the server with exit status 1, so a
+supervisor restarts it; a configuration that cannot work exits 2.
+"""
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
+import os
+import signal
+import time
 
 import uvicorn
 
 from pipeline.app import create_app
+from pipeline.build import StartupError
 from pipeline.config import EngineConfig
 from pipeline.engine import Engine
 
 log = logging.getLogger("ttft.server")
+EXIT_OK, EXIT_ENGINE_FAILED, EXIT_BAD_CONFIG = 0, 1, 2
+
+
+class TtftServer(uvicorn.Server):
+    def __init__(self, config: uvicorn.Config, engine: Engine, grace_s: float) -> None:
+        super().__init__(config)
+        self.engine = engine
+        self.grace_s = grace_s
+        self.exit_code = EXIT_OK
+        self._draining = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    async def serve(self, sockets=None) -> None:
+        self._loop = asyncio.get_running_loop()
+        await super().serve(sockets)
+
+    @contextlib.contextmanager
+    def capture_signals(self):
+        # Through the loop (its wakeup fd), not signal.signal: the handler must run on the loop
+        # even while worker threads hold the interpreter, and must not re-raise the signal on exit.
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, self.handle_exit, sig, None)
+        try:
+            yield
+        finally:
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.remove_signal_handler(sig)
+
+    def handle_exit(self, sig: int, frame) -> None:  # called on the loop
+        if self._draining or self._loop is None:
+            log.warning("second signal: exiting now")
+            os._exit(EXIT_ENGINE_FAILED if self.exit_code else 1)
+        self._draining = True
+        self._drain_task = self._loop.create_task(self._drain())
+
+    async def _drain(self) -> None:
+        engine = self.engine
+        engine.health.set_draining()
+        log.info("draining: %d requests in flight, grace %.1f s", engine.num_active, self.grace_s)
+        deadline = time.monotonic() + self.grace_s
+        while engine.num_active and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        if engine.num_active:
+            log.info("grace over: aborting %d requests", engine.num_active)
+            engine.abort_all("abort")
+            deadline = time.monotonic() + 3.0
+            while engine.num_active and time.monotonic() < deadline:
+                await asyncio.sleep(0.01)
+        await asyncio.sleep(0.05)  # let the last chunks reach their transports
+        self.should_exit = True
+
+    def fail(self, message: str) -> None:
+        self.exit_code = EXIT_ENGINE_FAILED if not isinstance(
+            getattr(self.engine, "start_error", None), StartupError) else EXIT_BAD_CONFIG
+        self.should_exit = True
 
 
 def serve(config: EngineConfig, host: str, port: int, uds: str | None, log_level: str = "info") -> int:
@@ -26,19 +95,12 @@ def serve(config: EngineConfig, host: str, port: int, uds: str | None, log_level
         log_level=log_level,
         access_log=False,  # a log line per request costs more than our whole ingress
         timeout_keep_alive=30,
-        timeout_graceful_shutdown=max(1, int(config.shutdown_grace_s) + 1),
+        timeout_graceful_shutdown=5,  # after our own drain, connections have this long to close
         h11_max_incomplete_event_size=64 * 1024,  # header limit
     )
-    server = uvicorn.Server(uv_config)
-    exit_status = {"code": 0}
-
-    def on_fatal(message: str) -> None:
-        # An engine failure: stop serving; a supervisor restarts the process.
-        exit_status["code"] = 1
-        server.should_exit = True
-
-    engine.on_fatal = on_fatal
+    server = TtftServer(uv_config, engine, config.shutdown_grace_s)
+    engine.on_fatal = server.fail
     server.run()
-    if engine.health.state == "broken":
-        exit_status["code"] = 1
-    return exit_status["code"]
+    if engine.health.state == "broken" and server.exit_code == EXIT_OK:
+        server.exit_code = EXIT_ENGINE_FAILED
+    return server.exit_code

@@ -44,7 +44,9 @@ class SchedulerStage(Stage[SchedulerMessage]):
         if isinstance(msg, StepResult):
             self._on_result(msg)
         elif isinstance(msg, GenerateRequest):
+            t0 = time.perf_counter_ns()
             error = self.scheduler.add_request(msg)
+            msg.trace.add_host("schedule", time.perf_counter_ns() - t0)
             if error is not None:  # the engine checks these first: a safety net, not a path
                 status = 503 if error == OVERLOADED else 400
                 self._pending_events.append(
@@ -67,15 +69,29 @@ class SchedulerStage(Stage[SchedulerMessage]):
             self.scheduler.fail_all(result.error)  # frees every block; the streams get the error
             self.on_engine_error(result.error)
             return
+        t0 = time.perf_counter_ns()
         self._pending_events.extend(self.scheduler.update(batch, result))
+        self._charge(batch, time.perf_counter_ns() - t0)
+
+    def _charge(self, batch: StepBatch, duration_ns: int) -> None:
+        """Share a step's host cost among its requests: each trace's own scheduling overhead."""
+        if not batch.chunks:
+            return
+        share = duration_ns // len(batch.chunks)
+        for chunk in batch.chunks:
+            state = self.scheduler.requests.get(chunk.request_id)
+            if state is not None:
+                state.request.trace.add_host("schedule", share)
 
     async def after_burst(self) -> None:
         if self._pending_events:
             events, self._pending_events = self._pending_events, []
             await self.emitter_inbox.put(StepEvents(self.num_steps, events))
         if self.in_flight is None and self.scheduler.has_work():
+            t0 = time.perf_counter_ns()
             batch = self.scheduler.schedule()
             if batch is not None:
+                self._charge(batch, time.perf_counter_ns() - t0)
                 self.in_flight = batch
                 self.num_steps += 1
                 self._step_sent_ns = time.perf_counter_ns()
