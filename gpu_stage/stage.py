@@ -9,6 +9,8 @@ import time
 import traceback
 from concurrent.futures import ThreadPoolExecutor
 
+import torch
+
 from gpu_stage.model_runner import ModelRunner
 from stages.channel import Channel, ChannelClosed
 from stages.messages import StepBatch, StepResult
@@ -18,12 +20,16 @@ log = logging.getLogger("ttft.gpu")
 
 
 class GpuStage(Stage[StepBatch]):
-    def __init__(self, runner: ModelRunner, result_inbox: Channel, inbox_size: int) -> None:
+    def __init__(
+        self, runner: ModelRunner, result_inbox: Channel, inbox_size: int, cpu_threads: int | None = None
+    ) -> None:
         super().__init__("gpu", inbox_size)
         self.runner = runner
         self.result_inbox = result_inbox
         self.busy_ns = 0
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ttft-gpu")
+        # OpenMP thread counts are per calling thread: set it on the worker that runs the model.
+        init = (lambda: torch.set_num_threads(cpu_threads)) if cpu_threads else None
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ttft-gpu", initializer=init)
 
     def _execute(self, batch: StepBatch) -> StepResult:
         t0 = time.perf_counter_ns()

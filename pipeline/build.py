@@ -65,6 +65,8 @@ def resolve_max_model_len(requested: int | None, model_len: int, pool_tokens: in
 
 def build_model(cfg: EngineConfig) -> BuiltModel:
     device = torch.device(cfg.resolved_device())
+    if cfg.cpu_threads is not None:
+        torch.set_num_threads(cfg.cpu_threads)
     dtype = DTYPES[cfg.resolved_dtype()]
     source = load_model_source(cfg.model, seed=cfg.seed)
     kv_gb = cfg.kv_cache_gb if cfg.kv_cache_gb is not None else DEFAULT_CPU_KV_GB

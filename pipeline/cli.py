@@ -37,6 +37,7 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-prompt-chars", type=int, default=lim.max_prompt_chars)
     p.add_argument("--max-tokens-cap", type=int, default=lim.max_tokens_cap)
     p.add_argument("--max-stop-strings", type=int, default=lim.max_stop_strings)
+    p.add_argument("--cpu-threads", type=int, default=None, help="torch threads for the CPU path")
     p.add_argument("--log-level", default="info")
 
 
@@ -53,7 +54,7 @@ def config_from_args(a: argparse.Namespace) -> EngineConfig:
         max_num_batched_tokens=a.max_num_batched_tokens, max_queued=a.max_queued,
         long_prefill_threshold=a.long_prefill_threshold, request_timeout_s=a.request_timeout_s,
         stream_stall_timeout_s=a.stream_stall_timeout_s, shutdown_grace_s=a.shutdown_grace_s,
-        limits=limits,
+        limits=limits, cpu_threads=a.cpu_threads,
     )
 
 

@@ -33,6 +33,7 @@ class EngineConfig:
     # Tokenize in a worker thread when the text is longer than this (short texts are faster inline).
     offload_tokenize_chars: int = 4096
     num_tokenizer_threads: int = 2
+    cpu_threads: int | None = None  # torch intra-op threads on CPU (default: torch's own choice)
     max_traces: int = 1000  # recent traces kept for /debug/traces
     limits: IngressLimits = field(default_factory=IngressLimits)
 

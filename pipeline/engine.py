@@ -62,7 +62,7 @@ class Engine:
             built.scheduler, gpu_inbox=None, emitter_inbox=None,  # joined below
             inbox_size=cfg.scheduler_inbox_size, on_engine_error=self._on_engine_error,
         )
-        self.gpu_stage = GpuStage(built.runner, self.scheduler_stage.inbox, cfg.gpu_inbox_size)
+        self.gpu_stage = GpuStage(built.runner, self.scheduler_stage.inbox, cfg.gpu_inbox_size, cfg.cpu_threads)
         self.emitter_stage = EmitterStage(
             self.scheduler_stage.inbox, cfg.emitter_inbox_size, self._on_finished
         )

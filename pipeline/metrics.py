@@ -5,9 +5,10 @@ stages at scrape time by a collector, so the hot path never updates them.
 """
 from __future__ import annotations
 
+import asyncio
 from typing import TYPE_CHECKING
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Histogram, ProcessCollector, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 
 from stages.trace import EDGES, RequestTrace
@@ -48,6 +49,8 @@ class EngineMetrics:
             "ttft_requests", "Requests by outcome (finish reason or rejection)", ["outcome"],
             registry=self.registry,
         )
+        # process_resident_memory_bytes & co: a soak checks memory growth through /metrics alone.
+        ProcessCollector(registry=self.registry)
 
     def bind(self, engine: "Engine") -> None:
         self.registry.register(_EngineGauges(engine))
@@ -110,4 +113,13 @@ class _EngineGauges:
         reqs.add_metric(["running"], st.num_running)
         yield reqs
         yield GaugeMetricFamily("ttft_preemptions", "Preemptions since start", value=st.num_preemptions)
+        # Leak checks (a soak, the reliability tests): streams whose reply has not ended, and tasks
+        # alive on the event loop (connections, watches, stages); both return to their idle level.
+        yield GaugeMetricFamily("ttft_open_streams", "Requests admitted whose reply has not ended",
+                                value=e.num_active)
+        try:
+            num_tasks = len(asyncio.all_tasks())
+        except RuntimeError:  # scraped off the event loop (an embedder): not known here
+            num_tasks = -1
+        yield GaugeMetricFamily("ttft_event_loop_tasks", "Tasks alive on the event loop", value=num_tasks)
         yield GaugeMetricFamily("ttft_healthy", "1 when /health answers 200", value=int(e.health.ready))

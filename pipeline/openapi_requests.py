@@ -113,7 +113,7 @@ def common_properties(
     props: dict[str, Schema] = {
         "model": opt({"type": "string", "enum": [model_name]},
                      "The served model; any other name is answered with 404 model_not_found."),
-        "n": {"type": ["integer", "null"], "description": "Choices per request: only 1."},
+        "n": {"enum": [1, None], "description": "Choices per request: only 1."},
         "stream": opt({"type": "boolean"}, "Answer as server-sent events (text/event-stream)."),
         "stream_options": opt({"type": "object", "properties": {"include_usage": opt({"type": "boolean"})}},
                               "Only with stream=true."),
