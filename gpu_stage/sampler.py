@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Iterable
 
+import numpy as np
 import torch
 
 from stages.sampling import SamplingParams
@@ -35,46 +36,142 @@ class SamplerOutput:
     errors: dict[int, str] = field(default_factory=dict)  # row -> why it could not be sampled
 
 
+def draw_uniforms(rows: list[SamplingRow]) -> list[float]:
+    """One uniform per non-greedy row from the row's own generator (0.0 for greedy rows). The runner
+    draws them while it stages the step, before the forward, so no host value is needed after it."""
+    return [0.0 if r.params.greedy else float(torch.rand((), generator=r.generator)) for r in rows]
+
+
+def row_parameters(rows: list[SamplingRow]) -> tuple[list[float], list[int], list[float], list[float]]:
+    """(temperature, top_k, top_p, min_p) per row; greedy rows get neutral values (temperature 1,
+    no truncation) so that a batched random draw over every row is finite; their draw is dropped."""
+    temperature = [1.0 if r.params.greedy else r.params.temperature for r in rows]
+    top_k = [0 if r.params.greedy else (r.params.top_k or 0) for r in rows]  # 0: no limit
+    top_p = [1.0 if r.params.greedy else r.params.top_p for r in rows]
+    min_p = [0.0 if r.params.greedy else r.params.min_p for r in rows]
+    return temperature, top_k, top_p, min_p
+
+
+@dataclass
+class SamplingTensors:
+    """The rows' sampling parameters as [R] tensors on the logits' device, plus host-side flags
+    (from the parameters, never from device values) that decide which steps run."""
+
+    greedy: torch.Tensor  # bool
+    temperature: torch.Tensor  # float32
+    top_k: torch.Tensor  # int32, 0 = no limit
+    top_p: torch.Tensor  # float32
+    min_p: torch.Tensor  # float32
+    uniform: torch.Tensor  # float32
+    any_random: bool
+    need_top_k: bool
+    need_top_p: bool
+    need_min_p: bool
+
+    @staticmethod
+    def flags(rows: list[SamplingRow], vocab: int) -> tuple[bool, bool, bool, bool]:
+        random_rows = [r.params for r in rows if not r.params.greedy]
+        return (
+            bool(random_rows),
+            any(p.top_k is not None and p.top_k < vocab for p in random_rows),
+            any(p.top_p < 1.0 for p in random_rows),
+            any(p.min_p > 0.0 for p in random_rows),
+        )
+
+    @classmethod
+    def build(cls, rows: list[SamplingRow], device: torch.device, vocab: int,
+              uniforms: list[float] | None = None) -> SamplingTensors:
+        """From lists (the CPU path and tests; the runner stages these in its pinned buffer)."""
+        uniforms = draw_uniforms(rows) if uniforms is None else uniforms
+        temperature, top_k, top_p, min_p = row_parameters(rows)
+
+        def t(values: list, dtype: torch.dtype) -> torch.Tensor:
+            return torch.tensor(values, dtype=dtype).to(device)
+
+        return cls(
+            t([r.params.greedy for r in rows], torch.bool), t(temperature, torch.float32),
+            t(top_k, torch.int32), t(top_p, torch.float32), t(min_p, torch.float32),
+            t(uniforms, torch.float32), *cls.flags(rows, vocab),
+        )
+
+    def select(self, i: int) -> SamplingTensors:
+        """Row i alone (the runner's retry of a failed batch, one row at a time)."""
+        def one(x: torch.Tensor) -> torch.Tensor:
+            return x[i : i + 1]
+
+        return SamplingTensors(one(self.greedy), one(self.temperature), one(self.top_k), one(self.top_p),
+                               one(self.min_p), one(self.uniform), self.any_random, self.need_top_k,
+                               self.need_top_p, self.need_min_p)
+
+
 class Sampler:
     def __init__(self, eos_token_ids: Iterable[int] = ()) -> None:
         self.eos_token_ids = tuple(sorted(set(eos_token_ids)))
+        self._host: torch.Tensor | None = None  # pinned landing buffer of the one D2H copy (CUDA)
+        self._event = None
 
-    def __call__(self, logits: torch.Tensor, rows: list[SamplingRow]) -> SamplerOutput:
-        """logits [B, vocab] (any float dtype) -> one token per row."""
+    def __call__(self, logits: torch.Tensor, rows: list[SamplingRow],
+                 tensors: SamplingTensors | None = None) -> SamplerOutput:
+        """logits [B, vocab] (any float dtype) -> one token per row. `tensors`: the rows' staged
+        parameters (drawn and built here when None). On a GPU the only host sync is the single
+        device-to-host copy of the packed results (ids, ok flags and, when asked, logprobs)."""
         assert logits.shape[0] == len(rows)
+        if tensors is None:
+            tensors = SamplingTensors.build(rows, logits.device, logits.shape[1])
+        num_rows = len(rows)
         logits = logits.to(torch.float32)  # [B, V]
         want_logprobs = [r.params.logprobs is not None for r in rows]
         raw_logprobs = torch.log_softmax(logits, dim=-1) if any(want_logprobs) else None
         logits = self._ban_stop_ids(logits, rows)
         logits = apply_penalties(logits, rows)
 
-        greedy = [r.params.greedy for r in rows]
         tokens = torch.argmax(logits, dim=-1)  # [B]
         # [B]: a row whose max is NaN, +inf or -inf (all banned) cannot be sampled.
         ok = torch.isfinite(logits.max(dim=-1).values)
-        random_rows = [i for i, g in enumerate(greedy) if not g]
-        if random_rows:
-            idx = torch.tensor(random_rows, device=logits.device)
-            sampled, row_ok = _sample(logits[idx], [rows[i] for i in random_rows])
-            tokens[idx] = sampled
-            ok[idx] &= row_ok
-
-        token_list: list[int] = tokens.tolist()
-        errors = {i: "logits are not finite: no token can be sampled" for i, g in enumerate(ok.tolist()) if not g}
-        lps: list[float | None] = [None] * len(rows)
-        tops: list[list[tuple[int, float]] | None] = [None] * len(rows)
+        if tensors.any_random:
+            sampled, row_ok = _sample(logits, tensors)
+            tokens = torch.where(tensors.greedy, tokens, sampled)
+            ok = ok & (tensors.greedy | row_ok)
+        parts = [tokens.to(torch.int32), ok.to(torch.int32)]
+        max_k = 0
         if raw_logprobs is not None:
             max_k = max(r.params.logprobs or 0 for r in rows)
-            chosen = raw_logprobs.gather(1, tokens[:, None])[:, 0].tolist()
-            top_v, top_i = raw_logprobs.topk(max_k, dim=-1) if max_k else (None, None)
-            top_v = top_v.tolist() if top_v is not None else None
-            top_i = top_i.tolist() if top_i is not None else None
+            parts.append(raw_logprobs.gather(1, tokens[:, None])[:, 0].view(torch.int32))  # float bits
+            if max_k:
+                top_v, top_i = raw_logprobs.topk(max_k, dim=-1)  # [B, k]
+                parts += [top_i.to(torch.int32).reshape(-1), top_v.reshape(-1).view(torch.int32)]
+        packed = self._to_host(torch.cat(parts)).numpy()
+
+        token_list: list[int] = packed[:num_rows].tolist()
+        errors = {i: "logits are not finite: no token can be sampled"
+                  for i, g in enumerate(packed[num_rows : 2 * num_rows].tolist()) if not g}
+        lps: list[float | None] = [None] * num_rows
+        tops: list[list[tuple[int, float]] | None] = [None] * num_rows
+        if raw_logprobs is not None:
+            chosen = packed[2 * num_rows : 3 * num_rows].view(np.float32).tolist()
+            end = 3 * num_rows + num_rows * max_k
+            top_i = packed[3 * num_rows : end].reshape(num_rows, max_k).tolist()
+            top_v = packed[end : end + num_rows * max_k].view(np.float32).reshape(num_rows, max_k).tolist()
             for i, row in enumerate(rows):
                 if want_logprobs[i]:
                     k = row.params.logprobs or 0
                     lps[i] = chosen[i]
                     tops[i] = list(zip(top_i[i][:k], top_v[i][:k])) if k else []
         return SamplerOutput(token_list, lps, tops, errors)
+
+    def _to_host(self, packed: torch.Tensor) -> torch.Tensor:
+        """The one device-to-host copy: into a persistent pinned buffer, then wait for it."""
+        if packed.device.type != "cuda":
+            return packed
+        n = packed.numel()
+        if self._host is None or self._host.numel() < n:
+            self._host = torch.empty(max(n, 4096), dtype=torch.int32, pin_memory=True)
+            self._event = torch.cuda.Event()
+        host = self._host[:n]
+        host.copy_(packed, non_blocking=True)
+        self._event.record()
+        self._event.synchronize()
+        return host
 
     def _ban_stop_ids(self, logits: torch.Tensor, rows: list[SamplingRow]) -> torch.Tensor:
         """Rows below min_tokens may not end: their eos and stop_token_ids get -inf."""
@@ -105,7 +202,8 @@ def apply_penalties(logits: torch.Tensor, rows: list[SamplingRow]) -> torch.Tens
     outputs = _padded([rows[i].output_token_ids for i in idx], vocab, device)  # [R, Lo]
     counts = torch.zeros(num_rows, vocab + 1, device=device)  # the extra column takes the padding
     counts = counts.scatter_add_(1, outputs, torch.ones(outputs.shape, device=device))[:, :vocab]
-    rep = torch.tensor([rows[i].params.repetition_penalty for i in idx], device=device)[:, None]
+    # Floored so that a valid but tiny penalty (it rounds to 0 in fp32) cannot make logits infinite.
+    rep = torch.tensor([max(rows[i].params.repetition_penalty, 1e-30) for i in idx], device=device)[:, None]
     if any(rows[i].params.repetition_penalty != 1.0 for i in idx):
         prompts = _padded([rows[i].prompt_token_ids for i in idx], vocab, device)  # [R, Lp]
         seen = torch.zeros(num_rows, vocab + 1, dtype=torch.bool, device=device)
@@ -130,36 +228,33 @@ def _padded(seqs: list[list[int]], vocab: int, device: torch.device) -> torch.Te
     return out.to(device)
 
 
-def _sample(logits: torch.Tensor, rows: list[SamplingRow]) -> tuple[torch.Tensor, torch.Tensor]:
-    """logits [R, V] of rows with temperature > 0 -> (tokens [R], row_ok [R] bool)."""
-    num_rows, vocab = logits.shape
+def _sample(logits: torch.Tensor, t: SamplingTensors) -> tuple[torch.Tensor, torch.Tensor]:
+    """logits [R, V] -> (tokens [R], row_ok [R] bool), every row drawn with its staged uniform
+    (greedy rows have neutral parameters; the caller drops their draw)."""
+    vocab = logits.shape[1]
     device = logits.device
-    temperature = torch.tensor([r.params.temperature for r in rows], device=device)[:, None]
-    logits = logits / temperature
-    top_k = [r.params.top_k or vocab for r in rows]
-    top_p = [r.params.top_p for r in rows]
-    min_p = [r.params.min_p for r in rows]
-    need_sort = any(k < vocab for k in top_k) or any(p < 1.0 for p in top_p)
+    logits = logits / t.temperature[:, None]
+    need_sort = t.need_top_k or t.need_top_p
     order = None
     if need_sort:
         logits, order = logits.sort(dim=-1, descending=True)  # [R, V]
-        ks = torch.tensor(top_k, device=device)[:, None]
-        logits = logits.masked_fill(torch.arange(vocab, device=device)[None, :] >= ks, float("-inf"))
+        if t.need_top_k:
+            ks = torch.where(t.top_k > 0, t.top_k, vocab)[:, None]
+            logits = logits.masked_fill(torch.arange(vocab, device=device)[None, :] >= ks, float("-inf"))
     probs = torch.softmax(logits, dim=-1)  # [R, V]
-    if need_sort and any(p < 1.0 for p in top_p):
+    if t.need_top_p:
         # Keep the most likely tokens until their mass reaches top_p (the crossing token included):
         # drop a token when the mass of the tokens strictly more likely is already >= top_p.
-        ps = torch.tensor(top_p, device=device)[:, None]
         mass_before = probs.cumsum(dim=-1) - probs
-        probs = probs.masked_fill(mass_before >= ps, 0.0)
-    if any(m > 0.0 for m in min_p):
-        mins = torch.tensor(min_p, device=device)[:, None]
-        probs = probs.masked_fill(probs < mins * probs.max(dim=-1, keepdim=True).values, 0.0)
+        drop = mass_before >= t.top_p[:, None]
+        drop[:, 0] = False  # the most likely token always stays (a top_p that rounds to 0 in fp32)
+        probs = probs.masked_fill(drop, 0.0)
+    if t.need_min_p:
+        probs = probs.masked_fill(probs < t.min_p[:, None] * probs.max(dim=-1, keepdim=True).values, 0.0)
     cdf = probs.cumsum(dim=-1)  # [R, V]; zero-probability tokens repeat the previous value
     total = cdf[:, -1:]  # [R, 1]
-    uniforms = torch.stack([torch.rand((), generator=r.generator) for r in rows]).to(device)  # [R]
     # Strictly below the total so that searchsorted(right) lands on a token with probability > 0.
-    target = torch.minimum(uniforms[:, None] * total, torch.nextafter(total, torch.zeros_like(total)))
+    target = torch.minimum(t.uniform[:, None] * total, torch.nextafter(total, torch.zeros_like(total)))
     picked = torch.searchsorted(cdf, target, right=True).clamp_(max=vocab - 1)  # [R, 1]
     tokens = picked if order is None else order.gather(1, picked)
     row_ok = torch.isfinite(total[:, 0]) & (total[:, 0] > 0)

@@ -16,9 +16,13 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from ingress.errors import ApiError, not_found
+from starlette.middleware import Middleware
+
+from pipeline.auth import ApiKeyMiddleware
 from pipeline.engine import Engine
 from pipeline.json_response import error_response, json_response
 from pipeline.openai_routes import chat_completions, completions, list_models
+from pipeline.openapi import openapi_json
 from pipeline.perfetto import traces_to_perfetto
 
 log = logging.getLogger("ttft.app")
@@ -31,6 +35,11 @@ async def health(request: Request) -> Response:
     if engine.health.reason:
         body["reason"] = engine.health.reason
     return json_response(body, status)
+
+
+async def live(request: Request) -> Response:
+    """The process is up (whatever the engine's state): for liveness probes."""
+    return json_response({"status": "live"})
 
 
 async def metrics(request: Request) -> Response:
@@ -64,7 +73,9 @@ async def internal_error(request: Request, exc: Exception) -> Response:
     return error_response(ApiError(500, "internal server error", type="server_error"))
 
 
-def create_app(engine: Engine) -> Starlette:
+def create_app(engine: Engine, api_key: str | None = None, protect_metrics: bool = False) -> Starlette:
+    """`api_key`: bearer token required on every route but /health and /live (and /metrics
+    unless `protect_metrics`)."""
     @asynccontextmanager
     async def lifespan(app: Starlette):
         start = asyncio.create_task(engine.start(), name="engine:start")
@@ -82,6 +93,8 @@ def create_app(engine: Engine) -> Starlette:
         Route("/v1/chat/completions", chat_completions, methods=["POST"]),
         Route("/v1/models", list_models, methods=["GET"]),
         Route("/health", health, methods=["GET"]),
+        Route("/live", live, methods=["GET"]),
+        Route("/openapi.json", openapi_json, methods=["GET"]),
         Route("/metrics", metrics, methods=["GET"]),
         Route("/debug/traces", debug_traces, methods=["GET"]),
     ]
@@ -89,8 +102,11 @@ def create_app(engine: Engine) -> Starlette:
         routes=routes,
         lifespan=lifespan,
         exception_handlers={404: not_found_handler, 405: method_not_allowed, 500: internal_error},
+        middleware=[Middleware(ApiKeyMiddleware, api_key=api_key, protect_metrics=protect_metrics)],
     )
     app.state.engine = engine
+    app.state.auth_required = api_key is not None
+    app.state.protect_metrics = protect_metrics
     return app
 
 

@@ -38,6 +38,8 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-tokens-cap", type=int, default=lim.max_tokens_cap)
     p.add_argument("--max-stop-strings", type=int, default=lim.max_stop_strings)
     p.add_argument("--cpu-threads", type=int, default=None, help="torch threads for the CPU path")
+    p.add_argument("--api-key", default=None, help="bearer token for every inference route (or TTFT_API_KEY)")
+    p.add_argument("--protect-metrics", action="store_true", help="/metrics needs the API key too")
     p.add_argument("--log-level", default="info")
 
 
@@ -68,12 +70,18 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "serve":
         logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        from pipeline.auth import check_api_key, resolve_api_key
         from pipeline.build import StartupError
         from pipeline.server import serve
 
         try:
-            return serve(config_from_args(args), args.host, args.port, args.uds, args.log_level)
-        except StartupError as exc:
+            api_key = resolve_api_key(args.api_key)
+            if api_key is not None:
+                check_api_key(api_key)
+            args.api_key = None  # the key lives only in the middleware from here on
+            return serve(config_from_args(args), args.host, args.port, args.uds, args.log_level,
+                         api_key=api_key, protect_metrics=args.protect_metrics)
+        except (StartupError, ValueError) as exc:
             print(f"ttft: cannot start: {exc}", file=sys.stderr)
             return 2
     asyncio.run(run_bench(args))

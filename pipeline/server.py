@@ -81,10 +81,13 @@ class TtftServer(uvicorn.Server):
         self.should_exit = True
 
 
-def serve(config: EngineConfig, host: str, port: int, uds: str | None, log_level: str = "info") -> int:
+def serve(
+    config: EngineConfig, host: str, port: int, uds: str | None, log_level: str = "info",
+    api_key: str | None = None, protect_metrics: bool = False,
+) -> int:
     """Blocks until the server stops; returns the process exit status."""
     engine = Engine(config)
-    app = create_app(engine)
+    app = create_app(engine, api_key, protect_metrics)
     uv_config = uvicorn.Config(
         app,
         host=host,

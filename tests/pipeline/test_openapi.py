@@ -1,0 +1,367 @@
+"""build_openapi: a valid OpenAPI 3.1 document whose request schemas agree with ingress, body by body.
+
+Agreement is checked three ways: hand-picked good bodies pass both the schema and the parser; the
+bad bodies of the ingress tests fail both (except the documented gaps JSON Schema cannot express);
+and schemathesis' own generators, positive and negative, drive the ingress stage in process.
+"""
+from __future__ import annotations
+
+import asyncio
+import functools
+import importlib.util
+import json
+import sys
+import math
+from pathlib import Path
+from types import SimpleNamespace
+
+import jsonschema
+import orjson
+import pytest
+from openapi_spec_validator import validate as validate_openapi
+
+from emitter.openai_format import ChatChunker, CompletionChunker, ResponseAccumulator, ResponseMeta
+from ingress.chat_template import ChatTemplate
+from ingress.dummy_tokenizer import DUMMY_CHAT_TEMPLATE, DummyTokenizer
+from ingress.errors import ApiError, bad_request, overloaded, payload_too_large, unauthorized
+from ingress.limits import IngressLimits
+from ingress.schemas import parse_chat_request, parse_completion_request
+from ingress.stage import IngressStage
+from pipeline.openapi import build_openapi, openapi_json
+from stages.messages import RequestOutput, TokenLogprob
+from stages.trace import RequestTrace
+
+MODEL = "dummy:tiny"
+VOCAB = 1000
+MAX_MODEL_LEN = 1024
+INGRESS_TESTS = Path(__file__).resolve().parents[1] / "ingress"
+USER = {"role": "user", "content": "hi"}
+
+
+def validator(doc: dict, name: str) -> jsonschema.Draft202012Validator:
+    # $ref resolves against the root, so the component is validated with the document's components.
+    return jsonschema.Draft202012Validator({"$ref": f"#/components/schemas/{name}",
+                                            "components": doc["components"]})
+
+
+@functools.lru_cache(maxsize=None)
+def validators(limits: IngressLimits, vocab: int = VOCAB) -> tuple:
+    doc = build_openapi(MODEL, limits, MAX_MODEL_LEN, vocab)
+    return validator(doc, "CompletionRequest"), validator(doc, "ChatCompletionRequest")
+
+
+def accepted(parse, body: dict, limits: IngressLimits, vocab: int = VOCAB) -> bool:
+    """Whether ingress accepts the body as it arrives over the wire (through JSON text and orjson)."""
+    try:
+        obj = orjson.loads(json.dumps(body))
+    except orjson.JSONDecodeError:
+        return False  # NaN, Infinity: not JSON
+    try:
+        parse(obj, limits, vocab)
+    except ApiError as err:
+        assert err.status == 400
+        return False
+    return True
+
+
+# ---- the document itself ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("auth_required, protect_metrics", [(False, False), (True, False), (True, True)])
+def test_document_is_valid_openapi(auth_required, protect_metrics):
+    doc = build_openapi(MODEL, IngressLimits(), MAX_MODEL_LEN, 512, auth_required=auth_required,
+                        protect_metrics=protect_metrics)
+    validate_openapi(doc)
+    orjson.dumps(doc)  # serialisable as it is (no tuples, sets or NaN)
+    paths = doc["paths"]
+    assert set(paths) == {"/v1/completions", "/v1/chat/completions", "/v1/models", "/health", "/metrics",
+                          "/openapi.json"}
+    for path in ("/v1/completions", "/v1/chat/completions"):
+        responses = paths[path]["post"]["responses"]
+        assert set(responses) >= {"200", "400", "401", "404", "413", "503"}
+        assert set(responses["200"]["content"]) == {"application/json", "text/event-stream"}
+    assert set(paths["/health"]["get"]["responses"]) == {"200", "503"}
+    assert ("security" in doc) == auth_required
+    if auth_required:
+        assert paths["/health"]["get"]["security"] == []
+        assert ("security" in paths["/metrics"]["get"]) == (not protect_metrics)
+
+
+def test_limits_and_model_flow_into_the_schema():
+    limits = IngressLimits(max_tokens_cap=64, max_stop_strings=3, max_logprobs=5, max_prompt_chars=77)
+    doc = build_openapi("my-model", limits, 512, 300)
+    comp = doc["components"]["schemas"]["CompletionRequest"]["properties"]
+    assert comp["model"]["enum"] == ["my-model", None]
+    assert comp["max_tokens"]["maximum"] == 64
+    assert comp["logprobs"]["maximum"] == 5
+    assert comp["prompt"]["oneOf"][0]["maxLength"] == 77
+    assert comp["prompt"]["oneOf"][1]["items"]["maximum"] == 299
+    assert comp["stop"]["anyOf"][2]["maxItems"] == 3
+    uncapped = build_openapi("m", IngressLimits(), 512, 300)["components"]["schemas"]
+    assert uncapped["ChatCompletionRequest"]["properties"]["max_tokens"]["maximum"] == 511
+
+
+# ---- request bodies: good ones pass both -----------------------------------------------------------
+
+GOOD_COMPLETIONS = [
+    {"prompt": "Once upon a time"},
+    {"prompt": "héllo 😀", "model": MODEL, "max_tokens": 7, "temperature": 0, "stream": True,
+     "stream_options": {"include_usage": True}, "stop": ["."], "ignore_eos": False, "seed": 0, "logprobs": 2},
+    {"prompt": [1, 2, 999, 0]},
+    {"prompt": [[4, 5]]},
+    {"prompt": ["just one"]},
+    {"prompt": "x", "max_tokens": None, "min_tokens": 16},
+    {"prompt": "x", "max_tokens": 100, "min_tokens": 100},
+    {"prompt": "x", "top_p": 1e-9, "top_k": -1, "min_p": 1, "repetition_penalty": 2, "presence_penalty": -2,
+     "frequency_penalty": 2.0, "temperature": 2},
+    {"prompt": "x", "seed": 2**64 - 1, "priority": -(2**63), "cache_salt": "s" * 1024},
+    {"prompt": "x", "stop": "a", "stop_token_ids": [0, 999], "skip_special_tokens": False,
+     "include_stop_str_in_output": True, "n": 1},
+    {"prompt": "x", "best_of": 1, "echo": False, "suffix": "", "logit_bias": {}, "tools": [],
+     "tool_choice": "none", "functions": [], "function_call": "none", "response_format": {"type": "text"},
+     "modalities": ["text"], "use_beam_search": False, "allowed_token_ids": [], "bad_words": [],
+     "logits_processors": [], "audio": None, "guided_json": None},
+    {"prompt": "x", "unknown_field": {"anything": [1, 2]}, "user": "me"},
+    {"prompt": "x", "stream": False, "stream_options": None, "logprobs": None, "temperature": None},
+]
+
+GOOD_CHATS = [
+    {"messages": [USER]},
+    {"messages": [{"role": "system", "content": "be brief"}, USER, {"role": "assistant", "content": None},
+                  {"role": "developer", "content": ""}, {"role": "tool", "content": "42", "tool_call_id": "c1"}]},
+    {"messages": [{"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}]},
+    {"messages": [{"role": "user", "content": []}]},
+    {"messages": [{"role": "assistant"}]},
+    {"messages": [{"role": "user", "content": "x", "name": "bob", "tool_calls": [], "function_call": None}]},
+    {"messages": [USER], "max_completion_tokens": 5, "max_tokens": 9, "min_tokens": 3},
+    {"messages": [USER], "logprobs": True, "top_logprobs": 20},
+    {"messages": [USER], "logprobs": True},
+    {"messages": [USER], "logprobs": False, "top_logprobs": None},
+    {"messages": [USER], "add_generation_prompt": False, "chat_template_kwargs": {"enable_thinking": False}},
+    {"messages": [USER], "continue_final_message": False, "documents": [], "chat_template": None},
+    {"messages": [USER], "stream": True, "stream_options": {}, "model": MODEL},
+    {"messages": [USER], "min_tokens": 10**6},  # no max_tokens: the window decides, nothing to compare
+]
+
+
+@pytest.mark.parametrize("body", GOOD_COMPLETIONS)
+def test_good_completion_bodies_pass_schema_and_parser(body):
+    limits = IngressLimits()
+    comp, _ = validators(limits)
+    comp.validate(body)
+    assert accepted(parse_completion_request, body, limits)
+
+
+@pytest.mark.parametrize("body", GOOD_CHATS)
+def test_good_chat_bodies_pass_schema_and_parser(body):
+    limits = IngressLimits()
+    _, chat = validators(limits)
+    chat.validate(body)
+    assert accepted(parse_chat_request, body, limits)
+
+
+# ---- request bodies: the ingress tests' bad ones fail both ------------------------------------------
+
+def _load(name: str):
+    spec = importlib.util.spec_from_file_location(f"_ingress_{name}", INGRESS_TESTS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _walk(value):
+    yield value
+    if isinstance(value, dict):
+        for item in value.values():
+            yield from _walk(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _walk(item)
+
+
+def known_gap(body: dict, limits: IngressLimits) -> str | None:
+    """Why JSON Schema cannot refuse this body although ingress does (None: it must refuse it)."""
+    for value in _walk(body):
+        if type(value) is float and not math.isfinite(value):
+            return "NaN/Infinity are not JSON"
+        if type(value) is float and value.is_integer():
+            return "JSON Schema counts 3.0 as an integer; ingress wants 3"
+    if body.get("min_tokens") is not None and (
+        body.get("max_tokens") is not None or body.get("max_completion_tokens") is not None
+    ):
+        return "min_tokens <= max_tokens compares two fields"
+    messages = body.get("messages")
+    if type(messages) is list:
+        lengths = [len(m["content"]) for m in messages if type(m) is dict and type(m.get("content")) is str]
+        if sum(lengths) > limits.max_prompt_chars >= max(lengths, default=0):
+            return "the character limit is over all messages together"
+    return None
+
+
+def _bad_cases():
+    cases = []
+    comp = _load("test_completion_schema")
+    cases += [("completions", comp.LIMITS, body) for body, _, _ in comp.BAD]
+    chat = _load("test_chat_schema")
+    cases += [("chat", chat.LIMITS, body) for body, _, _ in chat.BAD]
+    sampling = _load("test_sampling_fields")
+    for fields, _ in sampling.BAD:
+        cases.append(("completions", sampling.LIMITS, {"prompt": "hi", **fields}))
+        cases.append(("chat", sampling.LIMITS, {"messages": [USER], **fields}))
+    common = _load("test_common_fields")
+    for key, value in common.UNSUPPORTED:
+        cases.append(("completions", common.LIMITS, {"prompt": "hi", key: value}))
+        cases.append(("chat", common.LIMITS, {"messages": [USER], key: value}))
+    extra = [
+        {"n": 2}, {"n": 0}, {"stream_options": {"include_usage": True}},
+        {"stream": False, "stream_options": {}}, {"stream": True, "stream_options": {"include_usage": 1}},
+        {"stream": "yes"}, {"model": 5}, {"priority": 2**63}, {"cache_salt": ""}, {"cache_salt": "s" * 1025},
+        {"top_k": 2**64}, {"min_tokens": -1},
+    ]
+    for fields in extra:
+        cases.append(("completions", IngressLimits(), {"prompt": "hi", **fields}))
+        cases.append(("chat", IngressLimits(), {"messages": [USER], **fields}))
+    return cases
+
+
+BAD_CASES = _bad_cases()
+
+
+def test_the_ingress_bad_lists_were_found():
+    assert len(BAD_CASES) > 200
+
+
+@pytest.mark.parametrize("endpoint, limits, body", BAD_CASES,
+                         ids=[f"{i}-{e}" for i, (e, _, _) in enumerate(BAD_CASES)])
+def test_bad_bodies_fail_schema_and_parser(endpoint, limits, body):
+    comp, chat = validators(limits)
+    schema, parse = (comp, parse_completion_request) if endpoint == "completions" else (chat, parse_chat_request)
+    model = body.get("model")
+    if type(model) is str:  # the route refuses another model with 404, after parsing
+        assert model != MODEL
+    else:
+        assert not accepted(parse, body, limits), body
+    if known_gap(body, limits) is None:  # a gap's body may pass the schema (it need not)
+        assert not schema.is_valid(body), body
+
+
+# ---- responses the emitter builds match the response schemas -----------------------------------------
+
+def _outputs(with_logprobs: bool) -> list[RequestOutput]:
+    lp = [TokenLogprob("he", 5, -0.5, [("he", 5, -0.5), ("ha", 6, -1.0)])] if with_logprobs else None
+    return [
+        RequestOutput("r", "he", [5], logprobs=lp, num_prompt_tokens=3, num_output_tokens=1),
+        RequestOutput("r", "llo", [7], finish_reason="length", logprobs=lp, num_prompt_tokens=3,
+                      num_output_tokens=2, num_cached_tokens=1),
+    ]
+
+
+@pytest.mark.parametrize("with_logprobs", [False, True])
+def test_emitter_bodies_match_response_schemas(with_logprobs):
+    doc = build_openapi(MODEL, IngressLimits(), MAX_MODEL_LEN, VOCAB)
+    meta = ResponseMeta("cmpl-1", 1700000000, MODEL)
+    acc = ResponseAccumulator()
+    for out in _outputs(with_logprobs):
+        acc.add(out)
+    validator(doc, "Completion").validate(orjson.loads(acc.completion_body(meta)))
+    validator(doc, "ChatCompletion").validate(orjson.loads(acc.chat_body(meta)))
+    for include_usage in (False, True):
+        comp, chat = CompletionChunker(meta, include_usage), ChatChunker(meta, include_usage)
+        validator(doc, "ChatCompletionChunk").validate(orjson.loads(chat.role_chunk()))
+        for out in _outputs(with_logprobs):
+            validator(doc, "CompletionChunk").validate(orjson.loads(comp.chunk(out)))
+            validator(doc, "ChatCompletionChunk").validate(orjson.loads(chat.chunk(out)))
+        validator(doc, "CompletionChunk").validate(orjson.loads(comp.usage_chunk(out)))
+        validator(doc, "ChatCompletionChunk").validate(orjson.loads(chat.usage_chunk(out)))
+    error = validator(doc, "Error")
+    for err in (bad_request("x", "prompt"), unauthorized(), payload_too_large(10, 5), overloaded(1.5)):
+        error.validate(orjson.loads(err.to_body()))
+    assert not error.is_valid({"error": {"message": "x"}})
+    assert not validator(doc, "Completion").is_valid({"object": "text_completion"})
+
+
+# ---- the route ---------------------------------------------------------------------------------------
+
+def _request(built: bool, **state) -> SimpleNamespace:
+    engine = SimpleNamespace(
+        built=SimpleNamespace(max_model_len=256, tokenizer=SimpleNamespace(vocab_size=400)) if built else None,
+        model_name=MODEL, config=SimpleNamespace(limits=IngressLimits()),
+    )
+    return SimpleNamespace(app=SimpleNamespace(state=SimpleNamespace(engine=engine, **state)))
+
+
+async def test_route_serves_the_cached_document():
+    request = _request(built=True, auth_required=True)
+    first = await openapi_json(request)
+    assert first.status_code == 200 and first.media_type == "application/json"
+    doc = orjson.loads(first.body)
+    assert doc == build_openapi(MODEL, IngressLimits(), 256, 400, auth_required=True)
+    request.app.state.engine.config.limits = IngressLimits(max_tokens_cap=1)
+    assert (await openapi_json(request)).body == first.body  # built once
+
+
+async def test_route_answers_503_while_loading():
+    resp = await openapi_json(_request(built=False))
+    assert resp.status_code == 503 and resp.headers["retry-after"] == "1"
+
+
+# ---- schemathesis' generators against the ingress stage, in process ----------------------------------
+
+def _stage(limits: IngressLimits) -> IngressStage:
+    return IngressStage(DummyTokenizer(512), ChatTemplate(DUMMY_CHAT_TEMPLATE), limits, MAX_MODEL_LEN,
+                        offload_chars=10**9, num_threads=1)
+
+
+def _verdict(stage: IngressStage, chat: bool, raw: bytes) -> str:
+    """What the server would answer (before the engine): 'ok', or the refusal's message."""
+    async def prepare():
+        if chat:
+            return await stage.prepare_chat(raw, RequestTrace("r"))
+        return await stage.prepare_completion(raw, RequestTrace("r"))
+    try:
+        prepared = asyncio.run(prepare())
+    except ApiError as err:
+        assert 400 <= err.status < 500, err
+        return err.message
+    if prepared.api.model is not None and prepared.api.model != MODEL:
+        return "404 model not found"
+    return "ok"
+
+
+@pytest.mark.parametrize("path", ["/v1/completions", "/v1/chat/completions"])
+def test_generated_bodies_agree_with_ingress(path):
+    schemathesis = pytest.importorskip("schemathesis")
+    from hypothesis import HealthCheck, given, settings
+    from schemathesis.generation import GenerationMode
+
+    limits = IngressLimits()
+    doc = build_openapi(MODEL, limits, MAX_MODEL_LEN, 512)
+    name = "ChatCompletionRequest" if "chat" in path else "CompletionRequest"
+    schema_check = validator(doc, name)
+    operation = schemathesis.openapi.from_dict(doc)[path]["POST"]
+    stage = _stage(limits)
+    mismatches: list[tuple[str, object, str]] = []
+    counts = {"valid": 0, "invalid": 0}
+
+    for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):
+        @settings(max_examples=40, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+        @given(case=operation.as_strategy(generation_mode=mode))
+        def run(case):
+            body = case.body
+            if isinstance(body, (bytes, str)) or not isinstance(body, dict):
+                return  # not an object: parse_json_body's 400, covered by tests/ingress
+            try:  # as schemathesis sends it, but a lone surrogate cannot be UTF-8 at all: skip those
+                raw = json.dumps(body, ensure_ascii=False).encode("utf-8")
+            except UnicodeEncodeError:
+                return
+            valid = schema_check.is_valid(body)
+            verdict = _verdict(stage, "chat" in path, raw)
+            counts["valid" if valid else "invalid"] += 1
+            if valid and verdict != "ok" and known_gap(body, limits) is None and "context length" not in verdict:
+                mismatches.append(("schema-valid but refused", body, verdict))
+            if not valid and verdict == "ok":
+                mismatches.append(("schema-invalid but accepted", body, verdict))
+
+        run()
+    assert counts["valid"] > 10 and counts["invalid"] > 5, counts  # not vacuous
+    assert not mismatches, mismatches[:3]
