@@ -42,6 +42,7 @@ class RequestEmitter:
         self.stopped_by_string = False
         self.finished = False
         self.finish_reason: str | None = None
+        self._held_ids: list[int] = []  # ids of steps that produced no flush yet
 
     @property
     def stop_string(self) -> str | None:
@@ -98,12 +99,17 @@ class RequestEmitter:
 
         logprobs = self._logprobs(ev.logprobs, num_taken)
         text = "".join(parts)
+        taken = self._held_ids + list(token_ids[:num_taken])
         if not text and finish_reason is None and not logprobs and ev.error is None:
+            # Nothing to show yet (a special token, half a character, held-back text): the ids ride
+            # with the next flush, so the stream's token ids are always complete.
+            self._held_ids = taken
             return None
+        self._held_ids = []
         return RequestOutput(
             request_id=self.request_id,
             text=text,
-            token_ids=list(token_ids[:num_taken]),
+            token_ids=taken,
             finish_reason=finish_reason,
             logprobs=logprobs,
             num_prompt_tokens=self.num_prompt_tokens,

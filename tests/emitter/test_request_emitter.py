@@ -45,6 +45,14 @@ def test_nothing_to_send_while_a_character_is_partial(byte_tok):
     assert em.on_event(ev([emoji[3]])).text == "😀"
 
 
+def test_token_ids_of_silent_steps_ride_with_the_next_flush(byte_tok):
+    em = RequestEmitter("r", byte_tok, SamplingParams())
+    emoji = list("😀".encode())
+    outs = feed(em, [*emoji, ord("!")])
+    assert [o.token_ids for o in outs] == [emoji, [ord("!")]]  # no id is lost with its empty step
+    assert sum(len(o.token_ids) for o in outs) == outs[-1].num_output_tokens
+
+
 def test_incomplete_character_at_the_end_is_dropped(byte_tok):
     em = RequestEmitter("r", byte_tok, SamplingParams())
     outs = feed(em, [*b"ok", *"界".encode()[:2]])
