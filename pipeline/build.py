@@ -87,7 +87,8 @@ def build_model(cfg: EngineConfig) -> BuiltModel:
         num_blocks=num_blocks, block_size=cfg.block_size, max_num_seqs=cfg.max_num_seqs,
         max_num_batched_tokens=cfg.max_num_batched_tokens, max_model_len=max_model_len,
         max_queued=cfg.max_queued, long_prefill_threshold=cfg.long_prefill_threshold,
-        eos_token_ids=frozenset(tok.eos_token_ids),
+        eos_token_ids=frozenset(tok.eos_token_ids), policy=cfg.scheduler_policy,
+        enable_prefix_caching=cfg.enable_prefix_caching, shadow=cfg.shadow,
     ))
     template = ChatTemplate(
         tok.chat_template, bos_token=getattr(tok, "bos_token", None), eos_token=getattr(tok, "eos_token", None)

@@ -29,7 +29,11 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-num-seqs", type=int, default=d.max_num_seqs, help="running requests")
     p.add_argument("--max-num-batched-tokens", type=int, default=d.max_num_batched_tokens, help="per-step token budget")
     p.add_argument("--max-queued", type=int, default=d.max_queued, help="waiting requests; past them: 503")
-    p.add_argument("--long-prefill-threshold", type=int, default=d.long_prefill_threshold)
+    p.add_argument("--long-prefill-threshold", type=int, default=d.long_prefill_threshold,
+                   help="chunk cap for one prefill per step; shorter uncached prompts take the fast lane")
+    p.add_argument("--scheduler-policy", choices=["lanes", "fcfs"], default=d.scheduler_policy)
+    p.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=d.enable_prefix_caching)
+    p.add_argument("--no-shadow", dest="shadow", action="store_false", help="admit without arrival-time KV reservation")
     p.add_argument("--request-timeout-s", type=float, default=None)
     p.add_argument("--stream-stall-timeout-s", type=float, default=d.stream_stall_timeout_s)
     p.add_argument("--shutdown-grace-s", type=float, default=d.shutdown_grace_s)
@@ -56,7 +60,8 @@ def config_from_args(a: argparse.Namespace) -> EngineConfig:
         max_num_batched_tokens=a.max_num_batched_tokens, max_queued=a.max_queued,
         long_prefill_threshold=a.long_prefill_threshold, request_timeout_s=a.request_timeout_s,
         stream_stall_timeout_s=a.stream_stall_timeout_s, shutdown_grace_s=a.shutdown_grace_s,
-        limits=limits, cpu_threads=a.cpu_threads,
+        limits=limits, cpu_threads=a.cpu_threads, scheduler_policy=a.scheduler_policy,
+        enable_prefix_caching=a.enable_prefix_caching, shadow=a.shadow,
     )
 
 

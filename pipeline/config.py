@@ -20,7 +20,10 @@ class EngineConfig:
     max_num_seqs: int = 64  # running requests
     max_num_batched_tokens: int = 2048  # per-step token budget
     max_queued: int = 1024  # waiting requests; past running + queued: 503
-    long_prefill_threshold: int = 512  # chunk cap for one long prefill per step
+    long_prefill_threshold: int = 512  # chunk cap for one prefill; below it a prompt is "short"
+    scheduler_policy: str = "lanes"  # lanes | fcfs (vLLM V1's arrival order)
+    enable_prefix_caching: bool = True
+    shadow: bool = True  # reserve each request's predicted KV footprint at arrival
     # Channel and buffer bounds (every queue is bounded).
     scheduler_inbox_size: int = 4096
     gpu_inbox_size: int = 2

@@ -9,7 +9,7 @@ import asyncio
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, ProcessCollector, generate_latest
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from stages.trace import EDGES, RequestTrace
 
@@ -112,7 +112,17 @@ class _EngineGauges:
         reqs.add_metric(["waiting"], st.num_waiting)
         reqs.add_metric(["running"], st.num_running)
         yield reqs
-        yield GaugeMetricFamily("ttft_preemptions", "Preemptions since start", value=st.num_preemptions)
+        yield GaugeMetricFamily("ttft_kv_reserved_blocks", "Blocks reserved at arrival for waiting requests",
+                                value=st.num_reserved_blocks)
+        yield CounterMetricFamily("ttft_preemptions", "Preemptions (by recompute)", value=st.num_preemptions)
+        yield CounterMetricFamily("ttft_kv_evictions", "Cached blocks evicted from the device pool",
+                                  value=st.num_evictions)
+        yield GaugeMetricFamily("ttft_prefix_cache_hit_rate", "Prompt tokens served from the prefix cache "
+                                "over prompt tokens looked up", value=st.prefix_hit_rate)
+        lanes = CounterMetricFamily("ttft_admitted_requests", "Requests admitted, by lane", labels=["lane"])
+        lanes.add_metric(["short"], st.num_admitted_short)
+        lanes.add_metric(["long"], st.num_admitted_long)
+        yield lanes
         # Leak checks (a soak, the reliability tests): streams whose reply has not ended, and tasks
         # alive on the event loop (connections, watches, stages); both return to their idle level.
         yield GaugeMetricFamily("ttft_open_streams", "Requests admitted whose reply has not ended",

@@ -117,6 +117,24 @@ class BlockPool:
         self._hash_to_block[block_hash] = block_id
         return True
 
+    def refresh(self, block_ids: Iterable[int]) -> None:
+        """Move the cached (ref 0) blocks among `block_ids` to the most recently used end: a
+        waiting request that will hit them keeps them from being the next evicted."""
+        for block_id in block_ids:
+            if block_id in self._cached:
+                self._cached.move_to_end(block_id)
+
+    def reclaim(self, max_blocks: int) -> int:
+        """Evict up to `max_blocks` cached blocks, least recently used first, into the free list,
+        so that later allocations find free blocks and do no eviction. Returns how many."""
+        num = 0
+        while num < max_blocks and self._cached:
+            block_id = self._cached.popitem(last=False)[0]
+            self._evict(block_id)
+            self._free[block_id] = None
+            num += 1
+        return num
+
     def _evict(self, block_id: int) -> None:
         block_hash = self.block_hashes[block_id]
         assert block_hash is not None and self.ref_counts[block_id] == 0

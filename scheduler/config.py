@@ -15,10 +15,26 @@ class SchedulerConfig:
     max_model_len: int = 8192  # prompt + output tokens of one request
     max_queued: int = 1024  # waiting requests (new and preempted) before arrivals get "overloaded"
     # Cap on the tokens one prefill chunk may take in a step, below the token budget. 0: no cap
-    # beyond the budget. A cap leaves room in every step for other requests' prefills.
+    # beyond the budget. A cap leaves room in every step for other requests' prefills. The lanes
+    # policy also uses it as the lane boundary: a request whose uncached prompt is shorter is "short".
     long_prefill_threshold: int = 0
     enable_prefix_caching: bool = False
     eos_token_ids: frozenset[int] = field(default_factory=frozenset)
+    # Per-step policy: "fcfs" (vLLM V1's: arrival order) or "lanes" (short prompts first, aging).
+    policy: str = "lanes"
+    # Arrival-time reservation of each request's predicted KV footprint (shadow.py). False: the
+    # plain admission (a request is admitted when its first chunk's blocks fit).
+    shadow: bool = True
+    # Lanes: a long prefill waiting or in progress this many steps is promoted ahead of the short
+    # lane until its prefill completes (never starved).
+    aging_steps: int = 64
+    # Anti-thrash: a request preempted this many times is no longer a victim while others are.
+    max_preemptions_unprotected: int = 2
+    # Shadow: how many later requests may take a reservation ahead of the oldest one still waiting
+    # for room before nobody overtakes it any more.
+    max_reservation_bypasses: int = 64
+    # Output-length prediction before any request finished (capped by max_tokens).
+    prior_output_tokens: int = 256
 
     def __post_init__(self) -> None:
         def need(ok: bool, what: str) -> None:
@@ -34,6 +50,14 @@ class SchedulerConfig:
         need(self.max_queued >= 0, f"max_queued must be >= 0, got {self.max_queued}")
         need(self.long_prefill_threshold >= 0,
              f"long_prefill_threshold must be >= 0, got {self.long_prefill_threshold}")
+        need(self.policy in ("fcfs", "lanes"), f"policy must be 'fcfs' or 'lanes', got {self.policy!r}")
+        need(self.aging_steps >= 1, f"aging_steps must be >= 1, got {self.aging_steps}")
+        need(self.max_preemptions_unprotected >= 1,
+             f"max_preemptions_unprotected must be >= 1, got {self.max_preemptions_unprotected}")
+        need(self.max_reservation_bypasses >= 0,
+             f"max_reservation_bypasses must be >= 0, got {self.max_reservation_bypasses}")
+        need(self.prior_output_tokens >= 1,
+             f"prior_output_tokens must be >= 1, got {self.prior_output_tokens}")
 
     @property
     def num_usable_blocks(self) -> int:
@@ -45,6 +69,11 @@ class SchedulerConfig:
         if self.long_prefill_threshold == 0:
             return self.max_num_batched_tokens
         return min(self.long_prefill_threshold, self.max_num_batched_tokens)
+
+    @property
+    def lane_threshold(self) -> int:
+        """Uncached prompt tokens from which a request is in the long lane."""
+        return self.long_prefill_threshold or self.max_num_batched_tokens
 
     def blocks_for(self, num_tokens: int) -> int:
         """Blocks that hold the KV of `num_tokens` positions."""

@@ -28,6 +28,14 @@ class SchedulerStats:
     num_usable_blocks: int  # free + used + cached; the null block is not counted
     num_evictions: int
     prefix_hit_rate: float  # prompt tokens served from the cache / prompt tokens looked up
+    # Shadowing (ttft_kv_reserved_blocks: claims are not a state of the free/used/cached blocks).
+    num_reserved_blocks: int = 0
+    num_waiting_for_room: int = 0  # queued without a claim yet
+    num_reclaimed_blocks: int = 0  # cached blocks evicted ahead of need, since start
+    num_revoked_reservations: int = 0  # since start
+    # Lanes: first admissions by lane, since start.
+    num_admitted_short: int = 0
+    num_admitted_long: int = 0
 
 
 def collect_stats(s: Scheduler) -> SchedulerStats:
@@ -38,6 +46,10 @@ def collect_stats(s: Scheduler) -> SchedulerStats:
         num_used_blocks=pool.num_used, num_cached_blocks=pool.num_cached,
         num_usable_blocks=pool.num_usable_blocks, num_evictions=pool.num_evictions,
         prefix_hit_rate=kv.num_hit_tokens / kv.num_hit_queries if kv.num_hit_queries else 0.0,
+        num_reserved_blocks=s.shadow.num_reserved, num_waiting_for_room=len(s.shadow.pending),
+        num_reclaimed_blocks=s.shadow.num_reclaimed, num_revoked_reservations=s.shadow.num_revoked,
+        num_admitted_short=s.num_admitted_by_lane["short"],
+        num_admitted_long=s.num_admitted_by_lane["long"],
     )
 
 
@@ -67,3 +79,27 @@ def check_scheduler(s: Scheduler) -> None:
     assert dict(held) == refs, f"pool refs {refs} != blocks held by requests {dict(held)}"
     if not s.requests:
         assert pool.num_used == 0, "idle, yet blocks are in use"
+    check_reservations(s)
+
+
+def check_reservations(s: Scheduler) -> None:
+    """Claims add up, never exceed what the pool can hand out, and vanish when idle; a waiting
+    request holds a claim exactly when it is not waiting for room (shadow on)."""
+    shadow, pool = s.shadow, s.kv.pool
+    live = s.requests.values()
+    assert shadow.num_reserved == sum(r.num_reserved_blocks for r in live) >= 0
+    assert shadow.num_claimed_hits == sum(r.num_claimed_hits for r in live) >= 0
+    assert shadow.num_reserved <= pool.num_allocatable, (shadow.num_reserved, pool.num_allocatable)
+    pending = {id(r) for r in shadow.pending}
+    assert len(pending) == len(shadow.pending)
+    keys = [(r.priority, r.arrival_seq) for r in shadow.pending]
+    assert keys == sorted(keys), "pending out of order"
+    for req in s.waiting:
+        if shadow.enabled:
+            assert req.has_reservation != (id(req) in pending), req
+        else:
+            assert not req.has_reservation and req.num_reserved_blocks == 0
+    assert pending <= {id(r) for r in s.waiting}
+    assert all(r.has_reservation or r.num_reserved_blocks == 0 for r in live)
+    if not s.requests:
+        assert shadow.num_reserved == 0 and not shadow.pending, "idle, yet blocks are reserved"

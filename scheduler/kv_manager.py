@@ -20,10 +20,6 @@ class KVManager:
         self.num_hit_queries = 0  # prompt tokens looked up at first admission
         self.num_hit_tokens = 0  # of those, served from the cache
 
-    def footprint_blocks(self, num_prompt_tokens: int, max_tokens: int) -> int:
-        """Blocks a request holds at its largest: the last sampled token is never computed."""
-        return self.config.blocks_for(num_prompt_tokens + max_tokens - 1)
-
     def update_hashes(self, req: RequestState) -> None:
         if self.enable_caching:
             extend_block_hashes(

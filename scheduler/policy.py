@@ -1,23 +1,75 @@
-"""FcfsPolicy: the per-step choices the scheduler delegates, in their simplest (vLLM V1) form.
+"""Per-step policies: which requests a step serves first, how big their chunks are, and who is
+preempted. `Scheduler.schedule()` walks `order()` and fills the token budget; it holds no policy.
 
-Arrival order everywhere: running requests are served oldest first, the waiting queue is FIFO with
-preempted requests put back at its front, and the preemption victim is the newest running request,
-so the oldest request always makes progress (no livelock: a request that fits the pool alone finishes).
-The lanes policy of the next issue replaces these methods, not `Scheduler.schedule()`.
+FcfsPolicy is vLLM V1's (the engine vLLM ships today), not a strawman: the same token budget and
+chunked prefill, running decodes first, then running prefills and the queue in arrival order (a
+preempted request goes back to the queue's front); the head of the queue that does not fit stops
+admission (nobody overtakes it); the victim is the newest running request, so the oldest one always
+progresses (no livelock: a request that fits the pool alone finishes). It ignores `priority`.
+LanesPolicy (lanes.py) changes `order()` and `pick_victim()`.
 """
 from __future__ import annotations
 
+from typing import Protocol
+
 from scheduler.config import SchedulerConfig
-from scheduler.request_state import RequestState
+from scheduler.request_state import RequestState, RequestStatus
+
+
+class Policy(Protocol):
+    name: str
+
+    def blocks_queue(self, req: RequestState) -> bool:
+        """Whether a waiting `req` that cannot be admitted stops admission for this step."""
+
+    def on_queued(self, req: RequestState, num_uncached: int, step_id: int) -> None: ...
+
+    def order(self, running: list[RequestState], waiting: list[RequestState],
+              step_id: int) -> list[RequestState]: ...
+
+    def chunk_size(self, req: RequestState, num_uncomputed: int, budget_left: int) -> int: ...
+
+    def can_start(self, req: RequestState, num_new_blocks: int, num_allocatable: int,
+                  running: list[RequestState]) -> bool: ...
+
+    def pick_victim(self, running: list[RequestState]) -> RequestState | None: ...
+
+
+def is_decode(req: RequestState) -> bool:
+    """A running request that lacks one token: its step is a decode (or the last prefill token)."""
+    return req.status is RequestStatus.RUNNING and req.num_uncomputed_tokens == 1
 
 
 class FcfsPolicy:
+    name = "fcfs"
+
+    def blocks_queue(self, req: RequestState) -> bool:
+        return True  # the head of the queue waits for room; nobody overtakes it
+
     def __init__(self, config: SchedulerConfig) -> None:
         self.max_chunk_tokens = config.max_chunk_tokens
+        self.lane_threshold = config.lane_threshold
+
+    def on_queued(self, req: RequestState, num_uncached: int, step_id: int) -> None:
+        """Only for the per-lane counts in stats: FCFS treats both lanes alike."""
+        req.is_long = num_uncached >= self.lane_threshold
+        req.lane_since_step = step_id
+
+    def order(self, running: list[RequestState], waiting: list[RequestState],
+              step_id: int) -> list[RequestState]:
+        """Decodes, then prefills, oldest first; then the queue as it stands (preempted in front)."""
+        decodes = [r for r in running if is_decode(r)]
+        prefills = [r for r in running if not is_decode(r)]
+        return decodes + prefills + waiting
 
     def chunk_size(self, req: RequestState, num_uncomputed: int, budget_left: int) -> int:
         """Tokens `req` gets this step: all it lacks, bounded by the budget and the chunk cap."""
         return min(num_uncomputed, budget_left, self.max_chunk_tokens)
+
+    def can_start(self, req: RequestState, num_new_blocks: int, num_allocatable: int,
+                  running: list[RequestState]) -> bool:
+        """Plain admission: the first chunk fitting is enough."""
+        return True
 
     def pick_victim(self, running: list[RequestState]) -> RequestState | None:
         """The newest running request with no step in flight (`running` is in arrival order, and
@@ -26,3 +78,9 @@ class FcfsPolicy:
             if req.in_flight_step is None:
                 return req
         return None
+
+
+def make_policy(config: SchedulerConfig) -> Policy:
+    from scheduler.lanes import LanesPolicy
+
+    return LanesPolicy(config) if config.policy == "lanes" else FcfsPolicy(config)

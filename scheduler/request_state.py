@@ -25,6 +25,8 @@ class RequestState:
         "num_computed_tokens", "block_ids", "status", "num_preemptions", "finish_reason", "error",
         "arrival_seq", "in_flight_step", "num_in_flight_tokens", "was_scheduled",
         "block_hashes", "num_hashed_blocks", "num_cached_tokens",
+        "priority", "num_reserved_blocks", "has_reservation", "awaiting_reclaim",
+        "num_bypassed", "num_claimed_hits", "is_long", "lane_since_step", "promoted",
     )
 
     def __init__(self, request: GenerateRequest, arrival_seq: int) -> None:
@@ -48,6 +50,19 @@ class RequestState:
         self.block_hashes: list[bytes] = []
         self.num_hashed_blocks = 0
         self.num_cached_tokens = 0  # prompt tokens served by a prefix hit at (first) admission
+        self.priority = request.priority  # lower runs first where the policy honours it
+        # Shadow admission (shadow.py): blocks still claimed from the pool for this request's
+        # predicted footprint; whether it holds a claim (a waiting request may be admitted only
+        # then); whether that claim waits for a reclaim; how many requests took a claim first.
+        self.num_reserved_blocks = 0
+        self.has_reservation = False
+        self.awaiting_reclaim = False
+        self.num_bypassed = 0
+        self.num_claimed_hits = 0  # cached prefix-hit blocks counted in the claim
+        # Lanes (lanes.py): long-lane membership, the step the current wait began, and aging.
+        self.is_long = False
+        self.lane_since_step = 0
+        self.promoted = False
 
     @property
     def num_tokens(self) -> int:

@@ -1,47 +1,56 @@
 """Scheduler: the synchronous core that turns queued requests into steps and step results into tokens.
 
-    add_request -> WAITING --schedule--> RUNNING --update (finish)--> FINISHED
-                                 ^            |  (out of blocks)
-                                 +-PREEMPTED--+     abort: from any state, frees once
+    add_request (shadow: claim KV) -> WAITING --schedule--> RUNNING --update (finish)--> FINISHED
+                                         ^            |  (out of blocks)
+                                         +-PREEMPTED--+     abort: from any state, frees once
 
 One batch is in flight at a time in the current stage, but the core does not depend on it: a request
 with a step in flight is neither scheduled again nor preempted until its result arrives, and a result
 for a request that was aborted meanwhile is recognised (its step id no longer matches) and dropped.
+Who runs first is the policy's (policy.py, lanes.py); who may be admitted is the shadow's (shadow.py).
 """
 from __future__ import annotations
 
 import bisect
 from collections import deque
 
+from scheduler.admission import OVERLOADED, admission_error
 from scheduler.config import SchedulerConfig
 from scheduler.finish import finish_reason
 from scheduler.invariants import SchedulerStats, check_scheduler, collect_stats
 from scheduler.kv_manager import KVManager
-from scheduler.policy import FcfsPolicy
+from scheduler.policy import Policy, make_policy
+from scheduler.predictor import OutputLengthPredictor
 from scheduler.request_state import RequestState, RequestStatus
+from scheduler.shadow import ShadowAdmission
 from scheduler.step_builder import StepBuilder
 from stages.messages import GenerateRequest, SampledToken, StepBatch, StepResult, TokenEvent
 
-OVERLOADED = "overloaded"  # add_request's answer when the queue is full: the caller answers 503
+__all__ = ["OVERLOADED", "Scheduler"]
 
 
 class Scheduler:
-    def __init__(self, config: SchedulerConfig, policy: FcfsPolicy | None = None) -> None:
+    def __init__(self, config: SchedulerConfig, policy: Policy | None = None) -> None:
         self.config = config
         self.kv = KVManager(config)
-        self.policy = policy or FcfsPolicy(config)
+        self.policy = policy or make_policy(config)
+        self.predictor = OutputLengthPredictor(config.prior_output_tokens)
+        self.shadow = ShadowAdmission(config, self.kv, self.predictor)
         self.requests: dict[str, RequestState] = {}  # live (not finished) requests
         self.waiting: deque[RequestState] = deque()
         self.running: list[RequestState] = []  # sorted by arrival_seq
         self.num_preemptions = 0
+        self.num_admitted_by_lane = {"short": 0, "long": 0}  # first admissions
         self._next_arrival = 0
         self._next_step_id = 0
         self._finished_ids: list[str] = []  # ended since the last batch, known to the GPU stage
 
     # -- arrivals and aborts -----------------------------------------------------------------
     def add_request(self, req: GenerateRequest) -> str | None:
-        """Queue a request; or say why not: OVERLOADED (503), anything else is the client's (400)."""
-        error = self._admission_error(req)
+        """Queue a request and shadow it (claim its KV footprint, or wait for room); or say why
+        not: OVERLOADED (503), anything else is the client's (400)."""
+        error = admission_error(self.config, req, req.request_id in self.requests,
+                                len(self.running), len(self.waiting))
         if error is not None:
             return error
         state = RequestState(req, self._next_arrival)
@@ -50,29 +59,18 @@ class Scheduler:
         self.requests[req.request_id] = state
         self.waiting.append(state)
         req.trace.mark("queued")
+        self._shadow(state)
         return None
 
-    def _admission_error(self, req: GenerateRequest) -> str | None:
-        num_prompt, max_tokens = len(req.prompt_token_ids), req.params.max_tokens
-        if num_prompt == 0:
-            return "the prompt is empty"
-        if max_tokens < 1:
-            return f"max_tokens must be at least 1, got {max_tokens}"
-        if num_prompt + max_tokens > self.config.max_model_len:
-            return (f"context_length_exceeded: {num_prompt} prompt tokens + {max_tokens} max_tokens "
-                    f"exceed the context window of {self.config.max_model_len} tokens")
-        num_blocks = self.kv.footprint_blocks(num_prompt, max_tokens)
-        if num_blocks > self.config.num_usable_blocks:
-            return (f"the request needs {num_blocks} KV blocks ({num_prompt} prompt tokens + "
-                    f"{max_tokens} max_tokens) but the KV cache holds {self.config.num_usable_blocks}")
-        if req.request_id in self.requests:
-            return f"request id {req.request_id!r} is already in use"
-        # Arrivals that a free running seat will take at the next step are not "queued": the
-        # bound holds whatever the stage's timing (a burst lands before any schedule()).
-        free_seats = max(0, self.config.max_num_seqs - len(self.running))
-        if len(self.waiting) >= self.config.max_queued + free_seats:
-            return OVERLOADED
-        return None
+    def _shadow(self, req: RequestState) -> None:
+        hits = self.kv.find_prefix(req)
+        self.policy.on_queued(req, req.num_tokens - len(hits) * self.config.block_size, self._next_step_id)
+        self.shadow.on_queued(req, hits)
+
+    def reclaim(self, max_blocks: int | None = None) -> int:
+        """Evict up to `max_blocks` cold cached blocks that claims will need; the stage calls it
+        between bursts (e.g. while a step runs on the GPU) so that no admission evicts inline."""
+        return self.shadow.reclaim(max_blocks)
 
     def abort(self, request_id: str, reason: str = "abort", error: str | None = None) -> TokenEvent | None:
         """End a live request from any state, freeing its blocks; None if it is not live (unknown,
@@ -95,67 +93,95 @@ class Scheduler:
 
     # -- one step ----------------------------------------------------------------------------
     def schedule(self) -> StepBatch | None:
-        """The next step, or None when nothing can run (finished ids then ride the next batch)."""
+        """The next step, or None when nothing can run (finished ids then ride the next batch).
+        Walks the policy's order under the token budget: running requests get their chunk
+        (preempting if short of blocks), waiting ones are admitted if the shadow allows."""
+        self.shadow.grant_pending()
+        self.shadow.reclaim()  # what the stage has not reclaimed yet: before any admission
         step = StepBuilder(self._next_step_id, self.config.max_num_batched_tokens)
-        self._schedule_running(step)
-        # Blocks just taken back by preemption are not handed to the queue in the same step (the
-        # running requests needed them), unless the step would otherwise be empty.
-        if step.num_preempted == 0 or not step.chunks:
-            self._schedule_waiting(step)
+        admitting = len(self.running) < self.config.max_num_seqs
+        for req in self.policy.order(self.running, list(self.waiting) if admitting else [], step.step_id):
+            if step.budget_left <= 0:
+                break
+            if req.status is RequestStatus.RUNNING:
+                if req.in_flight_step is None:
+                    self._schedule_running(req, step)
+            elif (not admitting or req.request_id in step.preempted_ids
+                  or not self.shadow.admissible(req)):
+                continue
+            elif step.num_preempted and step.chunks:
+                continue  # blocks just taken back by preemption go to the running batch, not the queue
+            elif not self._try_admit(req, step) and self.policy.blocks_queue(req):
+                admitting = False  # admit nobody behind it; running requests still get served
+        self.shadow.enforce(self.waiting, self.running)
         if not step.chunks:
             return None
         self._next_step_id += 1
         finished, self._finished_ids = self._finished_ids, []
         return step.build(finished)
 
-    def _schedule_running(self, step: StepBuilder) -> None:
-        """Running requests first, oldest first: decodes take 1 token, unfinished prefills a chunk.
-        A request short of blocks preempts the newest running request until it fits."""
-        i = 0
-        while i < len(self.running) and step.budget_left > 0:
-            req = self.running[i]
-            if req.in_flight_step is not None:
-                i += 1
-                continue
-            # Not in flight, so its last result is in: a running request always lacks a token.
-            assert req.num_uncomputed_tokens > 0, req
-            num_new = self.policy.chunk_size(req, req.num_uncomputed_tokens, step.budget_left)
-            while not self.kv.grow(req, req.num_computed_tokens + num_new):
-                victim = self.policy.pick_victim(self.running)
-                assert victim is not None  # req itself is a candidate
-                self._preempt(victim)
-                step.num_preempted += 1
-                if victim is req:
-                    break
-            if req.status is RequestStatus.RUNNING:
-                # Victims are never before i: everything there is in flight (pick_victim skips it).
-                step.add(req, num_new)
-                i += 1
+    def _schedule_running(self, req: RequestState, step: StepBuilder) -> None:
+        """A decode takes 1 token, an unfinished prefill a chunk, shrunk to the blocks there are;
+        if not even one token fits, preempt the policy's victim until it does."""
+        # Not in flight, so its last result is in: a running request always lacks a token.
+        assert req.num_uncomputed_tokens > 0, req
+        num_new = self.policy.chunk_size(req, req.num_uncomputed_tokens, step.budget_left)
+        if num_new > 1:
+            num_room = (len(req.block_ids) + self.kv.pool.num_allocatable) * self.config.block_size
+            num_new = max(1, min(num_new, num_room - req.num_computed_tokens))
+        while not self._grow(req, req.num_computed_tokens + num_new):
+            victim = self.policy.pick_victim(self.running)
+            assert victim is not None  # req itself is a candidate
+            self._preempt(victim, step)
+            if victim is req:
+                return
+        step.add(req, num_new)
 
-    def _schedule_waiting(self, step: StepBuilder) -> None:
-        """Admit from the queue's head, in order, while budget, seats and blocks allow."""
-        while self.waiting and step.budget_left > 0 and len(self.running) < self.config.max_num_seqs:
-            req = self.waiting[0]
-            hits = self.kv.find_prefix(req)
-            num_hit_tokens = len(hits) * self.config.block_size
-            num_new = self.policy.chunk_size(req, req.num_tokens - num_hit_tokens, step.budget_left)
-            if not self.kv.can_admit(hits, num_hit_tokens + num_new):
-                return  # FCFS: the head waits for room; nobody overtakes it
-            self.waiting.popleft()
-            self.kv.admit(req, hits, num_hit_tokens + num_new)
-            req.status = RequestStatus.RUNNING
-            bisect.insort(self.running, req, key=lambda r: r.arrival_seq)
-            step.add(req, num_new)
+    def _try_admit(self, req: RequestState, step: StepBuilder) -> bool:
+        """Admit a waiting request with its first chunk (after prefix hits) if seats and blocks allow."""
+        if len(self.running) >= self.config.max_num_seqs:
+            return False
+        hits = self.kv.find_prefix(req)
+        num_hit_tokens = len(hits) * self.config.block_size
+        num_new = self.policy.chunk_size(req, req.num_tokens - num_hit_tokens, step.budget_left)
+        num_prompt_blocks = self.config.blocks_for(req.num_tokens) - len(hits)
+        if not self.kv.can_admit(hits, num_hit_tokens + num_new) or not self.policy.can_start(
+                req, num_prompt_blocks, self.kv.pool.num_allocatable, self.running):
+            return False
+        num_before = self.kv.pool.num_allocatable
+        self.kv.admit(req, hits, num_hit_tokens + num_new)
+        self.shadow.consume(req, num_before - self.kv.pool.num_allocatable)
+        self.waiting.remove(req)
+        if not req.was_scheduled:
+            self.num_admitted_by_lane["long" if req.is_long else "short"] += 1
+        req.status = RequestStatus.RUNNING
+        bisect.insort(self.running, req, key=lambda r: r.arrival_seq)
+        step.add(req, num_new)
+        return True
 
-    def _preempt(self, req: RequestState) -> None:
-        """Recompute preemption: drop the KV, keep the tokens; back to the queue's front."""
+    def _grow(self, req: RequestState, num_total_tokens: int) -> bool:
+        if self.config.blocks_for(num_total_tokens) <= len(req.block_ids):
+            return True  # most decode steps: the last block has room
+        num_before = self.kv.pool.num_allocatable
+        if not self.kv.grow(req, num_total_tokens):
+            return False
+        self.shadow.consume(req, num_before - self.kv.pool.num_allocatable)
+        return True
+
+    def _preempt(self, req: RequestState, step: StepBuilder) -> None:
+        """Recompute preemption: drop the KV, keep the tokens; back to the queue's front, shadowed
+        again (its claim is recomputed for what it still needs)."""
         self.running.remove(req)
         self.kv.free(req)
+        self.shadow.release(req)
         req.num_computed_tokens = 0
         req.status = RequestStatus.PREEMPTED
         req.num_preemptions += 1
         self.num_preemptions += 1
+        step.num_preempted += 1
+        step.preempted_ids.add(req.request_id)
         self.waiting.appendleft(req)
+        self._shadow(req)
 
     # -- results -----------------------------------------------------------------------------
     def update(self, batch: StepBatch, result: StepResult) -> list[TokenEvent]:
@@ -195,12 +221,16 @@ class Scheduler:
         return self._event(req, [token.token_id], token if req.params.logprobs is not None else None)
 
     def _retire(self, req: RequestState, reason: str, error: str | None) -> None:
-        """The one exit: out of its queue, blocks freed once, forgotten."""
+        """The one exit: out of its queue, blocks and claim freed once, forgotten. Natural ends
+        teach the output-length predictor."""
         if req.status is RequestStatus.RUNNING:
             self.running.remove(req)
         else:
             self.waiting.remove(req)
         self.kv.free(req)
+        self.shadow.release(req)
+        if reason in ("stop", "length"):
+            self.predictor.observe(req.params.max_tokens, req.num_output_tokens)
         req.status = RequestStatus.FINISHED
         req.finish_reason, req.error = reason, error
         req.in_flight_step, req.num_in_flight_tokens = None, 0

@@ -18,6 +18,7 @@ from stages.stage import Stage
 log = logging.getLogger("ttft.scheduler")
 
 SchedulerMessage = Union[GenerateRequest, Abort, StepResult]
+RECLAIM_BLOCKS_PER_STEP = 256
 
 
 class SchedulerStage(Stage[SchedulerMessage]):
@@ -92,6 +93,9 @@ class SchedulerStage(Stage[SchedulerMessage]):
             batch = self.scheduler.schedule()
             if batch is not None:
                 self._charge(batch, time.perf_counter_ns() - t0)
+                # While the model runs this step, evict cold cached blocks that waiting
+                # reservations need, so that admission never pays for it.
+                self.scheduler.reclaim(max_blocks=RECLAIM_BLOCKS_PER_STEP)
                 self.in_flight = batch
                 self.num_steps += 1
                 self._step_sent_ns = time.perf_counter_ns()

@@ -12,6 +12,7 @@ class StepBuilder:
         self.chunks: list[ScheduledChunk] = []
         self.new_requests: list[NewRequestData] = []
         self.num_preempted = 0
+        self.preempted_ids: set[str] = set()  # preempted during this step: not readmitted in it
 
     def add(self, req: RequestState, num_tokens: int) -> None:
         """Schedule positions [computed, computed + num_tokens) of `req`; its blocks cover them."""

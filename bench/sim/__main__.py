@@ -36,7 +36,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--max-num-batched-tokens", type=int, default=SimConfig.max_num_batched_tokens)
     p.add_argument("--max-num-seqs", type=int, default=SimConfig.max_num_seqs)
     p.add_argument("--long-prefill-threshold", type=int, default=None,
-                   help="chunk cap / lane boundary (default: 0 for fcfs as in vLLM, 2048 for lanes)")
+                   help="chunk cap / lane boundary (default: 0 for fcfs as in vLLM, 4096 for lanes)")
     p.add_argument("--no-prefix-caching", action="store_true")
     p.add_argument("--json", action="store_true", help="print one JSON line, last on stdout")
     return p.parse_args(argv)

@@ -24,7 +24,7 @@ def summarize(res: SimResult) -> dict[str, object]:
     recs = list(res.records.values())
     ttft = {kind: [r.first_token_s - r.arrival_s for r in recs if r.kind == kind and r.first_token_s is not None]
             for kind in ("short", "long")}
-    e2e = [r.finish_s - r.arrival_s for r in recs if r.finish_s is not None]
+    e2e = [r.finish_s - r.arrival_s for r in recs if r.finish_s is not None and r.finish_reason != "rejected"]
     start_s = min((r.arrival_s for r in recs), default=0.0)
     span_s = max(res.end_s - start_s, 1e-12)
     num_output = sum(r.num_output_tokens for r in recs)
@@ -44,7 +44,8 @@ def summarize(res: SimResult) -> dict[str, object]:
         "num_requests": len(recs),
         "num_short": len(ttft["short"]),
         "num_long": len(ttft["long"]),
-        "num_finished": sum(r.finish_reason is not None for r in recs),
+        "num_finished": sum(r.finish_reason in ("stop", "length") for r in recs),
+        "num_rejected": sum(r.finish_reason == "rejected" for r in recs),
         "num_output_tokens": num_output,
         "num_scheduled_tokens": res.num_scheduled_tokens,
         "num_steps": res.num_steps,

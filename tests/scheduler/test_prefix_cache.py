@@ -17,8 +17,12 @@ def make_req(rid: str, prompt: list[int], max_tokens: int = 1, salt: str | None 
                            cache_salt=salt)
 
 
-def make_sched(num_blocks: int = 32, caching: bool = True) -> Scheduler:
-    return Scheduler(SchedulerConfig(num_blocks=num_blocks, block_size=4, enable_prefix_caching=caching))
+def make_sched(num_blocks: int = 32, caching: bool = True, **kw: object) -> Scheduler:
+    """FCFS with plain admission unless a test asks otherwise: exact block ids and eviction order."""
+    kw.setdefault("policy", "fcfs")
+    kw.setdefault("shadow", False)
+    return Scheduler(SchedulerConfig(num_blocks=num_blocks, block_size=4, enable_prefix_caching=caching,
+                                     **kw))
 
 
 def run_step(s: Scheduler) -> tuple[StepBatch, list[TokenEvent]]:

@@ -21,7 +21,11 @@ def make_req(rid: str, prompt: int | list[int], max_tokens: int = 4, **params: o
 
 
 def make_sched(num_blocks: int = 64, block_size: int = 4, **kw: object) -> Scheduler:
+    """These tests pin the issue-2 behaviour: FCFS order and plain admission (no arrival-time
+    reservation). Lanes and shadowing have their own tests (test_lanes.py, test_shadow.py)."""
     kw.setdefault("eos_token_ids", frozenset({EOS}))
+    kw.setdefault("policy", "fcfs")
+    kw.setdefault("shadow", False)
     return Scheduler(SchedulerConfig(num_blocks=num_blocks, block_size=block_size, **kw))
 
 

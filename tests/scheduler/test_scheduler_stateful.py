@@ -1,5 +1,7 @@
-"""Hypothesis state machine over the Scheduler: random arrivals, steps, aborts at any moment (also
-while a step is in flight), per-request failures, EOS, and a pool small enough to force preemption.
+"""Hypothesis state machine over the Scheduler: random arrivals (with priorities, so with shadowing
+on: claims, waits for room, bypasses), steps, aborts at any moment (also while a step is in flight),
+per-request failures, EOS, reclaims of cached blocks, and a pool small enough to force preemption
+and revoked claims. Each example draws the policy (fcfs | lanes) and shadowing (on | off).
 
 The fake GPU keeps a paged KV store: each chunk writes its tokens into the slots its block table
 names, and first verifies that every earlier position already holds the request's own token there.
@@ -9,7 +11,7 @@ from __future__ import annotations
 
 from hypothesis import event, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from scheduler.config import SchedulerConfig
 from scheduler.scheduler import OVERLOADED, Scheduler
@@ -28,28 +30,40 @@ class SchedulerMachine(RuleBasedStateMachine):
 
     def __init__(self) -> None:
         super().__init__()
-        self.s = Scheduler(SchedulerConfig(
-            num_blocks=9, block_size=BLOCK, max_num_seqs=3, max_num_batched_tokens=6,
-            max_model_len=14, max_queued=4, long_prefill_threshold=4,
-            enable_prefix_caching=self.caching, eos_token_ids=frozenset({EOS})))
         self.kv: dict[tuple[int, int], int] = {}  # (block, slot) -> token id written there
         self.num_added = 0
         self.ends: dict[str, TokenEvent] = {}  # request id -> its one finishing event
         self.outputs: dict[str, list[int]] = {}
         self.in_flight: StepBatch | None = None
 
+    @initialize(policy=st.sampled_from(["fcfs", "lanes"]), shadow=st.booleans(),
+                aging_steps=st.integers(1, 6), max_bypasses=st.integers(0, 3),
+                prior=st.integers(1, 6))
+    def configure(self, policy: str, shadow: bool, aging_steps: int, max_bypasses: int,
+                  prior: int) -> None:
+        self.s = Scheduler(SchedulerConfig(
+            num_blocks=9, block_size=BLOCK, max_num_seqs=3, max_num_batched_tokens=6,
+            max_model_len=14, max_queued=4, long_prefill_threshold=4,
+            enable_prefix_caching=self.caching, eos_token_ids=frozenset({EOS}),
+            policy=policy, shadow=shadow, aging_steps=aging_steps,
+            max_reservation_bypasses=max_bypasses, prior_output_tokens=prior))
+        event(f"{policy} shadow={shadow}")
+
     # -- rules ---------------------------------------------------------------------------------
     @rule(prefix=st.integers(0, len(PREFIXES)), tail=st.lists(st.integers(40, 60), max_size=5),
-          max_tokens=st.integers(1, 6), salt=st.sampled_from([None, None, "s"]))
-    def add(self, prefix: int, tail: list[int], max_tokens: int, salt: str | None) -> None:
+          max_tokens=st.integers(1, 6), salt=st.sampled_from([None, None, "s"]),
+          priority=st.sampled_from([0, 0, 0, -1, 1]))
+    def add(self, prefix: int, tail: list[int], max_tokens: int, salt: str | None, priority: int) -> None:
         prompt = (PREFIXES[prefix] if prefix < len(PREFIXES) else []) + tail
         rid = f"r{self.num_added}"
         self.num_added += 1
         req = GenerateRequest(rid, prompt, SamplingParams(max_tokens=max_tokens), RequestTrace(rid),
-                              cache_salt=salt)
+                              cache_salt=salt, priority=priority)
         err = self.s.add_request(req)
         if err is None:
             self.outputs[rid] = []
+            if self.s.shadow.pending and self.s.shadow.pending[-1] is self.s.requests[rid]:
+                event("waits for room")
         else:
             assert err == OVERLOADED or not prompt or len(prompt) + max_tokens > 14 or "KV" in err
         self.s.check()
@@ -64,6 +78,8 @@ class SchedulerMachine(RuleBasedStateMachine):
             return
         if self.s.num_preemptions:
             event("preempted")
+        if self.s.shadow.num_revoked:
+            event("claim revoked")
         for chunk in self.in_flight.chunks:
             if chunk.start_pos > 0 and chunk.request_id in [n.request_id for n in self.in_flight.new_requests]:
                 event("prefix hit")
@@ -96,6 +112,15 @@ class SchedulerMachine(RuleBasedStateMachine):
         assert self.s.abort(rid, reason) is None  # idempotent
         self.s.check()
 
+    @rule(max_blocks=st.sampled_from([None, 0, 1, 3]))
+    def reclaim(self, max_blocks: int | None) -> None:
+        num_cached = self.s.kv.pool.num_cached
+        num = self.s.reclaim(max_blocks)
+        assert 0 <= num <= num_cached and (max_blocks is None or num <= max_blocks)
+        if num:
+            event("reclaimed")
+        self.s.check()
+
     @rule(i=st.integers(0, 50))
     def abort_unknown_or_finished(self, i: int) -> None:
         done = sorted(self.ends)
@@ -118,6 +143,11 @@ class SchedulerMachine(RuleBasedStateMachine):
             if self.s.kv.pool.ref_counts[block] > 1:
                 assert prev == tok
             self.kv[(block, pos % BLOCK)] = tok
+        # Any reclaim this request's claim waited for finished before it was admitted.
+        info = state.request.trace.info["shadow"]
+        assert not state.awaiting_reclaim
+        if "reclaim_done_ns" in info and state.num_preemptions == 0:
+            assert info["reclaim_done_ns"] <= state.request.trace.marks_ns["first_scheduled"]
 
     def _record(self, events: list[TokenEvent]) -> None:
         for ev in events:
@@ -130,7 +160,7 @@ class SchedulerMachine(RuleBasedStateMachine):
     @invariant()
     def idle_means_nothing_used(self) -> None:
         if self.s.is_idle():
-            assert self.s.kv.pool.num_used == 0
+            assert self.s.kv.pool.num_used == 0 and self.s.shadow.num_reserved == 0
             assert self.s.kv.pool.num_free + self.s.kv.pool.num_cached == 8
 
     def teardown(self) -> None:
