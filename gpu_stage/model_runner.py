@@ -1,27 +1,43 @@
-"""ModelRunner: executes one StepBatch (build inputs, forward, sample) and keeps per-request state.
+"""ModelRunner: executes one StepBatch (stage inputs, forward, sample) and keeps per-request state.
 
 It owns the model, the KV pool and what the sampler needs per request (prompt + output ids for
 penalties, a private random generator for seeded sampling). Synchronous: the GpuStage calls
 `execute` from its worker thread. An exception in the forward propagates (the step failed: the
 engine is broken); a failure while sampling one request only fails that request.
+
+A step, on CPU and GPU alike: the sampled rows are looked up and their uniforms drawn first; the
+integer inputs and sampling parameters are packed into one pinned buffer and copied once
+(StepInputs); the forward runs as a CUDA graph replay when the step fits a captured shape
+(CudaGraphRunner), eagerly otherwise; the sampler ends with the step's one device-to-host copy.
+On CUDA the constructor also sizes the KV pool from a memory profile when `num_blocks` is None,
+compiles the kernels and captures the graphs, so a constructed runner is ready to serve.
 """
 from __future__ import annotations
 
+import logging
 import random
 import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Sequence
 
 import torch
 
-from gpu_stage.attention.metadata import build_metadata
+from gpu_stage.attention import get_attention_backend
 from gpu_stage.cpu_malloc import keep_freed_memory
-from gpu_stage.kv_cache import KvCache
+from gpu_stage.cuda_graphs import PREFILL_BUCKETS, CudaGraphRunner
+from gpu_stage.kv_cache import KvCache, blocks_for_memory
+from gpu_stage.layer_ops import get_layer_ops
+from gpu_stage.memory_profile import profile_step
 from gpu_stage.model.llama import LlamaForCausalLM
 from gpu_stage.model_source import ModelSource
-from gpu_stage.sampler import Sampler, SamplingRow
-from stages.messages import NewRequestData, SampledToken, StepBatch, StepResult
+from gpu_stage.sampler import Sampler, SamplingRow, SamplingTensors, draw_uniforms
+from gpu_stage.step_inputs import StagedStep, StepInputs
+from stages.messages import NewRequestData, SampledToken, ScheduledChunk, StepBatch, StepResult
 from stages.sampling import SamplingParams
+
+log = logging.getLogger("ttft.gpu")
+
+GRAPH_RESERVE_BYTES = 1 << 30  # kept out of the KV pool for the CUDA graph pool (measured: logged)
 
 
 @dataclass
@@ -38,30 +54,59 @@ class ModelRunner:
         source: ModelSource,
         device: torch.device | str,
         dtype: torch.dtype,
-        num_blocks: int,
+        num_blocks: int | None,  # None (CUDA only): size the pool from a memory profile
         block_size: int,
         max_num_batched_tokens: int,
         max_num_seqs: int,
         seed: int | None = None,  # seeds the generators of requests that carry no seed
+        attention_backend: str = "torch",  # "torch" | "triton" (kernels for norms/rope/act too)
+        enforce_eager: bool = False,  # no CUDA graphs
+        gpu_memory_utilization: float = 0.9,
+        max_model_len: int | None = None,  # longest sequence (block-table width); default: the model's
+        graph_reserve_bytes: int = GRAPH_RESERVE_BYTES,
+        prefill_graph_sizes: Sequence[int] = PREFILL_BUCKETS,
     ) -> None:
         self.config = source.config
         self.device = torch.device(device)
+        if self.device.type == "cuda" and self.device.index is None:
+            self.device = torch.device("cuda", torch.cuda.current_device())
         self.dtype = dtype
         self.block_size = block_size
         self.max_num_batched_tokens = max_num_batched_tokens
         self.max_num_seqs = max_num_seqs
-        if self.device.type == "cpu":
+        self.max_model_len = max_model_len or self.config.max_position_embeddings
+        self.attention_backend = attention_backend
+        cuda = self.device.type == "cuda"
+        if not cuda:
             keep_freed_memory()  # no page faults per layer on the CPU path (see cpu_malloc)
-        self.model = LlamaForCausalLM(self.config, self.device, dtype)
+        attention = get_attention_backend(attention_backend)
+        self.model = LlamaForCausalLM(self.config, self.device, dtype, attention, get_layer_ops(attention_backend))
         self.model.load_weights(source.weights(self.device, dtype))
-        self.kv_cache = KvCache(self.config, num_blocks, block_size, self.device, dtype)
         self.sampler = Sampler(source.tokenizer.eos_token_ids)
+        self.inputs = StepInputs(max_num_batched_tokens, max_num_seqs, -(-self.max_model_len // block_size),
+                                 block_size, self.device)
         self.requests: dict[str, RequestState] = {}
         self._seed_source = random.Random(seed)
         # Test hooks: raise from the first to fail the whole step, from the second (called with
         # each sampled request's id) to fail that request only.
         self.fault_injector: Callable[[StepBatch], None] | None = None
         self.request_fault_injector: Callable[[str], None] | None = None
+        use_graphs = cuda and not enforce_eager
+        if use_graphs and attention_backend != "triton":
+            log.warning("CUDA graphs need --attention-backend triton; running eagerly")
+            use_graphs = False
+        if num_blocks is None:
+            if not cuda:
+                raise ValueError("num_blocks is required on CPU (the memory profile is CUDA only)")
+            num_blocks = self._profile_num_blocks(gpu_memory_utilization, graph_reserve_bytes if use_graphs else 0)
+        self.kv_cache = KvCache(self.config, num_blocks, block_size, self.device, dtype)
+        self.graphs: CudaGraphRunner | None = None
+        if cuda:
+            self.warmup()
+        if use_graphs:
+            self.graphs = CudaGraphRunner(self.model, self.kv_cache, self.inputs, max_num_seqs,
+                                          max_num_batched_tokens, self.max_model_len, prefill_graph_sizes)
+            self.graphs.capture()
 
     @torch.inference_mode()
     def execute(self, batch: StepBatch) -> StepResult:
@@ -75,24 +120,48 @@ class ModelRunner:
             self.requests[new.request_id] = self._new_state(new)
         result = StepResult(batch.step_id, [])
         if batch.chunks:
-            logits = self._forward(batch)  # [num_sampled_chunks, vocab]
-            self._sample(batch, logits, result)
+            rows, logit_rows, request_ids = self._sampling_rows(batch, result)
+            shape = self.graphs.shape_for(batch.chunks) if self.graphs is not None else None
+            staged = self.inputs.stage(batch.chunks, rows, draw_uniforms(rows), self.config.vocab_size, shape)
+            logits = self.graphs.replay(shape) if shape is not None else self._forward(staged, self.kv_cache)
+            if rows:
+                if shape is None or not shape.decode:  # logits has one row per sampled chunk
+                    rank = _sampled_rank(batch.chunks)
+                    logit_rows = [rank[i] for i in logit_rows]
+                self._sample(logits, logit_rows, rows, request_ids, staged.sampling, result)
         result.duration_ns = time.perf_counter_ns() - t0
         return result
 
     def warmup(self, num_tokens: int = 16) -> None:
-        """One prefill and one decode step over the first blocks, before any request owns them."""
+        """Prefill and decode steps over the first blocks, before any request owns them: compiles
+        the kernels of the eager path (on CUDA with Triton, every decode split count)."""
         num_blocks = -(-(num_tokens + 1) // self.block_size)
         if num_blocks > self.kv_cache.num_blocks:
             return
         table = list(range(num_blocks))
-        ids = [0] * num_tokens
+        steps = [[ScheduledChunk("w", [0] * num_tokens, 0, table, True)],
+                 [ScheduledChunk("w", [0], num_tokens, table, True)]]
+        if self.device.type == "cuda":  # Triton specialises integer arguments equal to 1: several sequences too
+            steps.append([ScheduledChunk(f"w{i}", [0] * 3, 0, table, True) for i in range(2)])
+        rows = [SamplingRow(SamplingParams(temperature=0.0), [], [], None)]
         with torch.inference_mode():
-            for start, chunk_ids in ((0, ids), (num_tokens, [0])):
-                meta = build_metadata([len(chunk_ids)], [start + len(chunk_ids)], [table], self.block_size, self.device)
-                input_ids = torch.tensor(chunk_ids, device=self.device)
-                last = torch.tensor([len(chunk_ids) - 1], device=self.device)
-                self.model(input_ids, meta.positions, self.kv_cache, meta, last)
+            for chunks in steps:
+                staged = self.inputs.stage(chunks, rows * len(chunks), [0.0] * len(chunks), self.config.vocab_size)
+                self.sampler(self._forward(staged, self.kv_cache), rows * len(chunks), staged.sampling)
+            if self.device.type == "cuda" and self.attention_backend == "triton":
+                from gpu_stage.kernels.decode_attention import MAX_SPLITS
+
+                splits = 1
+                while splits <= MAX_SPLITS:
+                    staged = self.inputs.stage(steps[1], vocab_size=self.config.vocab_size)
+                    staged.meta.decode_num_splits = splits
+                    self._forward(staged, self.kv_cache)
+                    splits *= 2
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+    def _forward(self, staged: StagedStep, kv_cache: KvCache) -> torch.Tensor:
+        return self.model(staged.input_ids, staged.positions, kv_cache, staged.meta, staged.logits_indices)
 
     def _new_state(self, new: NewRequestData) -> RequestState:
         seed = new.params.seed if new.params.seed is not None else self._seed_source.getrandbits(63)
@@ -101,36 +170,25 @@ class ModelRunner:
         return RequestState(new.params, list(new.prompt_token_ids), [], generator)
 
     def _check_limits(self, batch: StepBatch) -> None:
-        """The scheduler's promises; checked before any state changes (buffers will rely on them)."""
+        """The scheduler's promises; checked before any state changes (buffers rely on them)."""
         num_seqs, num_tokens = len(batch.chunks), batch.num_tokens
         if num_seqs > self.max_num_seqs or num_tokens > self.max_num_batched_tokens:
             raise RuntimeError(
                 f"step {batch.step_id} has {num_seqs} sequences / {num_tokens} tokens, over the "
                 f"limits {self.max_num_seqs} / {self.max_num_batched_tokens}"
             )
+        longest = max((c.start_pos + len(c.token_ids) for c in batch.chunks), default=0)
+        if longest > self.max_model_len:
+            raise RuntimeError(
+                f"step {batch.step_id} has a sequence of {longest} tokens, over max_model_len {self.max_model_len}"
+            )
 
-    def _forward(self, batch: StepBatch) -> torch.Tensor:
-        chunks = batch.chunks
-        query_lens = [len(c.token_ids) for c in chunks]
-        seq_lens = [c.start_pos + len(c.token_ids) for c in chunks]
-        meta = build_metadata(query_lens, seq_lens, [c.block_table for c in chunks], self.block_size, self.device)
-        flat_ids = [t for c in chunks for t in c.token_ids]
-        input_ids = torch.tensor(flat_ids, dtype=torch.int64, device=self.device)  # [T]
-        ends, last_rows = 0, []
-        for chunk, n in zip(chunks, query_lens):
-            ends += n
-            if chunk.sample:
-                last_rows.append(ends - 1)
-        if not last_rows:
-            # Nothing to sample (all chunks are partial prefills): still fill the cache.
-            last_rows = [0]
-        logits_indices = torch.tensor(last_rows, dtype=torch.int64, device=self.device)  # [S]
-        logits = self.model(input_ids, meta.positions, self.kv_cache, meta, logits_indices)
-        return logits if any(c.sample for c in chunks) else logits[:0]
-
-    def _sample(self, batch: StepBatch, logits: torch.Tensor, result: StepResult) -> None:
-        rows, row_logits, request_ids = [], [], []
-        for i, chunk in enumerate(c for c in batch.chunks if c.sample):
+    def _sampling_rows(self, batch: StepBatch, result: StepResult) -> tuple[list[SamplingRow], list[int], list[str]]:
+        """Rows to sample (requests known and not failed by the test hook) and their chunk index."""
+        rows, chunk_index, request_ids = [], [], []
+        for i, chunk in enumerate(batch.chunks):
+            if not chunk.sample:
+                continue
             try:
                 state = self.requests.get(chunk.request_id)
                 if state is None:
@@ -141,20 +199,26 @@ class ModelRunner:
                 result.failed[chunk.request_id] = f"{type(exc).__name__}: {exc}"
                 continue
             rows.append(SamplingRow(state.params, state.prompt_token_ids, state.output_token_ids, state.generator))
-            row_logits.append(i)
+            chunk_index.append(i)
             request_ids.append(chunk.request_id)
-        if not rows:
-            return
-        logits = logits[torch.tensor(row_logits, device=logits.device)]
+        return rows, chunk_index, request_ids
+
+    def _sample(self, logits: torch.Tensor, logit_rows: list[int], rows: list[SamplingRow], request_ids: list[str],
+                tensors: SamplingTensors | None, result: StepResult) -> None:
+        if logit_rows == list(range(len(rows))):
+            logits = logits[: len(rows)]
+        else:  # a failed request or an unsampled chunk in between: gather (rare)
+            logits = logits[torch.tensor(logit_rows, device=logits.device)]
         try:
-            outputs = [self.sampler(logits, rows)]
+            outputs = [self.sampler(logits, rows, tensors)]
             groups = [list(range(len(rows)))]
         except Exception:
             # Find the culprit: sample each row alone; only the rows that still fail are failed.
             outputs, groups = [], []
             for j in range(len(rows)):
                 try:
-                    outputs.append(self.sampler(logits[j : j + 1], rows[j : j + 1]))
+                    one = tensors.select(j) if tensors is not None else None
+                    outputs.append(self.sampler(logits[j : j + 1], rows[j : j + 1], one))
                     groups.append([j])
                 except Exception as exc:
                     result.failed[request_ids[j]] = f"sampling failed: {type(exc).__name__}: {exc}"
@@ -167,3 +231,40 @@ class ModelRunner:
                 token_id = out.token_ids[k]
                 rows[j].output_token_ids.append(token_id)
                 result.sampled.append(SampledToken(request_id, token_id, out.logprobs[k], out.top_logprobs[k]))
+
+    def _profile_num_blocks(self, utilization: float, graph_reserve_bytes: int) -> int:
+        """Run the largest step against a temporary pool; the KV pool gets what is left."""
+        num_tokens = self.max_num_batched_tokens
+        num_seqs = min(self.max_num_seqs, num_tokens)
+        lens = [num_tokens // num_seqs + (i < num_tokens % num_seqs) for i in range(num_seqs)]
+        chunks, next_block = [], 1
+        for i, n in enumerate(lens):
+            width = -(-n // self.block_size)
+            table = list(range(next_block, next_block + width))
+            chunks.append(ScheduledChunk(f"profile{i}", [1 + i % 7] * n, 0, table, True))
+            next_block += width
+        temporary = KvCache(self.config, next_block, self.block_size, self.device, self.dtype)
+        gen = torch.Generator().manual_seed(0)
+        rows = [SamplingRow(SamplingParams(temperature=1.0, top_p=0.9, top_k=50, logprobs=5), [], [], gen)] * num_seqs
+
+        def run() -> None:
+            with torch.inference_mode():
+                staged = self.inputs.stage(chunks, rows, draw_uniforms(rows), self.config.vocab_size)
+                self.sampler(self._forward(staged, temporary), rows, staged.sampling)
+
+        profile = profile_step(run, temporary.num_bytes, utilization, graph_reserve_bytes, self.device)
+        del temporary
+        torch.cuda.empty_cache()
+        num_blocks = blocks_for_memory(self.config, self.block_size, self.dtype, profile.kv_budget_bytes)
+        if num_blocks < 2:
+            raise RuntimeError(f"no room for the KV cache: {profile.summary()}")
+        return num_blocks
+
+
+def _sampled_rank(chunks: Sequence[ScheduledChunk]) -> list[int]:
+    """Chunk index -> its row among the sampled chunks (the eager path's logits rows)."""
+    rank, n = [], 0
+    for chunk in chunks:
+        rank.append(n)
+        n += chunk.sample
+    return rank

@@ -69,17 +69,27 @@ def build_model(cfg: EngineConfig) -> BuiltModel:
         torch.set_num_threads(cfg.cpu_threads)
     dtype = DTYPES[cfg.resolved_dtype()]
     source = load_model_source(cfg.model, seed=cfg.seed)
-    kv_gb = cfg.kv_cache_gb if cfg.kv_cache_gb is not None else DEFAULT_CPU_KV_GB
-    num_blocks = cfg.num_kv_blocks or blocks_for_memory(
-        source.config, cfg.block_size, dtype, int(kv_gb * 2**30))
-    if num_blocks < 2:
-        raise StartupError(f"--kv-cache-gb {kv_gb} holds fewer than 2 blocks for this model")
-    max_model_len = resolve_max_model_len(
-        cfg.max_model_len, source.config.max_position_embeddings, num_blocks * cfg.block_size
-    )
+    on_gpu = device.type == "cuda"
+    if cfg.num_kv_blocks is not None:
+        num_blocks: int | None = cfg.num_kv_blocks
+    elif cfg.kv_cache_gb is not None or not on_gpu:
+        kv_gb = cfg.kv_cache_gb if cfg.kv_cache_gb is not None else DEFAULT_CPU_KV_GB
+        num_blocks = blocks_for_memory(source.config, cfg.block_size, dtype, int(kv_gb * 2**30))
+    else:
+        num_blocks = None  # the runner sizes the pool from a memory profile (--gpu-memory-utilization)
+    if num_blocks is not None and num_blocks < 2:
+        raise StartupError("the KV cache holds fewer than 2 blocks for this model")
+    backend = cfg.attention_backend if cfg.attention_backend != "auto" else ("triton" if on_gpu else "torch")
     runner = ModelRunner(
         source, device=device, dtype=dtype, num_blocks=num_blocks, block_size=cfg.block_size,
         max_num_batched_tokens=cfg.max_num_batched_tokens, max_num_seqs=cfg.max_num_seqs,
+        attention_backend=backend, enforce_eager=cfg.enforce_eager,
+        gpu_memory_utilization=cfg.gpu_memory_utilization,
+        max_model_len=cfg.max_model_len or source.config.max_position_embeddings,
+    )
+    num_blocks = runner.kv_cache.num_blocks
+    max_model_len = resolve_max_model_len(
+        cfg.max_model_len, source.config.max_position_embeddings, (num_blocks - 1) * cfg.block_size
     )
     install_faults(runner)
     tok = source.tokenizer

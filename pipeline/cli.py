@@ -26,6 +26,9 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kv-cache-gb", type=float, default=None, help="KV pool size (default 1 GiB on CPU)")
     p.add_argument("--num-kv-blocks", type=int, default=None, help="KV pool size in blocks (overrides --kv-cache-gb)")
     p.add_argument("--block-size", type=int, default=d.block_size)
+    p.add_argument("--gpu-memory-utilization", type=float, default=d.gpu_memory_utilization)
+    p.add_argument("--attention-backend", choices=["auto", "triton", "torch"], default=d.attention_backend)
+    p.add_argument("--enforce-eager", action="store_true", help="no CUDA graphs")
     p.add_argument("--max-num-seqs", type=int, default=d.max_num_seqs, help="running requests")
     p.add_argument("--max-num-batched-tokens", type=int, default=d.max_num_batched_tokens, help="per-step token budget")
     p.add_argument("--max-queued", type=int, default=d.max_queued, help="waiting requests; past them: 503")
@@ -55,7 +58,8 @@ def config_from_args(a: argparse.Namespace) -> EngineConfig:
     return EngineConfig(
         model=a.model, served_model_name=a.served_model_name, seed=a.seed, device=a.device,
         dtype=a.dtype, max_model_len=a.max_model_len, kv_cache_gb=a.kv_cache_gb,
-        num_kv_blocks=a.num_kv_blocks,
+        num_kv_blocks=a.num_kv_blocks, gpu_memory_utilization=a.gpu_memory_utilization,
+        attention_backend=a.attention_backend, enforce_eager=a.enforce_eager,
         block_size=a.block_size, max_num_seqs=a.max_num_seqs,
         max_num_batched_tokens=a.max_num_batched_tokens, max_queued=a.max_queued,
         long_prefill_threshold=a.long_prefill_threshold, request_timeout_s=a.request_timeout_s,

@@ -17,6 +17,9 @@ class EngineConfig:
     kv_cache_gb: float | None = None  # default: 1 GiB on CPU
     num_kv_blocks: int | None = None  # overrides kv_cache_gb (tests, reproducible benchmarks)
     block_size: int = 16
+    gpu_memory_utilization: float = 0.9  # GPU: share of device memory for weights, activations, KV
+    attention_backend: str = "auto"  # auto (triton on a GPU, torch on CPU) | triton | torch
+    enforce_eager: bool = False  # no CUDA graphs
     max_num_seqs: int = 64  # running requests
     max_num_batched_tokens: int = 2048  # per-step token budget
     max_queued: int = 1024  # waiting requests; past running + queued: 503

@@ -17,20 +17,23 @@ class AttentionMetadata:
     cu_seqlens_q: torch.Tensor  # [B + 1] int32: query start offsets into the flattened tokens
     seq_lens: torch.Tensor  # [B] int32: context length of each sequence, new tokens included
     block_tables: torch.Tensor  # [B, max_num_blocks] int32, padded with block 0 (never read unmasked)
-    slot_mapping: torch.Tensor  # [T] int64: block_id * block_size + offset of each new token
-    positions: torch.Tensor  # [T] int64: absolute position of each new token
+    slot_mapping: torch.Tensor  # [T] int64 or int32: block_id * block_size + offset of each new token
+    positions: torch.Tensor  # [T] int64 or int32: absolute position of each new token
     max_query_len: int
     max_seq_len: int
     block_size: int
     # Host copies of the per-sequence lengths, so backends can plan without a device sync.
     query_lens_host: list[int] = field(default_factory=list)
     seq_lens_host: list[int] = field(default_factory=list)
-    # The slot of each new token split into (block, offset): the pool is block-first, so a layer's
-    # view is strided across blocks and is indexed with this pair rather than a flat slot.
+    # The slot of each new token split into (block, offset). Optional: build_metadata fills them,
+    # StepInputs does not (backends derive what they need from slot_mapping).
     slot_blocks: torch.Tensor | None = None  # [T] int64
     slot_offsets: torch.Tensor | None = None  # [T] int64
     # Backend-private data computed once per step on first use and reused by every layer.
     backend_plan: Any = None
+    # Split count for split-K decode attention; None lets the backend choose from the batch. Set by
+    # the CUDA graph runner so that a graph's split count depends on its batch bucket only.
+    decode_num_splits: int | None = None
 
     @property
     def num_seqs(self) -> int:

@@ -121,7 +121,8 @@ def _plan(meta: AttentionMetadata, kv_layer: torch.Tensor) -> _Plan:
     block_rows, v_delta = kv_layer.stride(0) // width, kv_layer.stride(1) // width
     query_lens, seq_lens = meta.query_lens_host, meta.seq_lens_host
     tables = meta.block_tables.to(torch.int64) * block_rows  # [B, max_num_blocks]: first row of each block
-    store_k_rows = meta.slot_blocks * block_rows + meta.slot_offsets  # [T]
+    slots = meta.slot_mapping.to(torch.int64)  # [T] (int32 when staged by StepInputs)
+    store_k_rows = slots // block_size * block_rows + slots % block_size  # [T]
     decode_idx = [i for i, n in enumerate(query_lens) if n == 1]
     cu = [0]
     for n in query_lens:

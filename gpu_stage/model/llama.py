@@ -6,6 +6,11 @@ and gate/up into one `gate_up_proj` at load time (two matmuls fewer per layer, l
 lm_head runs only on `logits_indices` (the last token of each sampled sequence), never a whole prompt.
 Arithmetic follows transformers' LlamaForCausalLM (RMSNorm in float32, cos/sin cast to the model
 dtype) so logits match it within rounding.
+
+The residual add is carried into the next norm (`add_rms_norm`), so the Triton ops fuse the two
+into one kernel; with the torch ops the arithmetic is the same as h = h + out; norm(h). Norms, RoPE
+and SiLU-and-multiply go through `ops` (layer_ops.TorchOps or the Triton kernels), attention
+through `attention` (a backend module): the CPU path and the GPU path are the same model code.
 """
 from __future__ import annotations
 
@@ -20,8 +25,9 @@ from torch import nn
 from gpu_stage.attention import torch_backend
 from gpu_stage.attention.metadata import AttentionMetadata
 from gpu_stage.kv_cache import KvCache
+from gpu_stage.layer_ops import TorchOps
 from gpu_stage.model_config import ModelConfig
-from gpu_stage.rope import RotaryEmbedding, apply_rope
+from gpu_stage.rope import RotaryEmbedding
 
 
 def _param(*shape: int, device: torch.device | str, dtype: torch.dtype) -> nn.Parameter:
@@ -37,15 +43,14 @@ class RMSNorm(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x [N, hidden] -> [N, hidden]; the variance in float32 as in HF."""
-        x32 = x.to(torch.float32)
-        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * x32.to(x.dtype)
+        return TorchOps.rms_norm(x, self.weight, self.eps)
 
 
 class LlamaDecoderLayer(nn.Module):
-    def __init__(self, config: ModelConfig, attention: ModuleType, device, dtype) -> None:
+    def __init__(self, config: ModelConfig, attention: ModuleType, device, dtype, ops=TorchOps) -> None:
         super().__init__()
         c = config
+        self.ops = ops
         self.num_heads, self.num_kv_heads, self.head_dim = c.num_heads, c.num_kv_heads, c.head_dim
         self.q_size, self.kv_size = c.q_size, c.kv_size
         self.attention = attention
@@ -66,25 +71,35 @@ class LlamaDecoderLayer(nn.Module):
 
     def forward(
         self,
-        h: torch.Tensor,  # [T, hidden]
+        h: torch.Tensor,  # [T, hidden]: the previous layer's output (its MLP delta), or the embeddings
+        residual: torch.Tensor | None,  # [T, hidden]: the residual stream before h; None in layer 0
         cos: torch.Tensor,  # [T, head_dim]
         sin: torch.Tensor,  # [T, head_dim]
         kv_layer: torch.Tensor,  # [num_blocks, 2, block_size, kv_heads, head_dim]
         meta: AttentionMetadata,
-    ) -> torch.Tensor:
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """-> (mlp delta, residual stream before it); their sum is the layer's output."""
+        ops = self.ops
         num_tokens = h.shape[0]
-        x = self.input_layernorm(h)
+        norm1, norm2 = self.input_layernorm, self.post_attention_layernorm
+        if residual is None:
+            residual, x = h, ops.rms_norm(h, norm1.weight, norm1.eps)
+        else:
+            x, residual = ops.add_rms_norm(h, residual, norm1.weight, norm1.eps)
         qkv = F.linear(x, self.qkv_weight, self.qkv_bias)  # [T, q_size + 2 * kv_size]
         q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
-        q = apply_rope(q.view(num_tokens, self.num_heads, self.head_dim), cos, sin)  # [T, H, D]
-        k = apply_rope(k.view(num_tokens, self.num_kv_heads, self.head_dim), cos, sin)  # [T, Hkv, D]
+        q, k = ops.rope(
+            q.view(num_tokens, self.num_heads, self.head_dim),  # [T, H, D]
+            k.view(num_tokens, self.num_kv_heads, self.head_dim),  # [T, Hkv, D]
+            cos, sin,
+        )
         v = v.view(num_tokens, self.num_kv_heads, self.head_dim)  # [T, Hkv, D]
         self.attention.store_kv(kv_layer, k, v, meta)
         attn = self.attention.forward(q, kv_layer, meta)  # [T, H, D]
-        h = h + F.linear(attn.reshape(num_tokens, self.q_size), self.o_weight, self.o_bias)
-        x = self.post_attention_layernorm(h)
-        gate, up = F.linear(x, self.gate_up_weight).chunk(2, dim=-1)  # [T, inter] each
-        return h + F.linear(F.silu(gate) * up, self.down_weight)  # [T, hidden]
+        out = F.linear(attn.reshape(num_tokens, self.q_size), self.o_weight, self.o_bias)
+        x, residual = ops.add_rms_norm(out, residual, norm2.weight, norm2.eps)
+        gate_up = F.linear(x, self.gate_up_weight)  # [T, 2 * inter]
+        return F.linear(ops.silu_and_mul(gate_up), self.down_weight), residual  # [T, hidden] each
 
 
 class LlamaForCausalLM(nn.Module):
@@ -94,13 +109,15 @@ class LlamaForCausalLM(nn.Module):
         device: torch.device | str = "cpu",
         dtype: torch.dtype = torch.float32,
         attention: ModuleType = torch_backend,
+        ops=TorchOps,  # layer_ops.TorchOps or kernels.triton_ops.TritonOps
     ) -> None:
         super().__init__()
         c = config
         self.config = config
+        self.ops = ops
         self.embed_weight = _param(c.vocab_size, c.hidden_size, device=device, dtype=dtype)
         self.layers = nn.ModuleList(
-            LlamaDecoderLayer(c, attention, device, dtype) for _ in range(c.num_layers)
+            LlamaDecoderLayer(c, attention, device, dtype, ops) for _ in range(c.num_layers)
         )
         self.norm = RMSNorm(c.hidden_size, c.rms_norm_eps, device, dtype)
         self.lm_head_weight = (
@@ -111,18 +128,23 @@ class LlamaForCausalLM(nn.Module):
     @torch.inference_mode()
     def forward(
         self,
-        input_ids: torch.Tensor,  # [T] int64, all sequences flattened
-        positions: torch.Tensor,  # [T] int64, absolute positions
+        input_ids: torch.Tensor,  # [T] int64 or int32, all sequences flattened
+        positions: torch.Tensor,  # [T] int64 or int32, absolute positions
         kv_cache: KvCache,
         meta: AttentionMetadata,
-        logits_indices: torch.Tensor,  # [S] int64 rows of T to produce logits for
+        logits_indices: torch.Tensor,  # [S] int64 or int32 rows of T to produce logits for
     ) -> torch.Tensor:
         """-> logits [S, vocab] float32."""
         h = F.embedding(input_ids, self.embed_weight)  # [T, hidden]
         cos, sin = self.rotary.cos_sin(positions, h.dtype)  # [T, head_dim] each
+        residual = None
         for i, layer in enumerate(self.layers):
-            h = layer(h, cos, sin, kv_cache.layer(i), meta)
-        h = self.norm(h[logits_indices])  # [S, hidden]
+            h, residual = layer(h, residual, cos, sin, kv_cache.layer(i), meta)
+        norm = self.norm
+        if residual is None:
+            h = self.ops.rms_norm(h[logits_indices], norm.weight, norm.eps)  # [S, hidden]
+        else:  # only the sampled rows need the last residual add
+            h = self.ops.add_rms_norm(h[logits_indices], residual[logits_indices], norm.weight, norm.eps)[0]
         head = self.embed_weight if self.lm_head_weight is None else self.lm_head_weight
         return F.linear(h, head).float()  # [S, vocab]
 

@@ -1,8 +1,8 @@
 """Batching, chunked prefill and preemption do not change outputs (the exactness rule).
 
-SmolLM2 on CPU (float32): 16 prompts of 3 to 1,500 tokens run concurrently with a 64-token step
-budget (every prompt over 64 tokens is chunked) and a KV pool of 180 blocks (2,880 tokens for
-~5,800 prompt tokens: requests are preempted and recomputed). Each output is compared with the
+SmolLM2 on CPU (float32): 16 prompts of 3 to 1,500 tokens run concurrently with a 256-token step
+budget in chunks of at most 64 (every prompt over 64 tokens is chunked) and a KV pool of 180
+blocks (2,880 tokens for ~5,800 prompt tokens: requests are preempted and recomputed). Each output is compared with the
 same prompt generated alone.
 """
 from __future__ import annotations
@@ -42,9 +42,11 @@ async def run(engine: Engine, prompt: list[int], params: SamplingParams):
 @pytest.fixture(scope="module")
 def results():
     async def main():
-        # Plain admission (no arrival-time reservation): the pool overcommits and must preempt.
-        config = EngineConfig(max_num_batched_tokens=64, num_kv_blocks=180, max_model_len=2048,
-                              long_prefill_threshold=64, shadow=False, enable_prefix_caching=False)
+        # Plain FCFS admission (no arrival-time reservation): the pool overcommits and must preempt.
+        # Four 64-token chunks per step: several long prefills grow at once and exhaust the pool.
+        config = EngineConfig(max_num_batched_tokens=256, num_kv_blocks=180, max_model_len=2048,
+                              long_prefill_threshold=64, shadow=False, enable_prefix_caching=False,
+                              scheduler_policy="fcfs")
         async with Engine(config) as engine:
             prompts = make_prompts(engine)
             greedy = SamplingParams(max_tokens=NUM_OUTPUT, temperature=0.0, ignore_eos=True, logprobs=2)

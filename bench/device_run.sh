@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# One whole GPU run on a fresh host without network:
+#   bash bench/device_run.sh [OUTDIR] [--quick] [--skip-tests] [--skip-kernels] [--skip-server]
+# installs the wheels in .whl/ (starlette, orjson, uvicorn... that the host lacks), runs the GPU
+# tests, the kernel and model-runner benchmarks, then starts `ttft serve --model dummy:llama-3-8b`
+# and runs the headline HTTP benchmarks (bench/gpu_suite.py). Everything lands in OUTDIR
+# (default bench/results/<date>-<gpu>/) as a few files: logs, summary.json/.md, and one tarball of
+# the detailed JSON.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUTDIR=""
+QUICK=""
+SKIP_TESTS=""
+SKIP_KERNELS=""
+SKIP_SERVER=""
+for arg in "$@"; do
+    case "$arg" in
+        --quick) QUICK="--quick" ;;
+        --skip-tests) SKIP_TESTS=1 ;;
+        --skip-kernels) SKIP_KERNELS=1 ;;
+        --skip-server) SKIP_SERVER=1 ;;
+        *) OUTDIR="$arg" ;;
+    esac
+done
+GPU=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 | tr ' ' '-')
+OUTDIR=${OUTDIR:-bench/results/$(date +%Y%m%d)-${GPU:-gpu}}
+mkdir -p "$OUTDIR"
+DETAIL=$(mktemp -d)
+export PYTHONUNBUFFERED=1 PYTHONPATH="/tmp/ttft-site:$PWD"
+if ls .whl/*.whl >/dev/null 2>&1; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+        --target /tmp/ttft-site .whl/*.whl || exit 1
+fi
+{
+    nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.max.sm --format=csv
+    python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
+    git rev-parse HEAD 2>/dev/null || echo "no git"
+} > "$OUTDIR/machine.txt" 2>&1
+cat "$OUTDIR/machine.txt"
+
+if [ -z "$SKIP_TESTS" ]; then
+    echo "== GPU tests"
+    timeout 300 python3 -m pytest -p no:cacheprovider -m gpu tests/gpu_stage -q -rs 2>&1 | tail -40 > "$OUTDIR/gpu_tests.log"
+    timeout 200 python3 -m pytest -p no:cacheprovider tests/gpu_stage/test_triton_kernels.py \
+        tests/gpu_stage/test_triton_model.py tests/gpu_stage/test_step_inputs.py -q 2>&1 | tail -20 >> "$OUTDIR/gpu_tests.log"
+    tail -8 "$OUTDIR/gpu_tests.log"
+fi
+
+if [ -z "$SKIP_KERNELS" ]; then
+    echo "== kernels and model runner"
+    timeout 240 python3 bench/gpu_kernels.py --out "$DETAIL/kernels" --no-sweep 2>&1 | tail -40 > "$OUTDIR/kernels.log"
+    tail -25 "$OUTDIR/kernels.log"
+    timeout 300 python3 bench/gpu_prefill.py --out "$DETAIL/prefill" --quick 2>&1 | tail -40 > "$OUTDIR/prefill.log"
+    tail -25 "$OUTDIR/prefill.log"
+fi
+
+if [ -z "$SKIP_SERVER" ]; then
+    echo "== server benchmarks"
+    python3 -m pipeline.cli serve --model dummy:llama-3-8b --device cuda --port 8000 \
+        --max-num-seqs 128 --max-num-batched-tokens 8192 --long-prefill-threshold 4096 \
+        --max-model-len 16384 > "$DETAIL/server.log" 2>&1 &
+    SERVER=$!
+    for _ in $(seq 1 240); do
+        curl -sf http://127.0.0.1:8000/health >/dev/null 2>&1 && break
+        kill -0 $SERVER 2>/dev/null || break
+        sleep 1
+    done
+    grep -E "ready|KV|graph|warm|ERROR|Error" "$DETAIL/server.log" | tail -10
+    EXTRA=$(python3 - "$DETAIL" <<'EOF'
+import json, sys, glob, subprocess
+extra = {"gpu_name": subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
+                                    capture_output=True, text=True).stdout.strip()}
+try:
+    extra["commit"] = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+except Exception:
+    pass
+for path in glob.glob(sys.argv[1] + "/kernels/*.json"):
+    data = json.load(open(path)).get("ceilings", {})
+    for key in ("gemm_tflops", "copy_tbps"):
+        if key in data:
+            extra[key] = data[key]
+print(json.dumps(extra))
+EOF
+)
+    timeout 420 python3 -m bench.gpu_suite --out "$DETAIL/suite" --extra "$EXTRA" $QUICK 2>&1 | tee "$OUTDIR/suite.log" | tail -30
+    cp "$DETAIL/suite/summary.json" "$DETAIL/suite/summary.md" "$OUTDIR/" 2>/dev/null
+    kill -TERM $SERVER 2>/dev/null; sleep 3; kill -9 $SERVER 2>/dev/null
+    tail -30 "$DETAIL/server.log" > "$OUTDIR/server_tail.log"
+fi
+tar -czf "$OUTDIR/detail.tar.gz" -C "$DETAIL" . 2>/dev/null
+ls -la "$OUTDIR"

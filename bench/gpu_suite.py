@@ -1,0 +1,96 @@
+"""The headline GPU benchmarks against a running `ttft serve` (python -m bench.gpu_suite).
+
+Each scenario is a `ttft bench` run (same client, same metrics as `vllm bench serve`); host
+overhead per request comes from the server's own traces (/debug/traces: parse, tokenize, schedule
+and emit time of each request, excluding its waits). Writes summary.json and summary.md to --out.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import time
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+
+from bench.cli import add_bench_arguments, run_bench
+
+
+def bench_args(base_url: str, out: Path, label: str, *extra: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    add_bench_arguments(parser)
+    return parser.parse_args(["--base-url", base_url, "--result-dir", str(out), "--label", label,
+                              "--prompt-format", "tokens", *extra])
+
+
+def fetch_json(url: str) -> dict:
+    with urllib.request.urlopen(url, timeout=30) as resp:
+        return json.loads(resp.read())
+
+
+def host_overhead_ms(base_url: str, num: int) -> list[float]:
+    traces = fetch_json(f"{base_url}/debug/traces?limit={num}")["traces"]
+    return [sum(t["host_ms"].values()) for t in traces]
+
+
+async def run_scenarios(base_url: str, out: Path, quick: bool) -> dict:
+    scale = 0.25 if quick else 1.0
+    n = lambda k: max(4, int(k * scale))  # noqa: E731
+    summary: dict = {}
+
+    async def scenario(label: str, *extra: str) -> dict:
+        t0 = time.perf_counter()
+        res = await run_bench(bench_args(base_url, out, label, *extra))
+        m = res["metrics"]
+        print(f"{label}: ttft p50 {m['median_ttft_ms']:.2f} ms, itl p50 {m['median_itl_ms']:.2f} ms, "
+              f"{m['completed']} ok / {m['failed']} failed in {time.perf_counter() - t0:.1f} s", flush=True)
+        return m
+
+    for size in (128, 2048, 8192):
+        m = await scenario(f"ttft-{size}", "--input-len", str(size), "--output-len", "2", "--concurrency", "1",
+                           "--num-requests", str(n(20 if size < 8192 else 8)), "--warmup", "3")
+        summary[f"ttft_p50_ms_{size}"] = m["median_ttft_ms"]
+        if size == 128:
+            host = host_overhead_ms(base_url, n(20))
+            summary["host_overhead_p50_ms_c1"] = float(np.percentile(host, 50))
+    m = await scenario("prefill-saturated", "--input-len", "2048", "--output-len", "1", "--concurrency", "32",
+                       "--num-requests", str(n(128)), "--warmup", "4")
+    summary["prefill_tok_per_s"] = m["total_input_tokens"] / m["duration_s"]
+    m = await scenario("decode-b1", "--input-len", "128", "--output-len", "256", "--concurrency", "1",
+                       "--num-requests", str(n(4)), "--warmup", "1")
+    summary["itl_p50_ms_b1"] = m["median_itl_ms"]
+    m = await scenario("decode-b64-ctx2048", "--input-len", "2048", "--output-len", "128", "--concurrency", "64",
+                       "--num-requests", str(n(128)), "--warmup", "2")
+    summary["itl_p50_ms_b64_ctx2048"] = m["median_itl_ms"]
+    host = host_overhead_ms(base_url, n(128))
+    summary["host_overhead_p99_ms_c64"] = float(np.percentile(host, 99))
+    summary["host_overhead_p50_ms_c64"] = float(np.percentile(host, 50))
+    m = await scenario("reference", "--workload", "reference", "--output-len", "128", "--concurrency", "8",
+                       "--num-requests", str(n(48)), "--warmup", "2")
+    summary["ref_ttft_p50_ms"] = m["median_ttft_ms"]
+    summary["ref_ttft_p95_ms"] = m["p95_ttft_ms"]
+    return summary
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--base-url", default="http://127.0.0.1:8000")
+    p.add_argument("--out", required=True)
+    p.add_argument("--quick", action="store_true", help="a quarter of the requests")
+    p.add_argument("--extra", default="{}", help="JSON merged into summary.json (gpu name, ceilings...)")
+    a = p.parse_args()
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    summary = json.loads(a.extra)
+    summary.update(asyncio.run(run_scenarios(a.base_url, out, a.quick)))
+    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    lines = ["| figure | value |", "|---|---|"] + [f"| {k} | {v:.3f} |" if isinstance(v, float) else f"| {k} | {v} |"
+                                                  for k, v in summary.items()]
+    (out / "summary.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,71 @@
+"""Paged attention with Triton kernels: the GPU path. Same interface as torch_backend:
+
+    store_kv(kv_layer, k, v, meta)   write the step's new K/V into the paged cache (slot_mapping)
+    forward(q, kv_layer, meta)       causal attention of the new queries over each sequence's context
+
+A step's plan (decode-only or general, the split count and the split-K workspace) is made once from
+host-side metadata (max_query_len, max_seq_len, num_seqs) on the first layer's call and reused by
+every layer; nothing here reads a device value back, so a step is free of host syncs and can be
+captured in a CUDA graph. Decode-only steps use the split-K decode kernel; any other mix (prefill
+chunks, prefix hits, decodes alongside) uses the general kernel.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+import torch
+
+from gpu_stage.attention.metadata import AttentionMetadata
+from gpu_stage.kernels import decode_attention as decode_mod
+from gpu_stage.kernels import interpreting
+from gpu_stage.kernels.kv_store import store_kv as _store_kv
+from gpu_stage.kernels.prefill_attention import prefill_attention
+
+INTERPRETER_NUM_SMS = 4  # small, so that CPU tests exercise several splits
+
+
+@dataclass
+class TritonPlan:
+    decode_only: bool
+    num_seqs: int
+    workspace: decode_mod.DecodeWorkspace | None
+
+
+@lru_cache(maxsize=8)
+def _num_sms(device: torch.device) -> int:
+    if device.type != "cuda":
+        return INTERPRETER_NUM_SMS
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
+def decode_num_splits(num_seqs: int, num_kv_heads: int, max_seq_len: int, device: torch.device) -> int:
+    """A power of two (each count is a separate compiled kernel: few variants, all warmed up)."""
+    cfg = decode_mod.INTERPRETER_CONFIG if interpreting() else decode_mod.GPU_CONFIG
+    n = decode_mod.choose_num_splits(num_seqs, num_kv_heads, max_seq_len, _num_sms(device), cfg["BLOCK_N"])
+    return 1 << (n.bit_length() - 1)
+
+
+def make_plan(meta: AttentionMetadata, q: torch.Tensor, num_kv_heads: int) -> TritonPlan:
+    num_seqs = meta.num_seqs
+    if meta.max_query_len != 1:
+        return TritonPlan(False, num_seqs, None)
+    assert q.shape[0] == num_seqs, "decode-only steps have one query row per sequence"
+    splits = meta.decode_num_splits or decode_num_splits(num_seqs, num_kv_heads, meta.max_seq_len, q.device)
+    workspace = decode_mod.DecodeWorkspace(num_seqs, q.shape[1], q.shape[2], splits, q.device)
+    return TritonPlan(True, num_seqs, workspace)
+
+
+def store_kv(kv_layer: torch.Tensor, k: torch.Tensor, v: torch.Tensor, meta: AttentionMetadata) -> None:
+    """k, v [T, num_kv_heads, head_dim] -> the cache slots of meta.slot_mapping."""
+    _store_kv(kv_layer, k, v, meta.slot_mapping)
+
+
+def forward(q: torch.Tensor, kv_layer: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
+    """q [T, num_heads, head_dim] -> out [T, num_heads, head_dim]. Call after store_kv."""
+    plan = meta.backend_plan
+    if not isinstance(plan, TritonPlan):
+        plan = meta.backend_plan = make_plan(meta, q, kv_layer.shape[3])
+    if plan.decode_only:
+        return decode_mod.decode_attention(q, kv_layer, meta.seq_lens, meta.block_tables, plan.workspace)
+    return prefill_attention(q, kv_layer, meta.cu_seqlens_q, meta.seq_lens, meta.block_tables, plan.num_seqs)

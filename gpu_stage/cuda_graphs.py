@@ -1,0 +1,114 @@
+"""CudaGraphRunner: CUDA graphs that remove the launch overhead of small steps.
+
+One graph per decode batch bucket (1, 2, 4, 8, 16, 24, 32, 48, 64, ... up to max_num_seqs) and one per
+single-sequence prefill token bucket (32, 64, 128, 256 by default: a 128-token prefill is ~350
+launches, which eager Python cannot issue inside the GPU time). Captured at start-up, largest first,
+in one shared memory pool (a graph's activations are dead once its replay is consumed, so all graphs
+can share them). Every graph reads its inputs from the StepInputs device buffer at the offsets of
+its GraphShape; `replay` stages the step padded to that shape (one H2D copy) and replays.
+
+Padded rows are computed and ignored: decode pads are one-token sequences on the null block 0;
+prefill pad tokens belong to no sequence and store nothing. The decode split count of a graph is
+chosen for its bucket and the longest context (`max_model_len`), so a replay serves any length.
+Graphs need the Triton backend: the torch backend plans with host lists and makes H2D copies.
+"""
+from __future__ import annotations
+
+import bisect
+import logging
+import time
+from dataclasses import dataclass
+from typing import Sequence
+
+import torch
+
+from gpu_stage.kv_cache import KvCache
+from gpu_stage.model.llama import LlamaForCausalLM
+from gpu_stage.step_inputs import Chunk, GraphShape, StagedStep, StepInputs
+from stages.messages import ScheduledChunk
+
+log = logging.getLogger("ttft.gpu")
+
+DECODE_BUCKETS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 160, 192, 224, 256, 320, 384, 448, 512)
+PREFILL_BUCKETS = (32, 64, 128, 256)
+
+
+def decode_buckets(max_num_seqs: int) -> list[int]:
+    return sorted({b for b in DECODE_BUCKETS if b < max_num_seqs} | {max_num_seqs})
+
+
+@dataclass
+class _Graph:
+    graph: torch.cuda.CUDAGraph
+    logits: torch.Tensor  # [S, vocab] float32, written by each replay
+    staged: StagedStep  # the capture's inputs and plan (its workspace must stay alive)
+
+
+class CudaGraphRunner:
+    def __init__(self, model: LlamaForCausalLM, kv_cache: KvCache, inputs: StepInputs, max_num_seqs: int,
+                 max_num_tokens: int, max_model_len: int, prefill_buckets: Sequence[int] = PREFILL_BUCKETS) -> None:
+        self.model, self.kv_cache, self.inputs = model, kv_cache, inputs
+        self.max_model_len = max_model_len
+        self.decode_sizes = decode_buckets(max_num_seqs)
+        self.prefill_sizes = sorted(b for b in prefill_buckets if b <= min(max_num_tokens, max_model_len))
+        self.graphs: dict[GraphShape, _Graph] = {}
+        self.pool = None
+        self.pool_bytes = 0
+
+    def shapes(self) -> list[GraphShape]:
+        width = self.inputs.max_blocks_per_seq
+        return ([GraphShape(b, b, width, True) for b in self.decode_sizes]
+                + [GraphShape(t, 1, width, False) for t in self.prefill_sizes])
+
+    def capture(self) -> None:
+        """Capture every shape, largest first, into one pool. Compiles kernels on the way."""
+        t0 = time.perf_counter()
+        torch.cuda.synchronize()
+        reserved0 = torch.cuda.memory_reserved()
+        self.pool = torch.cuda.graph_pool_handle()
+        for shape in sorted(self.shapes(), key=lambda s: (s.num_tokens, s.decode), reverse=True):
+            staged = self.inputs.stage(_dummy_chunks(shape, self.kv_cache.block_size), shape=shape,
+                                       max_seq_len_hint=self.max_model_len)
+            self._forward(staged)  # compile and plan outside the capture
+            torch.cuda.synchronize()
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, pool=self.pool):
+                logits = self._forward(staged)
+            self.graphs[shape] = _Graph(graph, logits, staged)
+        torch.cuda.synchronize()
+        self.pool_bytes = torch.cuda.memory_reserved() - reserved0
+        log.info("captured %d CUDA graphs (decode %s, prefill %s) in %.1f s, pool %.0f MiB",
+                 len(self.graphs), self.decode_sizes, self.prefill_sizes, time.perf_counter() - t0,
+                 self.pool_bytes / 2**20)
+
+    def shape_for(self, chunks: Sequence[Chunk]) -> GraphShape | None:
+        """The smallest captured shape this step fits, or None (run it eagerly)."""
+        num_seqs = len(chunks)
+        width = self.inputs.max_blocks_per_seq
+        if all(len(c.token_ids) == 1 for c in chunks):
+            i = bisect.bisect_left(self.decode_sizes, num_seqs)
+            if i < len(self.decode_sizes):
+                b = self.decode_sizes[i]
+                return GraphShape(b, b, width, True)
+        if num_seqs == 1:
+            i = bisect.bisect_left(self.prefill_sizes, len(chunks[0].token_ids))
+            if i < len(self.prefill_sizes):
+                return GraphShape(self.prefill_sizes[i], 1, width, False)
+        return None
+
+    def replay(self, shape: GraphShape) -> torch.Tensor:
+        """Replay after the step was staged with `shape` -> the graph's logits [S, vocab]."""
+        entry = self.graphs[shape]
+        entry.graph.replay()
+        return entry.logits
+
+    def _forward(self, staged: StagedStep) -> torch.Tensor:
+        return self.model(staged.input_ids, staged.positions, self.kv_cache, staged.meta, staged.logits_indices)
+
+
+def _dummy_chunks(shape: GraphShape, block_size: int) -> list[ScheduledChunk]:
+    """Inputs to capture with: tokens 0 on the null block (the values do not matter, the addresses do)."""
+    if shape.decode:
+        return [ScheduledChunk(f"pad{i}", [0], 0, [0], True) for i in range(shape.num_seqs)]
+    n = shape.num_tokens
+    return [ScheduledChunk("pad", [0] * n, 0, [0] * -(-n // block_size), True)]

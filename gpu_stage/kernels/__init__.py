@@ -1,0 +1,33 @@
+"""Triton kernels of the GPU path. Each has a torch reference on the CPU path (its test oracle):
+
+    kv_store           store_kv of attention/torch_backend.py
+    prefill_attention  attention/torch_backend.py forward (any mix of prefill chunks and decodes)
+    decode_attention   the same for decode-only steps, split over the context (flash-decoding)
+    rms_norm           LlamaDecoderLayer's RMSNorm (+ the residual add fused in)
+    rope               rope.apply_rope on q and k, in place
+    activation         F.silu(gate) * up
+
+Importing a kernel module needs triton; with TRITON_INTERPRET=1 set before that import the kernels
+run on CPU tensors (slowly: tests use tiny shapes). Elementwise kernels reproduce the reference's
+intermediate roundings (each torch op rounds to the model dtype), so in bf16 they match it to the
+bit in most elements; attention accumulates in float32 and rounds once.
+"""
+from __future__ import annotations
+
+import os
+
+
+def triton_available() -> bool:
+    try:
+        import triton  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def next_pow2(n: int) -> int:
+    return 1 << max(0, int(n) - 1).bit_length()

@@ -1,0 +1,161 @@
+"""Paged attention for decode-only steps, split over the context (flash-decoding).
+
+Grid (num_seqs, kv_heads, NUM_SPLITS). A program takes one sequence's query heads of one kv group
+(GROUP rows, padded to 16 for the tensor cores) and one slice of its context, so every K/V tile is
+read once per kv head. The slice length is computed in the kernel from the sequence's own length
+(ceil(seq_len / NUM_SPLITS) rounded up to BLOCK_N): NUM_SPLITS depends only on the batch size, so a
+CUDA graph captured for a batch bucket stays valid for any context length; slices past the end
+exit at once. With one split the kernel writes the output directly; otherwise each split writes its
+normalised partial output and log-sum-exp (float32), and a second kernel combines them.
+
+Batch size 1 at 2k context on an H200: 8 kv heads alone would fill 8 of 132 SMs; 32 splits give 256
+programs. Batch 64: 512 programs already, one split, no reduction.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import triton
+import triton.language as tl
+
+from gpu_stage.kernels import interpreting, next_pow2
+from gpu_stage.kernels.common import dot_flags, mma
+
+LOG2E = 1.4426950408889634
+GPU_CONFIG = {"BLOCK_N": 64, "num_warps": 4, "num_stages": 2}
+INTERPRETER_CONFIG = {"BLOCK_N": 16, "num_warps": 4, "num_stages": 1}
+MAX_SPLITS = 64
+
+
+def choose_num_splits(num_seqs: int, num_kv_heads: int, max_seq_len: int, num_sms: int, block_n: int) -> int:
+    """Enough programs to cover the SMs about twice, no more slices than BLOCK_N tiles of context."""
+    want = -(-2 * num_sms // max(1, num_seqs * num_kv_heads))
+    return max(1, min(want, MAX_SPLITS, -(-max_seq_len // block_n)))
+
+
+@triton.jit
+def _decode_kernel(
+    q_ptr, kv_ptr, out_ptr, part_out_ptr, part_lse_ptr, seq_lens_ptr, bt_ptr,
+    sm_scale_log2,
+    stride_q_t, stride_q_h, stride_o_t, stride_o_h,
+    stride_c_block, stride_c_kv, stride_c_tok, stride_c_head, stride_bt,
+    block_size, num_heads,
+    GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_H: tl.constexpr,
+    BLOCK_N: tl.constexpr, NUM_SPLITS: tl.constexpr, IEEE: tl.constexpr, UPCAST: tl.constexpr,
+):
+    seq = tl.program_id(0).to(tl.int64)
+    kv_head = tl.program_id(1)
+    split = tl.program_id(2)
+    seq_len = tl.load(seq_lens_ptr + seq)
+    chunk = tl.cdiv(tl.cdiv(seq_len, NUM_SPLITS), BLOCK_N) * BLOCK_N
+    start = split * chunk
+    end = tl.minimum(start + chunk, seq_len)
+    h = tl.arange(0, BLOCK_H)
+    head = kv_head * GROUP + h
+    h_ok = h < GROUP
+    d = tl.arange(0, BLOCK_D)
+    d_ok = d < HEAD_DIM
+    hd_mask = h_ok[:, None] & d_ok[None, :]
+    q = tl.load(q_ptr + seq * stride_q_t + head[:, None] * stride_q_h + d[None, :], mask=hd_mask, other=0.0)
+    m_i = tl.full([BLOCK_H], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_H], tl.float32)
+    acc = tl.zeros([BLOCK_H, BLOCK_D], tl.float32)
+    bt_row_ptr = bt_ptr + seq * stride_bt
+    kv_head_off = kv_head.to(tl.int64) * stride_c_head
+    for tile_start in range(start, end, BLOCK_N):
+        pos = tile_start + tl.arange(0, BLOCK_N)
+        pos_ok = pos < end
+        block = tl.load(bt_row_ptr + pos // block_size, mask=pos_ok, other=0).to(tl.int64)
+        row_off = block * stride_c_block + (pos % block_size) * stride_c_tok + kv_head_off
+        kv_mask = pos_ok[:, None] & d_ok[None, :]
+        k = tl.load(kv_ptr + row_off[:, None] + d[None, :], mask=kv_mask, other=0.0)
+        v = tl.load(kv_ptr + stride_c_kv + row_off[:, None] + d[None, :], mask=kv_mask, other=0.0)
+        s = mma(q, tl.trans(k), IEEE, UPCAST)
+        s = tl.where(pos_ok[None, :], s * sm_scale_log2, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        alpha = tl.exp2(m_i - m_new)
+        p = tl.exp2(s - m_new[:, None])
+        l_i = l_i * alpha + tl.sum(p, 1)
+        pv = mma(p.to(v.dtype), v, IEEE, UPCAST)
+        acc = acc * alpha[:, None] + pv
+        m_i = m_new
+    nonempty = l_i > 0
+    out = acc / tl.where(nonempty, l_i, 1.0)[:, None]
+    if NUM_SPLITS == 1:
+        tl.store(out_ptr + seq * stride_o_t + head[:, None] * stride_o_h + d[None, :],
+                 out.to(out_ptr.dtype.element_ty), mask=hd_mask)
+    else:
+        part = (seq * num_heads + head) * NUM_SPLITS + split  # [BLOCK_H] row of the partials
+        tl.store(part_out_ptr + part[:, None] * HEAD_DIM + d[None, :], out, mask=hd_mask)
+        lse = tl.where(nonempty, m_i + tl.log2(tl.where(nonempty, l_i, 1.0)), float("-inf"))
+        tl.store(part_lse_ptr + part, lse, mask=h_ok)
+
+
+@triton.jit
+def _reduce_kernel(
+    part_out_ptr, part_lse_ptr, out_ptr, stride_o_t, stride_o_h, num_heads,
+    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, NUM_SPLITS: tl.constexpr, BLOCK_S: tl.constexpr,
+):
+    seq = tl.program_id(0).to(tl.int64)
+    head = tl.program_id(1)
+    s = tl.arange(0, BLOCK_S)
+    s_ok = s < NUM_SPLITS
+    d = tl.arange(0, BLOCK_D)
+    d_ok = d < HEAD_DIM
+    base = (seq * num_heads + head) * NUM_SPLITS
+    lse = tl.load(part_lse_ptr + base + s, mask=s_ok, other=float("-inf"))
+    weight = tl.exp2(lse - tl.max(lse, 0))  # split 0 is never empty: the max is finite
+    weight = weight / tl.sum(weight, 0)
+    parts = tl.load(part_out_ptr + (base + s)[:, None] * HEAD_DIM + d[None, :],
+                    mask=s_ok[:, None] & d_ok[None, :], other=0.0)
+    out = tl.sum(parts * weight[:, None], 0)
+    tl.store(out_ptr + seq * stride_o_t + head * stride_o_h + d, out.to(out_ptr.dtype.element_ty), mask=d_ok)
+
+
+class DecodeWorkspace:
+    """Partial outputs for the split-K path, allocated once per step (or per graph) and shared by
+    every layer: layers run one after another on one stream."""
+
+    def __init__(self, num_seqs: int, num_heads: int, head_dim: int, num_splits: int, device) -> None:
+        self.num_splits = num_splits
+        if num_splits > 1:
+            self.part_out = torch.empty((num_seqs, num_heads, num_splits, head_dim), dtype=torch.float32, device=device)
+            self.part_lse = torch.empty((num_seqs, num_heads, num_splits), dtype=torch.float32, device=device)
+        else:  # unused by the kernel, but a pointer argument must be a real allocation
+            self.part_out = self.part_lse = torch.empty(1, dtype=torch.float32, device=device)
+
+
+def decode_attention(
+    q: torch.Tensor,  # [B, num_heads, head_dim]: one query per sequence, row b = sequence b
+    kv_layer: torch.Tensor,  # [num_blocks, 2, block_size, kv_heads, head_dim]
+    seq_lens: torch.Tensor,  # [B] int32
+    block_tables: torch.Tensor,  # [B, W] int32
+    workspace: DecodeWorkspace,
+    out: torch.Tensor | None = None,
+    config: dict | None = None,
+) -> torch.Tensor:
+    num_seqs, num_heads, head_dim = q.shape
+    num_kv_heads, block_size = kv_layer.shape[3], kv_layer.shape[2]
+    group = num_heads // num_kv_heads
+    cfg = dict(config or (INTERPRETER_CONFIG if interpreting() else GPU_CONFIG))
+    num_splits = workspace.num_splits
+    out = torch.empty_like(q) if out is None else out
+    assert q.stride(-1) == 1 and kv_layer.stride(-1) == 1 and out.stride(-1) == 1
+    block_d = max(16, next_pow2(head_dim))
+    _decode_kernel[(num_seqs, num_kv_heads, num_splits)](
+        q, kv_layer, out, workspace.part_out, workspace.part_lse, seq_lens, block_tables,
+        LOG2E / math.sqrt(head_dim),
+        q.stride(0), q.stride(1), out.stride(0), out.stride(1),
+        kv_layer.stride(0), kv_layer.stride(1), kv_layer.stride(2), kv_layer.stride(3),
+        block_tables.stride(0), block_size, num_heads,
+        GROUP=group, HEAD_DIM=head_dim, BLOCK_D=block_d, BLOCK_H=max(16, next_pow2(group)),
+        BLOCK_N=cfg.pop("BLOCK_N"), NUM_SPLITS=num_splits, **dot_flags(q.dtype), **cfg,
+    )
+    if num_splits > 1:
+        _reduce_kernel[(num_seqs, num_heads)](
+            workspace.part_out, workspace.part_lse, out, out.stride(0), out.stride(1), num_heads,
+            HEAD_DIM=head_dim, BLOCK_D=block_d, NUM_SPLITS=num_splits, BLOCK_S=next_pow2(num_splits),
+            num_warps=4,
+        )
+    return out

@@ -1,0 +1,158 @@
+"""Paged causal attention for any mix of sequences: prefill chunks (with or without cached context)
+and single-token decodes in one launch. The decode-only case has a faster split-K kernel
+(decode_attention.py); this one is the general path.
+
+Layout. The queries of all sequences are flattened into T rows (`cu_seqlens_q`). A program owns one
+tile of up to BLOCK_Q consecutive queries of one sequence and one kv head, and processes the
+GROUP = num_heads // num_kv_heads query heads that share that kv head together: its BLOCK_M rows are
+(query, head) pairs, row r = query r // GROUP, head r % GROUP. Each K/V tile is therefore loaded once
+per kv head, not once per query head (GQA-aware), and the tensor-core tile stays 64-128 rows deep
+even for short chunks.
+
+Grid without host syncs: sequence i's tiles are numbered from cu_seqlens_q[i] // BLOCK_Q + i, so
+T // BLOCK_Q + num_seqs programs (host-known numbers) cover every sequence; a program finds its
+sequence by binary search over cu_seqlens_q and exits when its tile lies past the sequence's queries.
+
+Keys come from the paged cache only (store_kv runs first): positions [0, seq_len), where the last
+query_len positions are this step's tokens. Keys every row of the tile may see run without a mask;
+the diagonal tiles apply the causal mask. Softmax in base 2 with float32 statistics.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import triton
+import triton.language as tl
+
+from gpu_stage.kernels import interpreting, next_pow2
+from gpu_stage.kernels.common import dot_flags, mma
+
+LOG2E = 1.4426950408889634
+# (BLOCK_M, BLOCK_N, num_warps, num_stages); bench/gpu_kernels.py sweeps alternatives on the GPU.
+GPU_CONFIG = {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 2}
+INTERPRETER_CONFIG = {"BLOCK_M": 16, "BLOCK_N": 16, "num_warps": 4, "num_stages": 1}
+
+
+@triton.jit
+def _attend_tile(
+    q, acc, m_i, l_i, kv_ptr, bt_row_ptr, start, kv_end, q_pos, d, d_ok, stride_c_block, stride_c_kv,
+    stride_c_tok, kv_head_off, block_size,
+    BLOCK_N: tl.constexpr, CAUSAL_MASK: tl.constexpr, IEEE: tl.constexpr, UPCAST: tl.constexpr,
+    sm_scale_log2,
+):
+    pos = start + tl.arange(0, BLOCK_N)  # [BLOCK_N] key positions
+    pos_ok = pos < kv_end
+    block = tl.load(bt_row_ptr + pos // block_size, mask=pos_ok, other=0).to(tl.int64)
+    row_off = block * stride_c_block + (pos % block_size) * stride_c_tok + kv_head_off  # [BLOCK_N]
+    kv_mask = pos_ok[:, None] & d_ok[None, :]
+    k = tl.load(kv_ptr + row_off[:, None] + d[None, :], mask=kv_mask, other=0.0)  # [BLOCK_N, BLOCK_D]
+    v = tl.load(kv_ptr + stride_c_kv + row_off[:, None] + d[None, :], mask=kv_mask, other=0.0)
+    s = mma(q, tl.trans(k), IEEE, UPCAST)
+    s = s * sm_scale_log2  # [BLOCK_M, BLOCK_N], log2 domain
+    if CAUSAL_MASK:
+        s = tl.where(pos[None, :] <= q_pos[:, None], s, float("-inf"))
+    m_new = tl.maximum(m_i, tl.max(s, 1))
+    alpha = tl.exp2(m_i - m_new)
+    p = tl.exp2(s - m_new[:, None])
+    l_i = l_i * alpha + tl.sum(p, 1)
+    pv = mma(p.to(v.dtype), v, IEEE, UPCAST)
+    acc = acc * alpha[:, None] + pv
+    return acc, m_new, l_i
+
+
+@triton.jit
+def _prefill_attention_kernel(
+    q_ptr, kv_ptr, out_ptr, cu_q_ptr, seq_lens_ptr, bt_ptr,
+    sm_scale_log2, num_seqs,
+    stride_q_t, stride_q_h, stride_o_t, stride_o_h,
+    stride_c_block, stride_c_kv, stride_c_tok, stride_c_head, stride_bt,
+    block_size,
+    GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_N: tl.constexpr,
+    IEEE: tl.constexpr, UPCAST: tl.constexpr,
+):
+    tile = tl.program_id(0)
+    kv_head = tl.program_id(1)
+    # Largest i with cu_q[i] // BLOCK_Q + i <= tile: the sequence this tile belongs to.
+    lo = 0
+    hi = num_seqs
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if tl.load(cu_q_ptr + mid) // BLOCK_Q + mid <= tile:
+            lo = mid + 1
+        else:
+            hi = mid
+    seq = lo - 1
+    q_start = tl.load(cu_q_ptr + seq)
+    q_len = tl.load(cu_q_ptr + seq + 1) - q_start
+    q_first = (tile - (q_start // BLOCK_Q + seq)) * BLOCK_Q  # first query of the tile, in-sequence
+    if q_first < q_len:
+        seq_len = tl.load(seq_lens_ptr + seq)
+        context = seq_len - q_len
+        rows = tl.arange(0, BLOCK_M)
+        q_idx = q_first + rows // GROUP  # [BLOCK_M] query index within the sequence
+        head = kv_head * GROUP + rows % GROUP  # [BLOCK_M] query head
+        row_ok = (rows < BLOCK_Q * GROUP) & (q_idx < q_len)
+        d = tl.arange(0, BLOCK_D)
+        d_ok = d < HEAD_DIM
+        q_rows = (q_start + q_idx).to(tl.int64)
+        q_mask = row_ok[:, None] & d_ok[None, :]
+        q = tl.load(q_ptr + q_rows[:, None] * stride_q_t + head[:, None] * stride_q_h + d[None, :],
+                    mask=q_mask, other=0.0)
+        q_pos = context + q_idx  # [BLOCK_M] absolute positions
+        m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+        l_i = tl.zeros([BLOCK_M], tl.float32)
+        acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
+        bt_row_ptr = bt_ptr + seq.to(tl.int64) * stride_bt
+        kv_head_off = kv_head.to(tl.int64) * stride_c_head
+        last_q = tl.minimum(q_first + BLOCK_Q, q_len) - 1
+        kv_end = context + last_q + 1  # keys past this are seen by no row of the tile
+        full_end = ((context + q_first + 1) // BLOCK_N) * BLOCK_N  # tiles every row sees whole
+        for start in range(0, full_end, BLOCK_N):
+            acc, m_i, l_i = _attend_tile(
+                q, acc, m_i, l_i, kv_ptr, bt_row_ptr, start, kv_end, q_pos, d, d_ok, stride_c_block,
+                stride_c_kv, stride_c_tok, kv_head_off, block_size, BLOCK_N, False, IEEE, UPCAST, sm_scale_log2)
+        for start in range(full_end, kv_end, BLOCK_N):
+            acc, m_i, l_i = _attend_tile(
+                q, acc, m_i, l_i, kv_ptr, bt_row_ptr, start, kv_end, q_pos, d, d_ok, stride_c_block,
+                stride_c_kv, stride_c_tok, kv_head_off, block_size, BLOCK_N, True, IEEE, UPCAST, sm_scale_log2)
+        out = acc / l_i[:, None]
+        tl.store(out_ptr + q_rows[:, None] * stride_o_t + head[:, None] * stride_o_h + d[None, :],
+                 out.to(out_ptr.dtype.element_ty), mask=q_mask)
+
+
+def num_tiles(num_tokens: int, num_seqs: int, block_q: int) -> int:
+    return num_tokens // block_q + num_seqs
+
+
+def prefill_attention(
+    q: torch.Tensor,  # [T, num_heads, head_dim]
+    kv_layer: torch.Tensor,  # [num_blocks, 2, block_size, kv_heads, head_dim]
+    cu_seqlens_q: torch.Tensor,  # [B + 1] int32
+    seq_lens: torch.Tensor,  # [B] int32
+    block_tables: torch.Tensor,  # [B, W] int32
+    num_seqs: int,
+    out: torch.Tensor | None = None,
+    config: dict | None = None,
+) -> torch.Tensor:
+    """-> out [T, num_heads, head_dim]; rows outside every sequence are left unwritten."""
+    num_tokens, num_heads, head_dim = q.shape
+    num_kv_heads, block_size = kv_layer.shape[3], kv_layer.shape[2]
+    group = num_heads // num_kv_heads
+    cfg = dict(config or (INTERPRETER_CONFIG if interpreting() else GPU_CONFIG))
+    block_m = max(cfg.pop("BLOCK_M"), next_pow2(group))
+    block_q = block_m // group
+    out = torch.empty_like(q) if out is None else out
+    assert q.stride(-1) == 1 and kv_layer.stride(-1) == 1 and out.stride(-1) == 1
+    grid = (num_tiles(num_tokens, num_seqs, block_q), num_kv_heads)
+    _prefill_attention_kernel[grid](
+        q, kv_layer, out, cu_seqlens_q, seq_lens, block_tables,
+        LOG2E / math.sqrt(head_dim), num_seqs,
+        q.stride(0), q.stride(1), out.stride(0), out.stride(1),
+        kv_layer.stride(0), kv_layer.stride(1), kv_layer.stride(2), kv_layer.stride(3),
+        block_tables.stride(0), block_size,
+        GROUP=group, HEAD_DIM=head_dim, BLOCK_D=max(16, next_pow2(head_dim)), BLOCK_M=block_m,
+        BLOCK_Q=block_q, BLOCK_N=cfg.pop("BLOCK_N"), **dot_flags(q.dtype), **cfg,
+    )
+    return out

@@ -1,0 +1,56 @@
+"""The elementwise pieces of a decoder layer, as swappable ops: torch (the CPU path and the
+reference) or Triton kernels (gpu_stage/kernels, fused and in place where that saves passes).
+
+    rms_norm(x, weight, eps)                 -> normed
+    add_rms_norm(x, residual, weight, eps)   -> (rms_norm(residual + x), residual + x)
+    rope(q, k, cos, sin)                     -> (q, k) rotated (the Triton ops rotate in place)
+    silu_and_mul(gate_up)                    -> silu(gate) * up
+
+Callers use only the returned tensors: whether an op reused its input's memory is its own business.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from gpu_stage.rope import apply_rope
+
+
+class TorchOps:
+    name = "torch"
+
+    @staticmethod
+    def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+        """x [N, hidden]; the variance in float32 as in HF."""
+        x32 = x.to(torch.float32)
+        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)
+        return weight * x32.to(x.dtype)
+
+    @staticmethod
+    def add_rms_norm(
+        x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        h = residual + x
+        return TorchOps.rms_norm(h, weight, eps), h
+
+    @staticmethod
+    def rope(
+        q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        return apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+
+    @staticmethod
+    def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
+        gate, up = x.chunk(2, dim=-1)
+        return F.silu(gate) * up
+
+
+def get_layer_ops(name: str):
+    """'torch' or 'triton' (the latter needs triton, and a GPU unless TRITON_INTERPRET=1)."""
+    if name == "torch":
+        return TorchOps
+    if name == "triton":
+        from gpu_stage.kernels.triton_ops import TritonOps
+
+        return TritonOps
+    raise ValueError(f"unknown layer ops {name!r} (known: torch, triton)")

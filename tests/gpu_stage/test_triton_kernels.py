@@ -1,0 +1,216 @@
+"""Every Triton kernel against its torch reference on fresh random inputs (the exactness rule's norm
+test: < 1e-5 in float32 with exact dots, < 1e-2 in bf16; padded rows are not compared).
+
+Without CUDA the kernels run under Triton's interpreter on CPU tensors (conftest sets
+TRITON_INTERPRET=1) at tiny shapes; with CUDA the same tests run compiled on the GPU, and the
+`gpu`-marked cases add Llama-3-8B-like shapes (head_dim 128, 32/8 heads, 2k contexts)."""
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+import torch
+
+pytest.importorskip("triton")
+
+from gpu_stage.attention import torch_backend, triton_backend  # noqa: E402
+from gpu_stage.attention.metadata import build_metadata  # noqa: E402
+from gpu_stage.kernels import activation, rms_norm, rope  # noqa: E402
+from gpu_stage.kernels.kv_store import store_kv  # noqa: E402
+from gpu_stage.layer_ops import TorchOps  # noqa: E402
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+TOL = {torch.float32: 1e-5, torch.bfloat16: 1e-2}
+
+
+def _rel(out: torch.Tensor, ref: torch.Tensor) -> float:
+    out, ref = out.double().cpu(), ref.double().cpu()
+    assert torch.isfinite(out).all()
+    return float(torch.linalg.norm(out - ref) / torch.linalg.norm(ref))
+
+
+def _gen(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+def _randn(*shape: int, gen: torch.Generator, dtype=torch.float32) -> torch.Tensor:
+    return torch.randn(*shape, generator=gen).to(dtype=dtype, device=DEVICE)
+
+
+# --- attention -------------------------------------------------------------------------------------
+
+def _dense_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, start: int) -> torch.Tensor:
+    """q [Tq, H, D] at positions start.., k/v [L, Hkv, D] -> [Tq, H, D], float64, loops over heads."""
+    q, k, v = q.double().cpu(), k.double().cpu(), v.double().cpu()
+    group = q.shape[1] // k.shape[1]
+    out = torch.empty(q.shape, dtype=torch.float64)
+    for h in range(q.shape[1]):
+        scores = q[:, h] @ k[:, h // group].T / math.sqrt(q.shape[2])  # [Tq, L]
+        causal = torch.arange(k.shape[0])[None, :] > (start + torch.arange(q.shape[0]))[:, None]
+        out[:, h] = torch.softmax(scores.masked_fill(causal, float("-inf")), dim=-1) @ v[:, h // group]
+    return out
+
+
+def _paged_case(specs, num_heads, num_kv_heads, head_dim, block_size, dtype, seed):
+    """specs: (cached context, new queries) per sequence. Returns (kv layer view holding the context,
+    q, new k, new v, metadata, reference output)."""
+    gen, rng = _gen(seed), random.Random(seed)
+    num_blocks = sum(-(-(c + n) // block_size) for c, n in specs) + 4
+    free = list(range(1, num_blocks))  # block 0 is the null block
+    rng.shuffle(free)
+    pool = torch.zeros(num_blocks, 3, 2, block_size, num_kv_heads, head_dim, dtype=dtype, device=DEVICE)
+    kv_layer = pool[:, 1]  # a middle layer: strided across blocks, as the model passes it
+    tables, qs, ks, vs = [], [], [], []
+    for context, new in specs:
+        tables.append([free.pop() for _ in range(-(-(context + new) // block_size))])
+        ks.append(_randn(context + new, num_kv_heads, head_dim, gen=gen, dtype=dtype))
+        vs.append(_randn(context + new, num_kv_heads, head_dim, gen=gen, dtype=dtype))
+        qs.append(_randn(new, num_heads, head_dim, gen=gen, dtype=dtype))
+    prior = [i for i, (c, _) in enumerate(specs) if c > 0]
+    if prior:  # the cached context, written by an earlier step (through the torch reference)
+        meta = build_metadata([specs[i][0] for i in prior], [specs[i][0] for i in prior], [tables[i] for i in prior], block_size, DEVICE)
+        torch_backend.store_kv(kv_layer, torch.cat([ks[i][: specs[i][0]] for i in prior]), torch.cat([vs[i][: specs[i][0]] for i in prior]), meta)
+    meta = build_metadata([n for _, n in specs], [c + n for c, n in specs], tables, block_size, DEVICE)
+    new_k = torch.cat([k[c:] for k, (c, _) in zip(ks, specs)])
+    new_v = torch.cat([v[c:] for v, (c, _) in zip(vs, specs)])
+    ref = torch.cat([_dense_reference(q, k, v, c) for q, k, v, (c, _) in zip(qs, ks, vs, specs)])
+    return pool, kv_layer, torch.cat(qs), new_k, new_v, meta, ref
+
+
+def _check_attention(specs, num_heads, num_kv_heads, head_dim=16, block_size=4, dtype=torch.float32, seed=0, splits=None):
+    pool, kv_layer, q, k, v, meta, ref = _paged_case(specs, num_heads, num_kv_heads, head_dim, block_size, dtype, seed)
+    expected_pool = pool.clone()
+    torch_backend.store_kv(expected_pool[:, 1], k, v, meta)
+    triton_backend.store_kv(kv_layer, k, v, meta)
+    assert torch.equal(pool, expected_pool)  # every new slot written, other layers untouched
+    meta.decode_num_splits = splits
+    out = triton_backend.forward(q, kv_layer, meta)
+    assert out.shape == q.shape and out.dtype == dtype
+    assert _rel(out, ref) < TOL[dtype]
+    return meta.backend_plan
+
+
+MIXED = [(0, 11), (9, 7), (5, 1), (17, 1), (0, 1), (3, 4), (30, 1)]
+
+
+@pytest.mark.parametrize("num_heads,num_kv_heads", [(4, 4), (4, 2), (6, 1)])
+def test_mixed_batch_attention_fp32(num_heads: int, num_kv_heads: int) -> None:
+    # fresh prefill, chunk after cached context, decodes, a one-token prompt; GQA groups 1, 2, 6
+    plan = _check_attention(MIXED, num_heads, num_kv_heads, seed=num_heads + num_kv_heads)
+    assert not plan.decode_only
+
+
+def test_mixed_batch_attention_bf16_long_chunk() -> None:
+    _check_attention([(0, 40), (21, 19), (7, 1)], 8, 2, head_dim=32, block_size=8, dtype=torch.bfloat16, seed=3)
+
+
+@pytest.mark.parametrize("splits", [1, 2, 4])
+def test_decode_attention_split_k(splits: int) -> None:
+    # lengths shorter than a split, spanning several, and one exactly on a block edge
+    plan = _check_attention([(4, 1), (40, 1), (70, 1), (15, 1)], 8, 2, seed=splits, splits=splits)
+    assert plan.decode_only and plan.workspace.num_splits == splits
+
+
+def test_decode_attention_bf16_chosen_splits() -> None:
+    plan = _check_attention([(60, 1), (3, 1)], 4, 1, head_dim=32, block_size=16, dtype=torch.bfloat16, seed=5)
+    assert plan.decode_only and plan.workspace.num_splits >= 1
+
+
+def test_store_kv_skips_negative_slots() -> None:
+    gen = _gen(1)
+    pool = _randn(6, 2, 2, 4, 2, 8, gen=gen)
+    before = pool.clone()
+    k, v = _randn(3, 2, 8, gen=gen), _randn(3, 2, 8, gen=gen)
+    slots = torch.tensor([9, -1, 20], dtype=torch.int32, device=DEVICE)  # (block 2, 1), skip, (5, 0)
+    store_kv(pool[:, 1], k, v, slots)
+    before[2, 1, 0, 1], before[2, 1, 1, 1] = k[0], v[0]
+    before[5, 1, 0, 0], before[5, 1, 1, 0] = k[2], v[2]
+    assert torch.equal(pool, before)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_attention_llama3_shapes_gpu(dtype: torch.dtype) -> None:
+    # 2k prefill, a chunk after a 1.5k prefix, decodes up to 3k context: 32 q heads, 8 kv heads, D 128
+    specs = [(0, 2048), (1536, 512), (3000, 1), (129, 1), (0, 1), (511, 33)]
+    _check_attention(specs, 32, 8, head_dim=128, block_size=16, dtype=dtype, seed=11)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("batch", [1, 7, 64])
+def test_decode_llama3_shapes_gpu(batch: int) -> None:
+    lengths = [2048] * batch if batch != 7 else [1, 15, 16, 17, 1000, 2047, 4096]
+    _check_attention([(n - 1, 1) for n in lengths], 32, 8, head_dim=128, block_size=16, dtype=torch.bfloat16, seed=batch)
+
+
+# --- elementwise -----------------------------------------------------------------------------------
+
+SMALL = [(5, 48), (3, 200)]
+LARGE = [pytest.param(4096, 4096, marks=pytest.mark.gpu), pytest.param(3, 8192, marks=pytest.mark.gpu)]
+
+
+@pytest.mark.parametrize("rows,hidden", SMALL + LARGE)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_rms_norm_and_fused_residual_add(rows: int, hidden: int, dtype: torch.dtype) -> None:
+    gen = _gen(rows + hidden)
+    x, res, w = _randn(rows, hidden, gen=gen, dtype=dtype), _randn(rows, hidden, gen=gen, dtype=dtype), _randn(hidden, gen=gen, dtype=dtype)
+    assert _rel(rms_norm.rms_norm(x, w, 1e-5), TorchOps.rms_norm(x, w, 1e-5)) < TOL[dtype]
+    ref_out, ref_res = TorchOps.add_rms_norm(x, res, w, 1e-6)
+    out, new_res = rms_norm.add_rms_norm(x, res, w, 1e-6)
+    assert new_res.data_ptr() == res.data_ptr()  # in place
+    if DEVICE == "cuda" or dtype == torch.float32:
+        assert torch.equal(new_res, ref_res)  # the add rounds exactly as torch's
+    else:  # the interpreter rounds float32 -> bf16 toward zero (the GPU to nearest even)
+        assert _rel(new_res, ref_res) < TOL[dtype]
+    assert _rel(out, ref_out) < TOL[dtype]
+
+
+@pytest.mark.parametrize("tokens,heads,kv_heads,head_dim", [(7, 4, 2, 16), (3, 6, 2, 32)]
+                         + [pytest.param(2048, 32, 8, 128, marks=pytest.mark.gpu)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_rope_in_place_on_strided_qkv(tokens: int, heads: int, kv_heads: int, head_dim: int, dtype: torch.dtype) -> None:
+    from gpu_stage.model_config import ModelConfig
+    from gpu_stage.rope import RotaryEmbedding
+
+    gen = _gen(tokens)
+    config = ModelConfig("llama", 10, heads * head_dim, 8, 1, heads, kv_heads, head_dim, rope_theta=500000.0)
+    positions = torch.randint(0, 9000, (tokens,), generator=gen).to(DEVICE)
+    cos, sin = RotaryEmbedding(config, DEVICE).cos_sin(positions, dtype)
+    qkv = _randn(tokens, (heads + 2 * kv_heads) * head_dim, gen=gen, dtype=dtype)
+    q, k, _ = qkv.split([heads * head_dim, kv_heads * head_dim, kv_heads * head_dim], dim=-1)
+    q, k = q.view(tokens, heads, head_dim), k.view(tokens, kv_heads, head_dim)
+    ref_q, ref_k = TorchOps.rope(q, k, cos, sin)
+    v_before = qkv[:, (heads + kv_heads) * head_dim :].clone()
+    out_q, out_k = rope.rope_(q, k, cos, sin)
+    assert out_q.data_ptr() == q.data_ptr()
+    assert _rel(out_q, ref_q) < TOL[dtype] and _rel(out_k, ref_k) < TOL[dtype]
+    assert torch.equal(qkv[:, (heads + kv_heads) * head_dim :], v_before)  # v untouched
+
+
+@pytest.mark.parametrize("rows,inter", [(5, 24), (2, 1500)] + [pytest.param(512, 14336, marks=pytest.mark.gpu)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_silu_and_mul(rows: int, inter: int, dtype: torch.dtype) -> None:
+    x = _randn(rows, 2 * inter, gen=_gen(inter), dtype=dtype) * 3
+    out = activation.silu_and_mul(x)
+    ref = TorchOps.silu_and_mul(x)
+    assert out.shape == (rows, inter)
+    assert _rel(out, ref) < TOL[dtype]
+
+
+def test_attention_kernels_write_every_real_row() -> None:
+    """Outputs poisoned with NaN before the call: every real row must be overwritten."""
+    from gpu_stage.kernels.decode_attention import DecodeWorkspace, decode_attention
+    from gpu_stage.kernels.prefill_attention import prefill_attention
+
+    _, kv_layer, q, k, v, meta, ref = _paged_case(MIXED, 4, 2, 16, 4, torch.float32, seed=9)
+    triton_backend.store_kv(kv_layer, k, v, meta)
+    out = torch.full_like(q, float("nan"))
+    prefill_attention(q, kv_layer, meta.cu_seqlens_q, meta.seq_lens, meta.block_tables, meta.num_seqs, out=out)
+    assert _rel(out, ref) < 1e-5
+    _, kv_layer, q, k, v, meta, ref = _paged_case([(6, 1), (33, 1)], 4, 2, 16, 4, torch.float32, seed=10)
+    triton_backend.store_kv(kv_layer, k, v, meta)
+    for splits in (1, 4):
+        out = torch.full_like(q, float("nan"))
+        decode_attention(q, kv_layer, meta.seq_lens, meta.block_tables, DecodeWorkspace(2, 4, 16, splits, DEVICE), out=out)
+        assert _rel(out, ref) < 1e-5
