@@ -26,12 +26,18 @@ class ServerProcess:
     proc: subprocess.Popen
     base_url: str
     log_path: Path
+    uds: str | None = None  # served on this Unix socket (`--uds`) instead of TCP
+
+    def http(self, method: str, path: str, **kwargs) -> httpx.Response:
+        transport = httpx.HTTPTransport(uds=self.uds) if self.uds else None
+        with httpx.Client(transport=transport, timeout=10) as client:
+            return client.request(method, f"{self.base_url}{path}", **kwargs)
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
 
     def metric(self, name: str, labels: str = "") -> float:
-        text = httpx.get(f"{self.base_url}/metrics", timeout=10).text
+        text = self.http("GET", "/metrics").text
         key = f"{name}{{{labels}}}" if labels else name
         for line in text.splitlines():
             if line.startswith(key + " "):
@@ -57,13 +63,14 @@ def start_server(tmp_path: Path, *args: str, timeout_s: float = 120.0, env: dict
         cmd, cwd=ROOT, stdout=open(log_path, "wb"), stderr=subprocess.STDOUT,
         env={**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1"},
     )
-    server = ServerProcess(proc, f"http://127.0.0.1:{port}", log_path)
+    uds = args[args.index("--uds") + 1] if "--uds" in args else None
+    server = ServerProcess(proc, f"http://127.0.0.1:{port}", log_path, uds)
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise RuntimeError(f"server exited with {proc.returncode}:\n{server.log()}")
         try:
-            if httpx.get(f"{server.base_url}/health", timeout=2).status_code == 200:
+            if server.http("GET", "/health").status_code == 200:
                 return server
         except httpx.HTTPError:
             pass
@@ -84,3 +91,28 @@ def smollm_server(tmp_path_factory):
     server = start_server(tmp_path_factory.mktemp("smol"))
     yield server
     server.stop()
+
+
+@pytest.fixture(scope="module")
+def launch(tmp_path_factory):
+    """`launch(*flags, env=None)` starts a `ttft serve` with any flags; `launch.many([...])` starts
+    several at once (their start-up is mostly imports: in parallel they cost about one). All are
+    stopped when the module ends (a test that kills its own server first is fine)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    started: list[ServerProcess] = []
+
+    def start(*args: str, env: dict | None = None, log_dir: Path | None = None) -> ServerProcess:
+        server = start_server(log_dir or tmp_path_factory.mktemp("srv"), *args, env=env)
+        started.append(server)
+        return server
+
+    def many(specs: list[tuple[tuple[str, ...], dict | None]]) -> list[ServerProcess]:
+        dirs = [tmp_path_factory.mktemp("srv") for _ in specs]  # not thread-safe: made here
+        with ThreadPoolExecutor(len(specs)) as pool:
+            return list(pool.map(lambda sd: start(*sd[0][0], env=sd[0][1], log_dir=sd[1]), zip(specs, dirs)))
+
+    start.many = many
+    yield start
+    for server in started:
+        server.stop()
