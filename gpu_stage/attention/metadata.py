@@ -31,6 +31,9 @@ class AttentionMetadata:
     slot_offsets: torch.Tensor | None = None  # [T] int64
     # Backend-private data computed once per step on first use and reused by every layer.
     backend_plan: Any = None
+    # The K/V the current layer just stored (set by store_kv, read by forward of the same layer):
+    # a fresh prefill attends to exactly these, so it needs no gather from the paged cache.
+    fresh_kv: Any = None
     # Split count for split-K decode attention; None lets the backend choose from the batch. Set by
     # the CUDA graph runner so that a graph's split count depends on its batch bucket only.
     decode_num_splits: int | None = None

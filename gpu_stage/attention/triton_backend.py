@@ -25,11 +25,18 @@ from gpu_stage.kernels.prefill_attention import prefill_attention
 INTERPRETER_NUM_SMS = 4  # small, so that CPU tests exercise several splits
 
 
+# Fresh prefills (no cached context) at least this long go to torch's flash SDPA, which beats our
+# general kernel there (measured on an H200: 0.107 vs 0.165 ms per layer at 2,048 tokens, 0.99 vs
+# 1.74 ms at 8,192). Shorter ones stay on Triton: they are captured in CUDA graphs.
+SDPA_MIN_TOKENS = 512
+
+
 @dataclass
 class TritonPlan:
     decode_only: bool
     num_seqs: int
     workspace: decode_mod.DecodeWorkspace | None
+    fresh_prefill: bool = False  # every sequence starts at position 0: dense causal attention
 
 
 @lru_cache(maxsize=8)
@@ -49,7 +56,14 @@ def decode_num_splits(num_seqs: int, num_kv_heads: int, max_seq_len: int, device
 def make_plan(meta: AttentionMetadata, q: torch.Tensor, num_kv_heads: int) -> TritonPlan:
     num_seqs = meta.num_seqs
     if meta.max_query_len != 1:
-        return TritonPlan(False, num_seqs, None)
+        fresh = (
+            q.device.type == "cuda"
+            and not interpreting()
+            and not torch.cuda.is_current_stream_capturing()
+            and meta.query_lens_host == meta.seq_lens_host
+            and meta.max_query_len >= SDPA_MIN_TOKENS
+        )
+        return TritonPlan(False, num_seqs, None, fresh_prefill=fresh)
     assert q.shape[0] == num_seqs, "decode-only steps have one query row per sequence"
     splits = meta.decode_num_splits or decode_num_splits(num_seqs, num_kv_heads, meta.max_seq_len, q.device)
     workspace = decode_mod.DecodeWorkspace(num_seqs, q.shape[1], q.shape[2], splits, q.device)
@@ -59,6 +73,7 @@ def make_plan(meta: AttentionMetadata, q: torch.Tensor, num_kv_heads: int) -> Tr
 def store_kv(kv_layer: torch.Tensor, k: torch.Tensor, v: torch.Tensor, meta: AttentionMetadata) -> None:
     """k, v [T, num_kv_heads, head_dim] -> the cache slots of meta.slot_mapping."""
     _store_kv(kv_layer, k, v, meta.slot_mapping)
+    meta.fresh_kv = (k, v)
 
 
 def forward(q: torch.Tensor, kv_layer: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
@@ -68,4 +83,23 @@ def forward(q: torch.Tensor, kv_layer: torch.Tensor, meta: AttentionMetadata) ->
         plan = meta.backend_plan = make_plan(meta, q, kv_layer.shape[3])
     if plan.decode_only:
         return decode_mod.decode_attention(q, kv_layer, meta.seq_lens, meta.block_tables, plan.workspace)
+    if plan.fresh_prefill:
+        return _fresh_prefill_sdpa(q, meta)
     return prefill_attention(q, kv_layer, meta.cu_seqlens_q, meta.seq_lens, meta.block_tables, plan.num_seqs)
+
+
+def _fresh_prefill_sdpa(q: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
+    """Sequences with no cached context attend only to their own new tokens: causal flash SDPA on
+    each, over the K/V this layer just stored (no gather from the paged cache, no host sync)."""
+    k, v = meta.fresh_kv  # [T, Hkv, D] each
+    out = torch.empty_like(q)
+    gqa = q.shape[1] != k.shape[1]
+    start = 0
+    for n in meta.query_lens_host:
+        qs = q[start:start + n].transpose(0, 1).unsqueeze(0)  # [1, H, n, D]
+        ks = k[start:start + n].transpose(0, 1).unsqueeze(0)  # [1, Hkv, n, D]
+        vs = v[start:start + n].transpose(0, 1).unsqueeze(0)
+        o = torch.nn.functional.scaled_dot_product_attention(qs, ks, vs, is_causal=True, enable_gqa=gqa)
+        out[start:start + n] = o[0].transpose(0, 1)
+        start += n
+    return out

@@ -20,27 +20,28 @@ from gpu_stage.model.llama import LlamaForCausalLM
 pytestmark = pytest.mark.gpu
 
 CONFIG = dict(num_hidden_layers=3, hidden_size=128, intermediate_size=384, num_attention_heads=4,
-              num_key_value_heads=2, max_position_embeddings=512)
+              num_key_value_heads=2, max_position_embeddings=1024)
 
 
 def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
     return float(torch.linalg.norm(a.double() - b.double()) / torch.linalg.norm(b.double()))
 
 
-def test_prefill_logits_bf16() -> None:
+@pytest.mark.parametrize("length", [200, 600])  # 600: a fresh prefill long enough for flash SDPA
+def test_prefill_logits_bf16(length: int) -> None:
     hf = hf_model("llama", **CONFIG)
     hf_bf16 = copy.deepcopy(hf).to("cuda", torch.bfloat16)
     hf32 = copy.deepcopy(hf).to("cuda")
     ours = LlamaForCausalLM(model_config(hf), "cuda", torch.bfloat16, get_attention_backend("triton"),
                             get_layer_ops("triton"))
     ours.load_weights((k, v.to("cuda", torch.bfloat16)) for k, v in hf.state_dict().items())
-    prompt = torch.randint(0, 400, (200,), generator=torch.Generator().manual_seed(0))
+    prompt = torch.randint(0, 400, (length,), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         ref = hf_bf16(prompt[None].cuda()).logits[0].float()  # [T, V]
         ref32 = hf32(prompt[None].cuda()).logits[0]
     cache = KvCache(ours.config, 64, 16, "cuda", torch.bfloat16)
-    meta = build_metadata([200], [200], [list(range(1, 14))], 16, "cuda")
-    got = ours(prompt.cuda(), meta.positions, cache, meta, torch.arange(200, device="cuda"))
+    meta = build_metadata([length], [length], [list(range(1, (length + 15) // 16 + 1))], 16, "cuda")
+    got = ours(prompt.cuda(), meta.positions, cache, meta, torch.arange(length, device="cuda"))
     print(f"bf16 ours vs hf bf16 {_rel(got, ref):.2e}; vs hf fp32 {_rel(got, ref32):.2e}; hf bf16 vs fp32 {_rel(ref, ref32):.2e}")
     assert _rel(got, ref) < 1e-2
 

@@ -84,6 +84,7 @@ def test_runner_triton_backend_matches_torch_backend() -> None:
 
 
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")  # padded rows hold garbage by design
+@pytest.mark.skipif(torch.cuda.is_available(), reason="simulates the graph path on CPU tensors (the GPU runs it for real)")
 def test_graph_path_of_execute_on_cpu() -> None:
     """execute()'s CUDA-graph path (bucket choice, padding, logits rows) without a GPU: "replay" runs
     the model on views taken only from the bucket's layout and the shape, as a captured graph would."""
