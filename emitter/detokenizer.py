@@ -14,23 +14,25 @@ for an incomplete character left at the very end: that one is dropped, never sen
 """
 from __future__ import annotations
 
-import codecs
+from codecs import utf_8_decode
 from typing import Iterable
 
 from ingress.tokenizer import Tokenizer
 
-_Utf8Decoder = codecs.getincrementaldecoder("utf-8")
-
 
 class IncrementalDetokenizer:
-    """Token ids in, newly completed text out. One per request; not thread-safe (one owner)."""
+    """Token ids in, newly completed text out. One per request; not thread-safe (one owner).
 
-    __slots__ = ("_tokenizer", "_skip_special_tokens", "_decoder", "_finished")
+    The decoder is `codecs.utf_8_decode(data, "replace", final=False)` over the pending bytes plus
+    the new ones: exactly what the codecs module's incremental UTF-8 decoder does, minus its
+    Python-level wrapper (this runs once per token of every stream)."""
+
+    __slots__ = ("_tokenizer", "_skip_special_tokens", "_pending", "_finished")
 
     def __init__(self, tokenizer: Tokenizer, skip_special_tokens: bool = True) -> None:
         self._tokenizer = tokenizer
         self._skip_special_tokens = skip_special_tokens
-        self._decoder = _Utf8Decoder(errors="replace")
+        self._pending = b""  # the first bytes of a character still incomplete (0 to 3)
         self._finished = False
 
     def push(self, token_ids: Iterable[int]) -> str:
@@ -41,14 +43,28 @@ class IncrementalDetokenizer:
         data = b"".join(
             tok.token_bytes(t) for t in token_ids if not (skip and tok.is_special(t))
         )
-        if not data:
+        return self._decode(data) if data else ""
+
+    def push_one(self, token_id: int) -> str:
+        """`push((token_id,))` without the generator: the per-token hot path."""
+        assert not self._finished, "push after finish"
+        tok = self._tokenizer
+        if self._skip_special_tokens and tok.is_special(token_id):
             return ""
-        return self._decoder.decode(data)
+        data = tok.token_bytes(token_id)
+        return self._decode(data) if data else ""
+
+    def _decode(self, data: bytes) -> str:
+        if self._pending:
+            data = self._pending + data
+        text, num_used = utf_8_decode(data, "replace", False)
+        self._pending = data[num_used:] if num_used < len(data) else b""
+        return text
 
     @property
     def num_pending_bytes(self) -> int:
         """Bytes of a character still waiting for its continuation bytes (0 to 3)."""
-        return len(self._decoder.getstate()[0])
+        return len(self._pending)
 
     def finish(self) -> str:
         """End of the reply: drop an incomplete trailing character (never sent as U+FFFD).
@@ -58,5 +74,5 @@ class IncrementalDetokenizer:
         know that, and so that the end is explicit.
         """
         self._finished = True
-        self._decoder.reset()
+        self._pending = b""
         return ""

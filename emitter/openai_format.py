@@ -51,17 +51,36 @@ def usage_chunk(meta: ResponseMeta, out: RequestOutput, chat: bool) -> bytes:
     return orjson.dumps(body)
 
 
+_HOLE = "\x00ttft-hole\x00"  # orjson writes it as "\u0000ttft-hole\u0000"
+
+
+def _split_template(body: dict[str, Any]) -> tuple[bytes, bytes] | None:
+    """The bytes before and after the one `_HOLE` string value in `body`, serialised: a chunk is
+    then `head + orjson.dumps(text) + tail`, byte for byte what dumping the whole body gives.
+    None if the hole shows up elsewhere too (an id or model name containing it)."""
+    parts = orjson.dumps(body).split(orjson.dumps(_HOLE))
+    return (parts[0], parts[1]) if len(parts) == 2 else None
+
+
 class CompletionChunker:
     """`/v1/completions` streaming chunks for one request."""
 
-    __slots__ = ("meta", "include_usage", "_text_offset")
+    __slots__ = ("meta", "include_usage", "_text_offset", "_template")
 
     def __init__(self, meta: ResponseMeta, include_usage: bool = False) -> None:
         self.meta = meta
         self.include_usage = include_usage  # then every chunk carries "usage": null
         self._text_offset = 0
+        body = _envelope(meta, COMPLETION_OBJECT,
+                         [{"index": 0, "text": _HOLE, "logprobs": None, "finish_reason": None}])
+        if include_usage:
+            body["usage"] = None
+        self._template = _split_template(body)  # the chunk of an unfinished step, no logprobs
 
     def chunk(self, out: RequestOutput) -> bytes:
+        if out.finish_reason is None and out.logprobs is None and self._template is not None:
+            head, tail = self._template
+            return head + orjson.dumps(out.text) + tail
         logprobs = None
         if out.logprobs is not None:
             logprobs, self._text_offset = completion_logprobs(out.logprobs, self._text_offset)
@@ -78,11 +97,16 @@ class CompletionChunker:
 class ChatChunker:
     """`/v1/chat/completions` streaming chunks: role delta first, content deltas, finish_reason."""
 
-    __slots__ = ("meta", "include_usage")
+    __slots__ = ("meta", "include_usage", "_template")
 
     def __init__(self, meta: ResponseMeta, include_usage: bool = False) -> None:
         self.meta = meta
         self.include_usage = include_usage
+        body = _envelope(meta, CHAT_CHUNK_OBJECT, [
+            {"index": 0, "delta": {"content": _HOLE}, "logprobs": None, "finish_reason": None}])
+        if include_usage:
+            body["usage"] = None
+        self._template = _split_template(body)  # a content delta of an unfinished step, no logprobs
 
     def _dump(self, choice: dict[str, Any]) -> bytes:
         body = _envelope(self.meta, CHAT_CHUNK_OBJECT, [choice])
@@ -96,6 +120,9 @@ class ChatChunker:
         return self._dump({"index": 0, "delta": delta, "logprobs": None, "finish_reason": None})
 
     def chunk(self, out: RequestOutput) -> bytes:
+        if out.finish_reason is None and out.logprobs is None and self._template is not None:
+            head, tail = self._template
+            return head + orjson.dumps(out.text) + tail
         # The final chunk of OpenAI's streams has an empty delta; a final flush that still has
         # text carries it together with the finish_reason.
         delta = {"content": out.text} if out.text or out.finish_reason is None else {}

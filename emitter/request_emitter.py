@@ -43,6 +43,9 @@ class RequestEmitter:
         self.finished = False
         self.finish_reason: str | None = None
         self._held_ids: list[int] = []  # ids of steps that produced no flush yet
+        # No stop strings, no logprobs: a step's single token needs no matcher and no logprob
+        # text, which is the common case on_event handles first.
+        self._plain = self._stop is None and params.logprobs is None
 
     @property
     def stop_string(self) -> str | None:
@@ -60,6 +63,8 @@ class RequestEmitter:
             self.num_cached_tokens = ev.num_cached_tokens
 
         token_ids = ev.token_ids
+        if self._plain and ev.finish_reason is None and ev.error is None and len(token_ids) == 1:
+            return self._plain_token(token_ids[0], ev.error_status)
         num_text_tokens = len(token_ids)
         if (
             ev.finish_reason == "stop"
@@ -76,7 +81,7 @@ class RequestEmitter:
             self.num_output_tokens += 1
             if i >= num_text_tokens:
                 continue
-            text = self._detok.push((token_id,))
+            text = self._detok.push_one(token_id)
             if self._stop is None or self.num_output_tokens < self.params.min_tokens:
                 if text:
                     parts.append(text)
@@ -118,6 +123,24 @@ class RequestEmitter:
             error=ev.error,
             error_status=ev.error_status,
         )
+
+    def _plain_token(self, token_id: int, error_status: int) -> RequestOutput | None:
+        """on_event for one token of an unfinished plain request (same result, fewer steps)."""
+        self.num_output_tokens += 1
+        text = self._detok.push_one(token_id)
+        held = self._held_ids  # never handed out: outputs get a copy
+        if not text:
+            held.append(token_id)
+            return None
+        if held:
+            self._held_ids = []
+            taken = held + [token_id]
+        else:
+            taken = [token_id]
+        # Positional: (request_id, text, token_ids, finish_reason, logprobs, num_prompt_tokens,
+        # num_output_tokens, num_cached_tokens, error, error_status).
+        return RequestOutput(self.request_id, text, taken, None, None, self.num_prompt_tokens,
+                             self.num_output_tokens, self.num_cached_tokens, None, error_status)
 
     def _logprobs(self, sampled: list[SampledToken] | None, num_taken: int) -> list[TokenLogprob] | None:
         if self.params.logprobs is None or sampled is None:

@@ -51,13 +51,15 @@ class EmitterStage(Stage[StepEvents]):
             self._finish(rid, entry, out)
 
     async def handle(self, msg: StepEvents) -> None:
+        entries = self._entries
+        clock_ns = time.perf_counter_ns
         for event in msg.events:
-            entry = self._entries.get(event.request_id)
+            entry = entries.get(event.request_id)
             if entry is None:
                 continue  # its reader is gone (disconnect): nothing to deliver
-            t0 = time.perf_counter_ns()
+            t0 = clock_ns()
             out = entry.emitter.on_event(event)
-            entry.stream.trace.add_host("emit", time.perf_counter_ns() - t0)
+            entry.stream.trace.add_host("emit", clock_ns() - t0)
             if out is None:
                 continue
             entry.stream.push(out)

@@ -13,12 +13,13 @@ def finish_reason(req: RequestState, token_id: int, eos_token_ids: frozenset[int
     (the sampler masks them before that; if one slips through it is kept as an ordinary token).
     """
     params = req.params
-    num_output = req.num_output_tokens
+    num_tokens = len(req.all_token_ids)  # (once per token per request: no property calls)
+    num_output = num_tokens - req.num_prompt_tokens
     if num_output - 1 >= params.min_tokens:
-        if token_id in params.stop_token_ids:
+        if params.stop_token_ids and token_id in params.stop_token_ids:
             return "stop"
         if not params.ignore_eos and token_id in eos_token_ids:
             return "stop"
-    if num_output >= params.max_tokens or req.num_tokens >= max_model_len:
+    if num_output >= params.max_tokens or num_tokens >= max_model_len:
         return "length"
     return None

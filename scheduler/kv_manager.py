@@ -2,6 +2,11 @@
 
 The scheduler decides *who* runs; this class owns *which blocks* they hold. Every block a request
 holds is one reference in the pool, taken here and given back here exactly once.
+
+A request's `block_ids` list is only ever extended in place (`grow`) or replaced by a new list
+(`admit`, `free`): never shrunk or rewritten. That is what lets a ScheduledChunk share it as its
+block table instead of copying it every step (the GPU thread may read it while the next step is
+prepared): the entries a chunk covers never change under it.
 """
 from __future__ import annotations
 

@@ -29,6 +29,10 @@ from scheduler.policy import is_decode
 _DECODE, _PROMOTED, _SHORT, _LONG = 0, 1, 2, 3
 
 
+def _priority(req: RequestState) -> int:
+    return req.priority
+
+
 class LanesPolicy:
     name = "lanes"
 
@@ -59,11 +63,26 @@ class LanesPolicy:
 
     def order(self, running: list[RequestState], waiting: list[RequestState],
               step_id: int) -> list[RequestState]:
-        def key(req: RequestState) -> tuple[bool, int, int, int]:
-            group = self.group(req, step_id)
-            return (group != _DECODE, req.priority, group, req.arrival_seq)
+        """Sorted by (not a decode, priority, group, arrival). Decodes, the bulk of every step,
+        are split off without a key each: `running` is already in arrival order, so a stable
+        sort by priority (skipped when all are equal) gives their order."""
+        def key(req: RequestState) -> tuple[int, int, int]:
+            return (req.priority, self.group(req, step_id), req.arrival_seq)
 
-        return sorted(running + waiting, key=key)
+        decodes: list[RequestState] = []
+        others: list[RequestState] = []
+        for req in running:  # all RUNNING: a decode lacks exactly one token
+            if len(req.all_token_ids) - req.num_computed_tokens == 1:
+                decodes.append(req)
+            else:
+                others.append(req)
+        if len(decodes) > 1 and any(r.priority != decodes[0].priority for r in decodes):
+            decodes.sort(key=_priority)
+        if others or waiting:
+            others.extend(waiting)  # never decodes: not running
+            others.sort(key=key)
+            decodes.extend(others)
+        return decodes
 
     def chunk_size(self, req: RequestState, num_uncomputed: int, budget_left: int) -> int:
         return min(num_uncomputed, budget_left, self.max_chunk_tokens)

@@ -58,8 +58,13 @@ class FcfsPolicy:
     def order(self, running: list[RequestState], waiting: list[RequestState],
               step_id: int) -> list[RequestState]:
         """Decodes, then prefills, oldest first; then the queue as it stands (preempted in front)."""
-        decodes = [r for r in running if is_decode(r)]
-        prefills = [r for r in running if not is_decode(r)]
+        decodes: list[RequestState] = []
+        prefills: list[RequestState] = []
+        for req in running:  # all RUNNING (see is_decode): one pass, no property calls
+            if len(req.all_token_ids) - req.num_computed_tokens == 1:
+                decodes.append(req)
+            else:
+                prefills.append(req)
         return decodes + prefills + waiting
 
     def chunk_size(self, req: RequestState, num_uncomputed: int, budget_left: int) -> int:

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import hashlib
 import struct
+import sys
+from array import array
 from typing import Sequence
 
 from scheduler.block_pool import BlockPool
@@ -33,6 +35,18 @@ def hash_block(parent_hash: bytes, token_ids: Sequence[int]) -> bytes:
     return hashlib.sha256(parent_hash + struct.pack(f"<{len(token_ids)}I", *token_ids)).digest()
 
 
+def _pack_le_u32(token_ids: Sequence[int]) -> bytes:
+    """struct.pack("<nI", *token_ids) in one C call (a whole prompt at arrival, not block by block)."""
+    arr = array("I", token_ids)
+    if _SWAP_BYTES:
+        arr.byteswap()
+    return arr.tobytes()
+
+
+_SWAP_BYTES = sys.byteorder != "little"
+assert array("I").itemsize == 4, "array('I') must hold 32-bit token ids"
+
+
 def extend_block_hashes(
     block_hashes: list[bytes], token_ids: Sequence[int], block_size: int,
     cache_salt: str | None = None,
@@ -43,8 +57,12 @@ def extend_block_hashes(
     if len(block_hashes) >= num_full:
         return
     parent = block_hashes[-1] if block_hashes else root_hash(cache_salt)
-    for i in range(len(block_hashes), num_full):
-        parent = hash_block(parent, token_ids[i * block_size:(i + 1) * block_size])
+    first = len(block_hashes)
+    data = _pack_le_u32(token_ids[first * block_size:num_full * block_size])
+    num_bytes = 4 * block_size
+    sha256 = hashlib.sha256
+    for offset in range(0, len(data), num_bytes):  # == hash_block, block by block
+        parent = sha256(parent + data[offset:offset + num_bytes]).digest()
         block_hashes.append(parent)
 
 

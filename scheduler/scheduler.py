@@ -32,6 +32,9 @@ __all__ = ["OVERLOADED", "Scheduler"]
 class Scheduler:
     def __init__(self, config: SchedulerConfig, policy: Policy | None = None) -> None:
         self.config = config
+        self._block_size = config.block_size
+        self._caching = config.enable_prefix_caching
+        self._eos_token_ids = config.eos_token_ids
         self.kv = KVManager(config)
         self.policy = policy or make_policy(config)
         self.predictor = OutputLengthPredictor(config.prior_output_tokens)
@@ -100,7 +103,8 @@ class Scheduler:
         self.shadow.reclaim()  # what the stage has not reclaimed yet: before any admission
         step = StepBuilder(self._next_step_id, self.config.max_num_batched_tokens)
         admitting = len(self.running) < self.config.max_num_seqs
-        for req in self.policy.order(self.running, list(self.waiting) if admitting else [], step.step_id):
+        waiting = list(self.waiting) if admitting and self.waiting else []
+        for req in self.policy.order(self.running, waiting, step.step_id):
             if step.budget_left <= 0:
                 break
             if req.status is RequestStatus.RUNNING:
@@ -124,8 +128,14 @@ class Scheduler:
         """A decode takes 1 token, an unfinished prefill a chunk, shrunk to the blocks there are;
         if not even one token fits, preempt the policy's victim until it does."""
         # Not in flight, so its last result is in: a running request always lacks a token.
-        assert req.num_uncomputed_tokens > 0, req
-        num_new = self.policy.chunk_size(req, req.num_uncomputed_tokens, step.budget_left)
+        num_uncomputed = len(req.all_token_ids) - req.num_computed_tokens
+        assert num_uncomputed > 0, req
+        if num_uncomputed == 1 and req.num_computed_tokens < len(req.block_ids) * self._block_size:
+            # The common decode: one token (every policy's chunk is 1 here), its slot already in
+            # the last block: no growth, no preemption.
+            step.add(req, 1)
+            return
+        num_new = self.policy.chunk_size(req, num_uncomputed, step.budget_left)
         if num_new > 1:
             num_room = (len(req.block_ids) + self.kv.pool.num_allocatable) * self.config.block_size
             num_new = max(1, min(num_new, num_room - req.num_computed_tokens))
@@ -187,35 +197,45 @@ class Scheduler:
     def update(self, batch: StepBatch, result: StepResult) -> list[TokenEvent]:
         """Apply a step's result: advance computed tokens, append samples, finish requests."""
         sampled = {s.request_id: s for s in result.sampled}
+        failed = result.failed
+        requests = self.requests
+        step_id = batch.step_id
         events: list[TokenEvent] = []
         for chunk in batch.chunks:
-            req = self.requests.get(chunk.request_id)
-            if req is None or req.in_flight_step != batch.step_id:
+            req = requests.get(chunk.request_id)
+            if req is None or req.in_flight_step != step_id:
                 continue  # aborted while its step was in flight: drop whatever it produced
             req.in_flight_step, req.num_in_flight_tokens = None, 0
-            failure = result.failed.get(req.request_id)
-            if failure is None and chunk.sample and req.request_id not in sampled:
+            failure = failed.get(req.request_id) if failed else None
+            token = sampled.get(req.request_id) if chunk.sample else None
+            if failure is None and chunk.sample and token is None:
                 failure = "the step sampled no token for this request"
             if failure is not None:
                 self._retire(req, "error", failure)
                 events.append(self._event(req, [], None))
                 continue
             self._advance(req, len(chunk.token_ids))
-            if chunk.sample:
-                events.append(self._append_token(req, sampled[req.request_id]))
+            if token is not None:
+                events.append(self._append_token(req, token))
         return events
 
     def _advance(self, req: RequestState, num_tokens: int) -> None:
-        req.num_computed_tokens += num_tokens
-        if req.num_computed_tokens >= req.num_prompt_tokens:
+        before = req.num_computed_tokens
+        after = req.num_computed_tokens = before + num_tokens
+        if before < req.num_prompt_tokens <= after:  # the first crossing is the one traced
             req.request.trace.mark("prefill_done")
-        self.kv.cache_computed(req)
+        if self._caching and after // self._block_size > req.num_hashed_blocks:
+            self.kv.cache_computed(req)  # only when a block has just been completed
 
     def _append_token(self, req: RequestState, token: SampledToken) -> TokenEvent:
-        req.all_token_ids.append(token.token_id)
-        req.request.trace.mark("first_token_sampled")
-        self.kv.update_hashes(req)
-        reason = finish_reason(req, token.token_id, self.config.eos_token_ids, self.config.max_model_len)
+        token_ids = req.all_token_ids
+        token_ids.append(token.token_id)
+        num_tokens = len(token_ids)
+        if num_tokens - req.num_prompt_tokens == 1:
+            req.request.trace.mark("first_token_sampled")
+        if self._caching and num_tokens // self._block_size > len(req.block_hashes):
+            self.kv.update_hashes(req)  # a block of known tokens just filled: hash it once
+        reason = finish_reason(req, token.token_id, self._eos_token_ids, self.config.max_model_len)
         if reason is not None:
             self._retire(req, reason, None)
         return self._event(req, [token.token_id], token if req.params.logprobs is not None else None)
@@ -239,15 +259,12 @@ class Scheduler:
             self._finished_ids.append(req.request_id)
 
     def _event(self, req: RequestState, token_ids: list[int], logprob: SampledToken | None) -> TokenEvent:
+        # Positional: one is built per request per step (request_id, token_ids, finish_reason,
+        # logprobs, num_prompt_tokens, num_output_tokens, num_cached_tokens, error).
         return TokenEvent(
-            request_id=req.request_id,
-            token_ids=token_ids,
-            finish_reason=req.finish_reason,
-            logprobs=None if logprob is None else [logprob],
-            num_prompt_tokens=req.num_prompt_tokens,
-            num_output_tokens=req.num_output_tokens,
-            num_cached_tokens=req.num_cached_tokens,
-            error=req.error,
+            req.request_id, token_ids, req.finish_reason, None if logprob is None else [logprob],
+            req.num_prompt_tokens, len(req.all_token_ids) - req.num_prompt_tokens,
+            req.num_cached_tokens, req.error,
         )
 
     # -- introspection -----------------------------------------------------------------------

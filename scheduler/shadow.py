@@ -160,7 +160,9 @@ class ShadowAdmission:
         """Growth first: if claims exceed what the pool can hand out, revoke the newest waiting
         claims (back to pending), then trim running requests' unused claims, newest first."""
         excess = self.num_reserved - self.pool.num_allocatable
-        for req in reversed(list(waiting)) if excess > 0 else ():
+        if excess <= 0:
+            return  # almost every step
+        for req in reversed(list(waiting)):
             if excess <= 0:
                 break
             if req.has_reservation:
@@ -168,7 +170,9 @@ class ShadowAdmission:
                 self.release(req)
                 self.num_revoked += 1
                 self._wait(req, "revoked")
-        for req in reversed(running) if excess > 0 else ():
+        for req in reversed(running):
+            if excess <= 0:
+                break
             cut = min(excess, req.num_reserved_blocks)
             req.num_reserved_blocks -= cut
             self.num_reserved -= cut

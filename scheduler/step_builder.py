@@ -19,19 +19,19 @@ class StepBuilder:
         assert 0 < num_tokens <= self.budget_left and req.in_flight_step is None
         start = req.num_computed_tokens
         end = start + num_tokens
-        assert end <= req.num_tokens
+        all_token_ids = req.all_token_ids
+        assert end <= len(all_token_ids)
         if not req.was_scheduled:
             req.was_scheduled = True
             self.new_requests.append(
                 NewRequestData(req.request_id, req.request.prompt_token_ids, req.params))
             req.request.trace.mark("first_scheduled")
+        # The block table is shared, not copied: while this chunk is in flight nothing changes
+        # the list (a request in flight is neither grown nor preempted; freeing it replaces
+        # `req.block_ids` by a new list), and later growth only appends past the positions this
+        # chunk covers. See KVManager.
         self.chunks.append(ScheduledChunk(
-            request_id=req.request_id,
-            token_ids=req.all_token_ids[start:end],
-            start_pos=start,
-            block_table=list(req.block_ids),
-            sample=end == req.num_tokens,
-        ))
+            req.request_id, all_token_ids[start:end], start, req.block_ids, end == len(all_token_ids)))
         req.in_flight_step = self.step_id
         req.num_in_flight_tokens = num_tokens
         self.budget_left -= num_tokens

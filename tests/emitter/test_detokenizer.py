@@ -177,3 +177,14 @@ def test_random_text_round_trips_one_token_at_a_time(smol, text):
     pieces = stream(smol, ids)
     # (Not always == text: the vocabulary lacks some bytes, e.g. F1 (U+40000 starts with it).)
     assert "".join(pieces) == smol.decode(ids)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data(), skip=st.booleans())
+def test_push_one_is_push_of_one_token(smol, smol_id_pools, data, skip):
+    """The per-token fast path gives exactly what push((id,)) gives, pending bytes included."""
+    ids, _ = data.draw(id_sequences(smol.vocab_size, *smol_id_pools))
+    a, b = IncrementalDetokenizer(smol, skip), IncrementalDetokenizer(smol, skip)
+    for i in ids:
+        assert a.push_one(i) == b.push((i,))
+        assert a.num_pending_bytes == b.num_pending_bytes

@@ -150,3 +150,23 @@ def test_non_streaming_chat_body():
     assert isinstance(body["usage"]["prompt_tokens"], int)
     parsed = ChatCompletion.model_validate_json(raw)
     assert parsed.choices[0].message.content == "世界"
+
+
+TRICKY = ["", "plain", 'quote " back\\slash', "line\nbreak\ttab\r\x00\x1f", "\u2028\u2029 é 漢字 😀", "</script>"]
+
+
+@pytest.mark.parametrize("include_usage", [False, True])
+@pytest.mark.parametrize("meta", [META, ResponseMeta('id "with" \\ quotes', 0, "m\u00e9\n"),
+                                  ResponseMeta("\x00ttft-hole\x00", 1, "\x00ttft-hole\x00")])
+def test_precomputed_chunk_bytes_equal_the_dumped_body(meta, include_usage):
+    """Unfinished, logprob-free chunks are spliced from precomputed bytes: byte for byte what
+    dumping the whole body gives (ids or names that contain the splice marker fall back)."""
+    for text in TRICKY:
+        o = out(text)
+        usage = {"usage": None} if include_usage else {}
+        env = {"id": meta.id, "object": "text_completion", "created": meta.created, "model": meta.model}
+        choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": None}
+        assert CompletionChunker(meta, include_usage).chunk(o) == orjson.dumps({**env, "choices": [choice], **usage})
+        env["object"] = "chat.completion.chunk"
+        choice = {"index": 0, "delta": {"content": text}, "logprobs": None, "finish_reason": None}
+        assert ChatChunker(meta, include_usage).chunk(o) == orjson.dumps({**env, "choices": [choice], **usage})

@@ -43,7 +43,10 @@ def test_prefill_logits_bf16(length: int) -> None:
     meta = build_metadata([length], [length], [list(range(1, (length + 15) // 16 + 1))], 16, "cuda")
     got = ours(prompt.cuda(), meta.positions, cache, meta, torch.arange(length, device="cuda"))
     print(f"bf16 ours vs hf bf16 {_rel(got, ref):.2e}; vs hf fp32 {_rel(got, ref32):.2e}; hf bf16 vs fp32 {_rel(ref, ref32):.2e}")
-    assert _rel(got, ref) < 1e-2
+    # A random model's bf16 logits drift ~1-2% from fp32 whoever computes them: ours must be no
+    # further from the fp32 reference than transformers' own bf16 run is (and close to it).
+    assert _rel(got, ref32) <= max(1e-2, 1.25 * _rel(ref, ref32))
+    assert _rel(got, ref) < 3e-2
 
 
 def test_greedy_fp32_matches_transformers_generate() -> None:

@@ -153,3 +153,18 @@ def test_preempted_request_resumes_from_its_own_cached_blocks() -> None:
     assert chunks(b6) == [("b", 8, 1, [3, 4, 5])] and b6.new_requests == []
     assert b6.chunks[0].token_ids == [7] and e6[0].num_cached_tokens == 0
     assert s.kv.pool.num_evictions == 1
+
+
+def test_extend_block_hashes_is_the_chain_of_hash_block_whatever_the_increments() -> None:
+    tokens = [(i * 2654435761) % 70000 for i in range(200)]  # ids past 16 bits too
+    expected, parent = [], root_hash("salt")
+    for i in range(200 // 8):
+        parent = hash_block(parent, tokens[i * 8:(i + 1) * 8])
+        expected.append(parent)
+    whole: list[bytes] = []
+    extend_block_hashes(whole, tokens, 8, "salt")
+    assert whole == expected
+    piecewise: list[bytes] = []
+    for n in (0, 7, 8, 9, 17, 64, 100, 200):
+        extend_block_hashes(piecewise, tokens[:n], 8, "salt")
+        assert piecewise == expected[:n // 8]

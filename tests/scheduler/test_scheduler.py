@@ -390,3 +390,23 @@ def test_config_rejects_nonsense() -> None:
         SchedulerConfig(num_blocks=8, max_num_batched_tokens=0)
     cfg = SchedulerConfig(num_blocks=8, max_num_batched_tokens=64, long_prefill_threshold=16)
     assert (cfg.num_usable_blocks, cfg.max_chunk_tokens, cfg.blocks_for(17)) == (7, 16, 2)
+
+
+def test_a_chunks_block_table_never_changes_under_it() -> None:
+    """Chunks share the request's block list (no copy per step): growth only appends past the
+    positions a chunk covers, and a preemption or finish replaces the list, never edits it."""
+    s = make_sched(num_blocks=7, block_size=2, max_num_batched_tokens=64)  # 6 usable
+    for rid in "ab":
+        s.add_request(make_req(rid, 3, max_tokens=6))
+    kept: list[tuple[list[int], list[int], int]] = []  # (the shared table, its entries then, #needed)
+    for _ in range(12):
+        if not s.has_work():
+            break
+        batch, _ = run_step(s)
+        for chunk in batch.chunks:
+            needed = -(-(chunk.start_pos + len(chunk.token_ids)) // 2)
+            assert len(chunk.block_table) >= needed
+            kept.append((chunk.block_table, list(chunk.block_table[:needed]), needed))
+        for table, then, needed in kept:
+            assert table[:needed] == then
+    assert s.num_preemptions >= 1 and not s.has_work()
