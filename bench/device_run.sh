@@ -13,12 +13,14 @@ QUICK=""
 SKIP_TESTS=""
 SKIP_KERNELS=""
 SKIP_SERVER=""
+PROFILE=""
 for arg in "$@"; do
     case "$arg" in
         --quick) QUICK="--quick" ;;
         --skip-tests) SKIP_TESTS=1 ;;
         --skip-kernels) SKIP_KERNELS=1 ;;
         --skip-server) SKIP_SERVER=1 ;;
+        --profile) PROFILE=1 ;;
         *) OUTDIR="$arg" ;;
     esac
 done
@@ -40,7 +42,7 @@ cat "$OUTDIR/machine.txt"
 
 if [ -z "$SKIP_TESTS" ]; then
     echo "== GPU tests"
-    timeout 300 python3 -m pytest -p no:cacheprovider -m gpu tests/gpu_stage -q -rs 2>&1 | tail -40 > "$OUTDIR/gpu_tests.log"
+    timeout 300 python3 -m pytest -p no:cacheprovider -m gpu tests/gpu_stage -q -rs 2>&1 | tail -60 > "$OUTDIR/gpu_tests.log"
     timeout 200 python3 -m pytest -p no:cacheprovider tests/gpu_stage/test_triton_kernels.py \
         tests/gpu_stage/test_triton_model.py tests/gpu_stage/test_step_inputs.py -q 2>&1 | tail -20 >> "$OUTDIR/gpu_tests.log"
     tail -8 "$OUTDIR/gpu_tests.log"
@@ -52,6 +54,12 @@ if [ -z "$SKIP_KERNELS" ]; then
     tail -25 "$OUTDIR/kernels.log"
     timeout 300 python3 bench/gpu_prefill.py --out "$DETAIL/prefill" --quick 2>&1 | tail -40 > "$OUTDIR/prefill.log"
     tail -25 "$OUTDIR/prefill.log"
+fi
+
+if [ -n "$PROFILE" ]; then
+    echo "== profile"
+    timeout 240 python3 bench/gpu_profile.py 2>&1 | tail -40 > "$OUTDIR/profile.log"
+    cat "$OUTDIR/profile.log"
 fi
 
 if [ -z "$SKIP_SERVER" ]; then

@@ -85,18 +85,21 @@ class SchedulerStage(Stage[SchedulerMessage]):
                 state.request.trace.add_host("schedule", share)
 
     async def after_burst(self) -> None:
-        if self._pending_events:
-            events, self._pending_events = self._pending_events, []
-            await self.emitter_inbox.put(StepEvents(self.num_steps, events))
+        # The next step goes out first: the GPU stage wakes before the emitter, so the model runs
+        # step N+1 while this step's tokens are detokenized and written to their sockets.
         if self.in_flight is None and self.scheduler.has_work():
             t0 = time.perf_counter_ns()
             batch = self.scheduler.schedule()
             if batch is not None:
                 self._charge(batch, time.perf_counter_ns() - t0)
-                # While the model runs this step, evict cold cached blocks that waiting
-                # reservations need, so that admission never pays for it.
-                self.scheduler.reclaim(max_blocks=RECLAIM_BLOCKS_PER_STEP)
                 self.in_flight = batch
                 self.num_steps += 1
                 self._step_sent_ns = time.perf_counter_ns()
                 await self.gpu_inbox.put(batch)
+        if self._pending_events:
+            events, self._pending_events = self._pending_events, []
+            await self.emitter_inbox.put(StepEvents(self.num_steps, events))
+        if self.in_flight is not None:
+            # While the model runs, evict cold cached blocks that waiting reservations need, so
+            # that admission never pays for it.
+            self.scheduler.reclaim(max_blocks=RECLAIM_BLOCKS_PER_STEP)
