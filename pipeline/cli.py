@@ -40,6 +40,9 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--request-timeout-s", type=float, default=None)
     p.add_argument("--stream-stall-timeout-s", type=float, default=d.stream_stall_timeout_s)
     p.add_argument("--shutdown-grace-s", type=float, default=d.shutdown_grace_s)
+    p.add_argument("--body-read-timeout-s", type=float, default=d.body_read_timeout_s)
+    p.add_argument("--max-connections", type=int, default=d.max_connections,
+                   help="concurrent HTTP connections (streams included); past it: 503 at once")
     p.add_argument("--max-body-bytes", type=int, default=lim.max_body_bytes)
     p.add_argument("--max-prompt-chars", type=int, default=lim.max_prompt_chars)
     p.add_argument("--max-tokens-cap", type=int, default=lim.max_tokens_cap)
@@ -64,6 +67,7 @@ def config_from_args(a: argparse.Namespace) -> EngineConfig:
         max_num_batched_tokens=a.max_num_batched_tokens, max_queued=a.max_queued,
         long_prefill_threshold=a.long_prefill_threshold, request_timeout_s=a.request_timeout_s,
         stream_stall_timeout_s=a.stream_stall_timeout_s, shutdown_grace_s=a.shutdown_grace_s,
+        body_read_timeout_s=a.body_read_timeout_s, max_connections=a.max_connections,
         limits=limits, cpu_threads=a.cpu_threads, scheduler_policy=a.scheduler_policy,
         enable_prefix_caching=a.enable_prefix_caching, shadow=a.shadow,
     )

@@ -8,6 +8,7 @@ first token (chat: the role delta and the first content travel in that same writ
 """
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import AsyncIterator
 
@@ -81,7 +82,12 @@ async def _generate(request: Request, chat: bool) -> Response:
         request_id = _request_id(request, engine, chat)
         rid_header = {"X-Request-Id": request_id}
         trace = RequestTrace(request_id)
-        body = await read_body(request, engine.config.limits.max_body_bytes)
+        try:
+            body = await asyncio.wait_for(read_body(request, engine.config.limits.max_body_bytes),
+                                          engine.config.body_read_timeout_s)
+        except asyncio.TimeoutError:
+            raise ApiError(408, f"the request body did not arrive within {engine.config.body_read_timeout_s} s",
+                           code="request_timeout") from None
         trace.mark("received")
         if chat:
             prepared = await engine.ingress.prepare_chat(body, trace)

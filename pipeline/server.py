@@ -99,7 +99,8 @@ def serve(
         access_log=False,  # a log line per request costs more than our whole ingress
         timeout_keep_alive=30,
         timeout_graceful_shutdown=5,  # after our own drain, connections have this long to close
-        h11_max_incomplete_event_size=64 * 1024,  # header limit
+        h11_max_incomplete_event_size=64 * 1024,  # header limit (httptools caps headers itself)
+        limit_concurrency=config.max_connections,  # past it: 503 before any of our code runs
     )
     server = TtftServer(uv_config, engine, config.shutdown_grace_s)
     engine.on_fatal = server.fail

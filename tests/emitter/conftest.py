@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import tempfile
 from pathlib import Path
 from typing import Sequence
 
@@ -115,13 +116,15 @@ def smollm2_dir() -> Path:
 
 
 @pytest.fixture(scope="session")
-def smol(request) -> HfByteLevelAdapter:
+def smol() -> HfByteLevelAdapter:
     from tokenizers import Tokenizer as RustTokenizer
 
     gguf = smollm2_dir() / GGUF_NAME
     stat = gguf.stat()
     key = f"{stat.st_size}-{stat.st_mtime_ns}"
-    folder = Path(request.config.cache.mkdir("emitter-smollm2-tokenizer"))
+    # A machine-wide cache (not pytest's, which CI disables): transformers' GGUF conversion is slow.
+    folder = Path(tempfile.gettempdir()) / "ttft-test-cache" / "emitter-smollm2-tokenizer"
+    folder.mkdir(parents=True, exist_ok=True)
     meta_path, json_path = folder / "meta.json", folder / "tokenizer.json"
     if meta_path.exists() and json_path.exists():
         meta = json.loads(meta_path.read_text())
