@@ -5,7 +5,6 @@ ends the reply at once and sends Abort(reason="stop") upstream so the scheduler 
 """
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import Callable
 
@@ -14,6 +13,7 @@ from emitter.request_emitter import RequestEmitter
 from stages.channel import Channel
 from stages.messages import Abort, RequestOutput, StepEvents
 from stages.stage import Stage
+from stages.trace import host_clock_ns
 
 
 @dataclass(slots=True)
@@ -52,7 +52,7 @@ class EmitterStage(Stage[StepEvents]):
 
     async def handle(self, msg: StepEvents) -> None:
         entries = self._entries
-        clock_ns = time.perf_counter_ns
+        clock_ns = host_clock_ns
         for event in msg.events:
             entry = entries.get(event.request_id)
             if entry is None:

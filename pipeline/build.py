@@ -64,6 +64,7 @@ def resolve_max_model_len(requested: int | None, model_len: int, pool_tokens: in
 
 
 def build_model(cfg: EngineConfig) -> BuiltModel:
+    cfg.resolve_budgets()
     device = torch.device(cfg.resolved_device())
     if cfg.cpu_threads is not None:
         torch.set_num_threads(cfg.cpu_threads)

@@ -21,9 +21,12 @@ class EngineConfig:
     attention_backend: str = "auto"  # auto (triton on a GPU, torch on CPU) | triton | torch
     enforce_eager: bool = False  # no CUDA graphs
     max_num_seqs: int = 64  # running requests
-    max_num_batched_tokens: int = 2048  # per-step token budget
+    # Per-step token budget. None: 512 on CPU (a step's cost grows with its tokens there, so small
+    # steps keep short prompts and decodes moving), 8192 on a GPU (steps are weight-read bound).
+    max_num_batched_tokens: int | None = None
     max_queued: int = 1024  # waiting requests; past running + queued: 503
-    long_prefill_threshold: int = 512  # chunk cap for one prefill; below it a prompt is "short"
+    # Chunk cap for one prefill; below it a prompt is "short". None: half the step budget.
+    long_prefill_threshold: int | None = None
     scheduler_policy: str = "lanes"  # lanes | fcfs (vLLM V1's arrival order)
     enable_prefix_caching: bool = True
     shadow: bool = True  # reserve each request's predicted KV footprint at arrival
@@ -51,6 +54,13 @@ class EngineConfig:
         import torch
 
         return "cuda" if torch.cuda.is_available() else "cpu"
+
+    def resolve_budgets(self) -> None:
+        """Fill the device-dependent defaults in place (called once at start-up)."""
+        if self.max_num_batched_tokens is None:
+            self.max_num_batched_tokens = 8192 if self.resolved_device() == "cuda" else 512
+        if self.long_prefill_threshold is None:
+            self.long_prefill_threshold = max(1, self.max_num_batched_tokens // 2)
 
     def resolved_dtype(self) -> str:
         if self.dtype != "auto":

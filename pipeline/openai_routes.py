@@ -24,7 +24,7 @@ from pipeline.asgi_stream import DisconnectWatch, EventStreamResponse
 from pipeline.engine import Engine
 from pipeline.json_response import error_response, json_response
 from stages.messages import RequestOutput
-from stages.trace import RequestTrace
+from stages.trace import RequestTrace, host_clock_ns
 
 MAX_REQUEST_ID_CHARS = 128
 
@@ -130,7 +130,7 @@ async def _sse_chunks(
     out = first
     prefix = sse_event(chunker.role_chunk()) if chat else b""
     while True:
-        t0 = time.perf_counter_ns()
+        t0 = host_clock_ns()
         if out.error is not None:
             data = prefix + sse_error(out.error) + SSE_DONE
         else:
@@ -140,7 +140,7 @@ async def _sse_chunks(
                     data += sse_event(chunker.usage_chunk(out))
                 data += SSE_DONE
         prefix = b""
-        stream.trace.add_host("emit", time.perf_counter_ns() - t0)
+        stream.trace.add_host("emit", host_clock_ns() - t0)
         yield data, out
         if out.finish_reason is not None:
             return

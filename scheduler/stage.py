@@ -14,6 +14,7 @@ from scheduler.scheduler import OVERLOADED, Scheduler
 from stages.channel import Channel
 from stages.messages import Abort, GenerateRequest, StepBatch, StepEvents, StepResult, TokenEvent
 from stages.stage import Stage
+from stages.trace import host_clock_ns
 
 log = logging.getLogger("ttft.scheduler")
 
@@ -45,9 +46,9 @@ class SchedulerStage(Stage[SchedulerMessage]):
         if isinstance(msg, StepResult):
             self._on_result(msg)
         elif isinstance(msg, GenerateRequest):
-            t0 = time.perf_counter_ns()
+            t0 = host_clock_ns()
             error = self.scheduler.add_request(msg)
-            msg.trace.add_host("schedule", time.perf_counter_ns() - t0)
+            msg.trace.add_host("schedule", host_clock_ns() - t0)
             if error is not None:  # the engine checks these first: a safety net, not a path
                 status = 503 if error == OVERLOADED else 400
                 self._pending_events.append(
@@ -70,28 +71,30 @@ class SchedulerStage(Stage[SchedulerMessage]):
             self.scheduler.fail_all(result.error)  # frees every block; the streams get the error
             self.on_engine_error(result.error)
             return
-        t0 = time.perf_counter_ns()
+        t0 = host_clock_ns()
         self._pending_events.extend(self.scheduler.update(batch, result))
-        self._charge(batch, time.perf_counter_ns() - t0)
+        self._charge(batch, host_clock_ns() - t0)
 
     def _charge(self, batch: StepBatch, duration_ns: int) -> None:
-        """Share a step's host cost among its requests: each trace's own scheduling overhead."""
-        if not batch.chunks:
+        """Share a step's host cost among its requests by their tokens in the step (a prefill
+        chunk's block hashing is its own request's work, not its neighbours')."""
+        num_tokens = batch.num_tokens
+        if num_tokens == 0:
             return
-        share = duration_ns // len(batch.chunks)
+        requests = self.scheduler.requests
         for chunk in batch.chunks:
-            state = self.scheduler.requests.get(chunk.request_id)
+            state = requests.get(chunk.request_id)
             if state is not None:
-                state.request.trace.add_host("schedule", share)
+                state.request.trace.add_host("schedule", duration_ns * len(chunk.token_ids) // num_tokens)
 
     async def after_burst(self) -> None:
         # The next step goes out first: the GPU stage wakes before the emitter, so the model runs
         # step N+1 while this step's tokens are detokenized and written to their sockets.
         if self.in_flight is None and self.scheduler.has_work():
-            t0 = time.perf_counter_ns()
+            t0 = host_clock_ns()
             batch = self.scheduler.schedule()
             if batch is not None:
-                self._charge(batch, time.perf_counter_ns() - t0)
+                self._charge(batch, host_clock_ns() - t0)
                 self.in_flight = batch
                 self.num_steps += 1
                 self._step_sent_ns = time.perf_counter_ns()

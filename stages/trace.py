@@ -3,12 +3,16 @@
 Times are `time.perf_counter_ns()` values (monotonic, ns). A stage marks an edge with
 `trace.mark("tokenized")`; the first mark of a name wins, so a retried edge keeps its first time.
 Host-side work that belongs to this request alone (parse, tokenize, schedule decision, emit) is also
-accumulated in `host_ns` by category, so that host overhead can be told apart from waiting.
+accumulated in `host_ns` by category, so that host overhead can be told apart from waiting. It is
+measured with `host_clock_ns`, the calling thread's CPU time: the work itself, not the time the
+thread spent waiting for the interpreter lock while the model's thread held it.
 """
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+
+host_clock_ns = time.thread_time_ns
 
 # The edges, in the order a request normally crosses them.
 EDGES: tuple[str, ...] = (
