@@ -35,21 +35,29 @@ def _send_all(client: BenchClient, reqs: list[BenchRequest], concurrency: int = 
 class StampedRecorder(StreamRecorder):
     """Also keeps, per content chunk, (client arrival, server sent_at, server received_at)."""
 
-    stamps: dict[int, list[tuple[float, float, float]]] = {}  # by id() of the sample
+    # Every recorder is kept (so no id is reused) with its own stamps; a retried request has
+    # several recorders for one sample, and the last one is the attempt that counted.
+    recorders: list["StampedRecorder"] = []
 
     def on_event(self, payload: bytes, t: float) -> None:
+        if not hasattr(self, "stamp_list"):
+            self.stamp_list: list[tuple[float, float, float]] = []
+            StampedRecorder.recorders.append(self)
         if payload != b"[DONE]" and b"fake_sent_at" in payload:
             d = orjson.loads(payload)
-            self.stamps.setdefault(id(self.sample), []).append(
-                (t, d["fake_sent_at"], d["fake_received_at"]))
+            self.stamp_list.append((t, d["fake_sent_at"], d["fake_received_at"]))
         super().on_event(payload, t)
+
+    @classmethod
+    def stamps_of(cls, sample) -> list[tuple[float, float, float]]:
+        return [r for r in cls.recorders if r.sample is sample][-1].stamp_list
 
 
 @pytest.mark.parametrize("transport", ["raw", "httpx"])
 @pytest.mark.parametrize("endpoint", ["completions", "chat"])
 def test_timings_match_known_delays(fake_server, transport, endpoint, monkeypatch):
     monkeypatch.setattr(bench.client, "StreamRecorder", StampedRecorder)
-    StampedRecorder.stamps = {}
+    StampedRecorder.recorders = []
     fmt = "text" if endpoint == "chat" else "tokens"
     reqs = random_workload(5, input_len=16, output_len=6, seed=1, prompt_format=fmt)
     client = BenchClient(fake_server.base_url, endpoint=endpoint, transport=transport,
@@ -68,7 +76,7 @@ def test_timings_match_known_delays(fake_server, transport, endpoint, monkeypatc
         if endpoint == "completions":
             assert s.prompt_tokens == 16
         # against the server's own clock: each chunk time is its arrival, t_send precedes receipt
-        stamps = StampedRecorder.stamps[id(s)]
+        stamps = StampedRecorder.stamps_of(s)
         assert [t for t, _, _ in stamps] == pytest.approx([s.t_send_s + c for c in s.chunk_times_s])
         lags += [t - sent for t, sent, _ in stamps]
         send_leads.append(stamps[0][2] - s.t_send_s)
