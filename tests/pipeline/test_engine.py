@@ -1,0 +1,74 @@
+"""The Engine as an embedded library (dummy:tiny): generate, abort, admission, traces, metrics."""
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from ingress.errors import ApiError
+from pipeline import Engine, EngineConfig
+from pipeline.perfetto import traces_to_perfetto
+from stages.sampling import SamplingParams
+from stages.trace import RequestTrace
+
+GREEDY = SamplingParams(max_tokens=8, temperature=0.0, ignore_eos=True)
+
+
+def config(**kw) -> EngineConfig:
+    return EngineConfig(model="dummy:tiny", num_kv_blocks=128, max_model_len=512, **kw)
+
+
+async def collect(engine: Engine, prompt, params=GREEDY, request_id=None):
+    return [out async for out in engine.generate(prompt, params, request_id)]
+
+
+async def test_generate_is_deterministic_and_traced():
+    async with Engine(config()) as engine:
+        a = await collect(engine, "hello", request_id="one")
+        b = await collect(engine, [5, 6, 7, 8])
+        again = await collect(engine, "hello")
+        assert sum(len(o.token_ids) for o in a) == 8 and a[-1].finish_reason == "length"
+        assert [o.token_ids for o in a] == [o.token_ids for o in again]
+        assert b[-1].num_prompt_tokens == 4
+        trace = next(t for t in engine.traces if t.request_id == "one")
+        assert {"received", "queued", "first_scheduled", "first_token_sampled", "first_token_written",
+                "finished"} <= set(trace.marks_ns)
+        assert trace.ttft_s() is not None and trace.ttft_s() > 0
+        events = traces_to_perfetto(engine.traces)["traceEvents"]
+        assert any(e["ph"] == "X" and e["name"] == "one" for e in events)
+        text = engine.metrics.render().decode()
+        assert 'ttft_requests_total{outcome="length"} 3.0' in text
+        assert engine.built.scheduler.stats().num_used_blocks == 0
+
+
+async def test_leaving_the_iterator_early_aborts_and_frees():
+    async with Engine(config()) as engine:
+        params = SamplingParams(max_tokens=400, temperature=0.0, ignore_eos=True)
+        async for _ in engine.generate("a long reply", params):
+            break
+        for _ in range(100):
+            if engine.num_active == 0:
+                break
+            await asyncio.sleep(0.01)
+        assert engine.num_active == 0
+        assert engine.built.scheduler.stats().num_used_blocks == 0
+
+
+async def test_admission_past_running_plus_queued_is_503():
+    async with Engine(config(max_num_seqs=1, max_queued=1)) as engine:
+        ids = engine.tokenizer.encode("x")
+        params = SamplingParams(max_tokens=50, temperature=0.0, ignore_eos=True)
+        streams = [engine.submit(f"r{i}", ids, params, RequestTrace(f"r{i}")) for i in range(2)]
+        with pytest.raises(ApiError) as err:
+            engine.submit("r3", ids, params, RequestTrace("r3"))
+        assert err.value.status == 503 and "Retry-After" in err.value.headers
+        for s in streams:
+            while (await s.get()).finish_reason is None:
+                pass
+
+
+async def test_context_window_is_checked_for_embedders_too():
+    async with Engine(config()) as engine:
+        with pytest.raises(ApiError) as err:
+            await collect(engine, [5] * 600)
+        assert err.value.code == "context_length_exceeded"
