@@ -19,6 +19,7 @@ from ingress.errors import ApiError, not_found
 from starlette.middleware import Middleware
 
 from pipeline.auth import ApiKeyMiddleware
+from pipeline.request_cap import RequestCapMiddleware
 from pipeline.engine import Engine
 from pipeline.json_response import error_response, json_response
 from pipeline.openai_routes import chat_completions, completions, list_models
@@ -102,7 +103,10 @@ def create_app(engine: Engine, api_key: str | None = None, protect_metrics: bool
         routes=routes,
         lifespan=lifespan,
         exception_handlers={404: not_found_handler, 405: method_not_allowed, 500: internal_error},
-        middleware=[Middleware(ApiKeyMiddleware, api_key=api_key, protect_metrics=protect_metrics)],
+        middleware=[
+            Middleware(RequestCapMiddleware, max_requests=engine.config.max_connections),
+            Middleware(ApiKeyMiddleware, api_key=api_key, protect_metrics=protect_metrics),
+        ],
     )
     app.state.engine = engine
     app.state.auth_required = api_key is not None

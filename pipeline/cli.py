@@ -44,7 +44,9 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--shutdown-grace-s", type=float, default=d.shutdown_grace_s)
     p.add_argument("--body-read-timeout-s", type=float, default=d.body_read_timeout_s)
     p.add_argument("--max-connections", type=int, default=d.max_connections,
-                   help="concurrent HTTP connections (streams included); past it: 503 at once")
+                   help="HTTP requests in flight (streams included); past it: 503 at once")
+    p.add_argument("--max-n", type=int, default=lim.max_n, choices=[1],
+                   help="parallel samples per request (n > 1 is not supported yet: 1 only)")
     p.add_argument("--max-body-bytes", type=int, default=lim.max_body_bytes)
     p.add_argument("--max-prompt-chars", type=int, default=lim.max_prompt_chars)
     p.add_argument("--max-tokens-cap", type=int, default=lim.max_tokens_cap)
@@ -58,7 +60,7 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
 def config_from_args(a: argparse.Namespace) -> EngineConfig:
     limits = IngressLimits(
         max_body_bytes=a.max_body_bytes, max_prompt_chars=a.max_prompt_chars,
-        max_tokens_cap=a.max_tokens_cap, max_stop_strings=a.max_stop_strings,
+        max_tokens_cap=a.max_tokens_cap, max_stop_strings=a.max_stop_strings, max_n=a.max_n,
     )
     return EngineConfig(
         model=a.model, served_model_name=a.served_model_name, seed=a.seed, device=a.device,

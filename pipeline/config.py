@@ -38,7 +38,7 @@ class EngineConfig:
     # Deadlines.
     request_timeout_s: float | None = None
     body_read_timeout_s: float = 30.0  # a client that sends its body slower than this gets 408
-    max_connections: int = 4096  # open HTTP connections; past it uvicorn answers 503 at once
+    max_connections: int = 4096  # HTTP requests in flight (streams included); past it: 503 at once
     stream_stall_timeout_s: float = 30.0
     shutdown_grace_s: float = 30.0
     # Tokenize in a worker thread when the text is longer than this (short texts are faster inline).

@@ -100,7 +100,9 @@ def serve(
         timeout_keep_alive=30,
         timeout_graceful_shutdown=5,  # after our own drain, connections have this long to close
         h11_max_incomplete_event_size=64 * 1024,  # header limit (httptools caps headers itself)
-        limit_concurrency=config.max_connections,  # past it: 503 before any of our code runs
+        # A backstop for connection floods; requests past --max-connections get our own JSON 503
+        # from RequestCapMiddleware first.
+        limit_concurrency=2 * config.max_connections + 16,
     )
     server = TtftServer(uv_config, engine, config.shutdown_grace_s)
     engine.on_fatal = server.fail

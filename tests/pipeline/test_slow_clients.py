@@ -1,5 +1,5 @@
 """Slow clients: a body that trickles in gets 408 after --body-read-timeout-s (the server is not
-held hostage), and connections past --max-connections are refused with 503 at once."""
+held hostage), and requests past --max-connections are refused with our JSON 503 at once."""
 from __future__ import annotations
 
 import socket
@@ -33,7 +33,9 @@ def test_connections_past_the_cap_get_503(launch):
             s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 50\r\n\r\n{")
         time.sleep(0.3)
         r = httpx.get(server.base_url + "/v1/models", timeout=10)
-        assert r.status_code == 503
+        assert r.status_code == 503 and r.headers["retry-after"] == "1"
+        assert r.json()["error"]["code"] == "overloaded"
+        assert httpx.get(server.base_url + "/health", timeout=10).status_code == 200  # probes pass
     finally:
         for s in idle:
             s.close()
