@@ -84,12 +84,6 @@ class Scheduler:
         self._retire(req, reason, error)
         return self._event(req, [], None)
 
-    def abort_expired(self, now_ns: int) -> list[TokenEvent]:
-        """Abort ("timeout") every live request whose deadline has passed."""
-        expired = [r.request_id for r in self.requests.values()
-                   if r.request.deadline_ns is not None and r.request.deadline_ns <= now_ns]
-        return [e for rid in expired if (e := self.abort(rid, "timeout")) is not None]
-
     def fail_all(self, message: str) -> list[TokenEvent]:
         """The engine broke: every live request ends with finish_reason "error"."""
         return [e for rid in list(self.requests) if (e := self.abort(rid, "error", message)) is not None]

@@ -279,15 +279,14 @@ def test_reused_request_id_after_abort_ignores_stale_result() -> None:
     drain(s)
 
 
-def test_abort_expired_and_fail_all() -> None:
+def test_timeout_abort_and_fail_all() -> None:
+    # Deadlines are the engine's (it sends Abort(reason="timeout")): the core frees like any abort.
     s = make_sched()
-    r = make_req("a", 3)
-    r.deadline_ns = 100
-    s.add_request(r)
+    s.add_request(make_req("a", 3))
     s.add_request(make_req("b", 3))
     s.add_request(make_req("c", 3))
     run_step(s)
-    assert [(e.request_id, e.finish_reason) for e in s.abort_expired(now_ns=100)] == [("a", "timeout")]
+    assert s.abort("a", "timeout").finish_reason == "timeout"
     events = s.fail_all("engine died")
     assert {(e.request_id, e.finish_reason, e.error) for e in events} == {
         ("b", "error", "engine died"), ("c", "error", "engine died")}
