@@ -79,10 +79,11 @@ class IngressStage:
         ids = await self._run(trace, num_chars, self._encode_chat, req)
         return self._finish(req, ids, trace)
 
-    def encode_prompt(self, prompt: str | list[int]) -> list[int]:
-        """For embedders: text (with the model's BOS rule) or ids as they are."""
+    async def encode_prompt(self, prompt: str | list[int], trace: RequestTrace) -> list[int]:
+        """For embedders: text (with the model's BOS rule; long text off the loop) or ids as they are."""
         if isinstance(prompt, str):
-            return self._encode_text(prompt)
+            return await self._run(trace, len(prompt), self._encode_text, prompt)
+        trace.mark("tokenized")
         return list(prompt)
 
     def _encode_text(self, text: str) -> list[int]:

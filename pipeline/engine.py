@@ -174,9 +174,8 @@ class Engine:
         rid = request_id or self.new_request_id()
         trace = RequestTrace(rid)
         trace.mark("received")
-        ids = self.ingress.encode_prompt(prompt)
         trace.mark("parsed")
-        trace.mark("tokenized")
+        ids = await self.ingress.encode_prompt(prompt, trace)
         if not ids:
             raise bad_request("the prompt is empty", "prompt")
         max_tokens = check_context_length(len(ids), params.max_tokens, self.built.max_model_len)
