@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from prometheus_client import CollectorRegistry, Counter, Histogram, ProcessCollector, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-from stages.trace import EDGES, RequestTrace
+from stages.trace import RequestTrace
 
 if TYPE_CHECKING:
     from pipeline.engine import Engine
@@ -69,14 +69,8 @@ class EngineMetrics:
 
     def observe_finished(self, trace: RequestTrace, outcome: str) -> None:
         self.count_outcome(outcome)
-        prev = None
-        for edge in EDGES:
-            at = trace.marks_ns.get(edge)
-            if at is None:
-                continue
-            if prev is not None:
-                self.stage.labels(stage=edge).observe(max(0, at - prev) / 1e9)
-            prev = at
+        for edge, start_ns, end_ns in trace.stage_spans():
+            self.stage.labels(stage=edge).observe((end_ns - start_ns) / 1e9)
         self.host.observe(trace.host_overhead_s())
 
     def render(self) -> bytes:

@@ -19,18 +19,12 @@ def traces_to_perfetto(traces: Iterable[RequestTrace]) -> dict:
         events.append({"ph": "M", "pid": PID, "tid": tid, "name": "thread_sort_index", "args": {"sort_index": tid}})
     track = {edge: tid for tid, edge in enumerate(EDGES[1:], start=1)}
     for trace in traces:
-        prev_ns = None
-        for edge in EDGES:
-            at_ns = trace.marks_ns.get(edge)
-            if at_ns is None:
-                continue
-            if prev_ns is not None:
-                events.append({
-                    "ph": "X", "pid": PID, "tid": track[edge], "name": trace.request_id,
-                    "ts": prev_ns / 1e3, "dur": max(0, at_ns - prev_ns) / 1e3,
-                    "args": {"request_id": trace.request_id, **_plain(trace.info)},
-                })
-            prev_ns = at_ns
+        for edge, start_ns, end_ns in trace.stage_spans():
+            events.append({
+                "ph": "X", "pid": PID, "tid": track[edge], "name": trace.request_id,
+                "ts": start_ns / 1e3, "dur": (end_ns - start_ns) / 1e3,
+                "args": {"request_id": trace.request_id, **_plain(trace.info)},
+            })
     return {"traceEvents": events, "displayTimeUnit": "ms"}
 
 

@@ -56,6 +56,20 @@ class RequestTrace:
             return None
         return (b - a) / 1e9
 
+    def stage_spans(self) -> list[tuple[str, int, int]]:
+        """(edge, start_ns, end_ns) for each marked edge after the first: the time from the
+        previous marked edge to this one (what a stage of the pipeline took for this request)."""
+        spans = []
+        prev = None
+        for edge in EDGES:
+            at = self.marks_ns.get(edge)
+            if at is None:
+                continue
+            if prev is not None:
+                spans.append((edge, prev, max(prev, at)))
+            prev = at
+        return spans
+
     def ttft_s(self) -> float | None:
         """Body complete to the first token's bytes handed to the transport."""
         return self.span_s("received", "first_token_written")
