@@ -166,5 +166,5 @@ async def test_non_streaming_clients_that_leave_are_aborted(server):
     assert "first_scheduled" not in traces[rids[8]]["edges_ms"]  # it never left the queue
     idle, m = await p.wait_idle(1.0)
     assert idle, m
-    ok = await post(server, "/v1/completions", {"prompt": "hello", "max_tokens": 3})
+    ok = await post(server, "/v1/completions", {"prompt": "hello", "max_tokens": 3, "ignore_eos": True})
     assert ok.status == 200 and ok.json()["usage"]["completion_tokens"] == 3
