@@ -1,19 +1,34 @@
-"""LanesPolicy: a short prompt never waits behind a long one.
+"""LanesPolicy: a short prompt never waits behind a long one, and a burst of prompts gets its first
+tokens shortest first, in small steps.
 
 A request whose uncached prompt (what it must compute, after prefix hits) is shorter than the lane
 threshold is in the short lane; the others are in the long lane. Each step serves, in this order:
   1. running decodes (one token each: the running batch always moves),
-  2. promoted long prefills (see aging), then
-  3. the short lane: running and waiting short prefills, admitted every step,
-  4. the long lane: long prefills, chunked (at most `long_prefill_threshold` tokens per request
-     per step), in whatever budget is left;
-within each group by `priority` (lower first), then arrival. A waiting request that does not fit
-is skipped, not waited for: the requests behind it still run (no head-of-line blocking), unless it
-is promoted: then nothing behind it is admitted until it fits.
+  2. promoted prefills (see aging), oldest first, then
+  3. the short lane: running and waiting short prefills, shortest remaining prefill first (a
+     waiting request counts its uncached tokens when it was queued), then
+  4. the long lane: long prefills, oldest first (shortest-first there would let 8K prompts starve
+     a 32K one until aging: the sim's long P99 TTFT doubled);
+everything by `priority` (lower first) before the above, and arrival breaks ties. A waiting request
+that does not fit is skipped, not waited for: the requests behind it still run (no head-of-line
+blocking), unless it is promoted: then nothing behind it is admitted until it fits.
 
-Aging: a long request that has been waiting or prefilling for `aging_steps` steps since it entered
-the queue is promoted ahead of the short lane until its prefill completes; it then gets a full chunk
-every step, so a long request is never starved however many short ones arrive.
+Step size (`prefill_step_tokens`, the cap): shortest-first alone does not help a burst if one step
+takes the whole burst, since every first token then waits for that whole step. So a step's first
+prefill always runs (chunked at `long_prefill_threshold`), and other prompts join it only whole and
+only while the tokens they add stay within the cap. Joining delays the first token of every prompt
+already in the step by the joiner's compute and saves the joiner only one step's fixed cost: worth
+it for prompts small next to the step (many short ones under load), not for a burst of big ones.
+With the H200 default (768) a burst of 512, 512, 1024, 1024, 2048, 2048, 4096, 4096 tokens runs as
+512+512, 1024, 1024, 2048, 2048, 4096, 4096: the first tokens after ~25, 50, 75, 120, ... ms
+instead of all after one ~150 ms step. A prompt that would not complete in the step waits for one
+it heads (its chunk would delay the prompts that do complete). Without a cap (0: the CPU default,
+whose budget is small anyway) prefills fill the budget, chunked, as before.
+
+Aging: a prefill (either lane) that has been waiting or prefilling for `aging_steps` steps since it
+entered the queue is promoted ahead of both lanes until its prefill completes; the oldest promoted
+one heads every step (priority aside) with a full chunk, and shorter prompts may still join it
+within the cap, so nothing is starved however many shorter prompts arrive.
 
 Preemption victim: requests preempted `max_preemptions_unprotected` times are protected while any
 other candidate exists (anti-thrash); among the rest, the lowest priority, then the cheapest to
@@ -23,8 +38,9 @@ that has computed the most, so it always progresses (no livelock).
 from __future__ import annotations
 
 from scheduler.config import SchedulerConfig
-from scheduler.request_state import RequestState
 from scheduler.policy import is_decode
+from scheduler.request_state import RequestState, RequestStatus
+from scheduler.step_builder import StepBuilder
 
 _DECODE, _PROMOTED, _SHORT, _LONG = 0, 1, 2, 3
 
@@ -39,6 +55,7 @@ class LanesPolicy:
     def __init__(self, config: SchedulerConfig) -> None:
         self.max_chunk_tokens = config.max_chunk_tokens
         self.lane_threshold = config.lane_threshold
+        self.prefill_step_cap = config.prefill_step_cap
         self.aging_steps = config.aging_steps
         self.max_preemptions_unprotected = config.max_preemptions_unprotected
         self.blocks_for = config.blocks_for
@@ -46,6 +63,7 @@ class LanesPolicy:
     def on_queued(self, req: RequestState, num_uncached: int, step_id: int) -> None:
         req.is_long = num_uncached >= self.lane_threshold
         req.lane_since_step = step_id
+        req.num_queued_uncached = num_uncached
 
     def blocks_queue(self, req: RequestState) -> bool:
         """Only a promoted (aged) request holds back the requests behind it when it does not fit:
@@ -55,19 +73,26 @@ class LanesPolicy:
     def group(self, req: RequestState, step_id: int) -> int:
         if is_decode(req):
             return _DECODE
-        if req.is_long and not req.promoted and step_id - req.lane_since_step >= self.aging_steps:
-            req.promoted = True  # sticky: a full chunk every step until its prefill completes
+        if not req.promoted and step_id - req.lane_since_step >= self.aging_steps:
+            req.promoted = True  # sticky: it heads the steps until its prefill completes
         if req.promoted:
             return _PROMOTED
         return _LONG if req.is_long else _SHORT
 
     def order(self, running: list[RequestState], waiting: list[RequestState],
               step_id: int) -> list[RequestState]:
-        """Sorted by (not a decode, priority, group, arrival). Decodes, the bulk of every step,
-        are split off without a key each: `running` is already in arrival order, so a stable
-        sort by priority (skipped when all are equal) gives their order."""
-        def key(req: RequestState) -> tuple[int, int, int]:
-            return (req.priority, self.group(req, step_id), req.arrival_seq)
+        """Sorted by (not a decode, priority, group, remaining prefill in the short lane, arrival).
+        Decodes, the bulk of every step, are split off without a key each: `running` is already
+        in arrival order, so a stable sort by priority (skipped when all are equal) gives theirs."""
+        def key(req: RequestState) -> tuple[int, int, int, int]:
+            group = self.group(req, step_id)
+            if group != _SHORT:
+                return (req.priority, group, 0, req.arrival_seq)  # oldest first
+            if req.status is RequestStatus.RUNNING:
+                remaining = len(req.all_token_ids) - req.num_computed_tokens
+            else:
+                remaining = req.num_queued_uncached
+            return (req.priority, group, remaining, req.arrival_seq)
 
         decodes: list[RequestState] = []
         others: list[RequestState] = []
@@ -84,8 +109,19 @@ class LanesPolicy:
             decodes.extend(others)
         return decodes
 
-    def chunk_size(self, req: RequestState, num_uncomputed: int, budget_left: int) -> int:
-        return min(num_uncomputed, budget_left, self.max_chunk_tokens)
+    def chunk_size(self, req: RequestState, num_uncomputed: int, step: StepBuilder) -> int:
+        """The step's first prefill: a chunk; a later one: all it lacks if that fits the budget
+        and the cap, else nothing (0). Without a cap: a chunk of whatever budget is left."""
+        num = min(num_uncomputed, step.budget_left, self.max_chunk_tokens)
+        cap = self.prefill_step_cap
+        if cap is None or num_uncomputed == 1 or step.num_prefill_tokens == 0:
+            return num
+        num_joined = step.num_prefill_tokens - step.num_first_prefill_tokens
+        return num if num == num_uncomputed and num_joined + num <= cap else 0
+
+    def admits_prefill(self, step: StepBuilder) -> bool:
+        cap = self.prefill_step_cap
+        return cap is None or step.num_prefill_tokens - step.num_first_prefill_tokens < cap
 
     def can_start(self, req: RequestState, num_new_blocks: int, num_allocatable: int,
                   running: list[RequestState]) -> bool:

@@ -6,7 +6,7 @@ chunked prefill, running decodes first, then running prefills and the queue in a
 preempted request goes back to the queue's front); the head of the queue that does not fit stops
 admission (nobody overtakes it); the victim is the newest running request, so the oldest one always
 progresses (no livelock: a request that fits the pool alone finishes). It ignores `priority`.
-LanesPolicy (lanes.py) changes `order()` and `pick_victim()`.
+LanesPolicy (lanes.py) changes `order()`, `chunk_size()`, `admits_prefill()` and `pick_victim()`.
 """
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from typing import Protocol
 
 from scheduler.config import SchedulerConfig
 from scheduler.request_state import RequestState, RequestStatus
+from scheduler.step_builder import StepBuilder
 
 
 class Policy(Protocol):
@@ -27,7 +28,12 @@ class Policy(Protocol):
     def order(self, running: list[RequestState], waiting: list[RequestState],
               step_id: int) -> list[RequestState]: ...
 
-    def chunk_size(self, req: RequestState, num_uncomputed: int, budget_left: int) -> int: ...
+    def chunk_size(self, req: RequestState, num_uncomputed: int, step: StepBuilder) -> int:
+        """Tokens `req` gets in `step` (at most `step.budget_left`); 0: none in this step."""
+
+    def admits_prefill(self, step: StepBuilder) -> bool:
+        """Whether another prefill may still join `step` (every order puts the decodes first, so
+        once this is False the scheduler stops walking the order at the first other request)."""
 
     def can_start(self, req: RequestState, num_new_blocks: int, num_allocatable: int,
                   running: list[RequestState]) -> bool: ...
@@ -67,9 +73,12 @@ class FcfsPolicy:
                 prefills.append(req)
         return decodes + prefills + waiting
 
-    def chunk_size(self, req: RequestState, num_uncomputed: int, budget_left: int) -> int:
+    def chunk_size(self, req: RequestState, num_uncomputed: int, step: StepBuilder) -> int:
         """Tokens `req` gets this step: all it lacks, bounded by the budget and the chunk cap."""
-        return min(num_uncomputed, budget_left, self.max_chunk_tokens)
+        return min(num_uncomputed, step.budget_left, self.max_chunk_tokens)
+
+    def admits_prefill(self, step: StepBuilder) -> bool:
+        return True  # until the budget runs out
 
     def can_start(self, req: RequestState, num_new_blocks: int, num_allocatable: int,
                   running: list[RequestState]) -> bool:

@@ -11,6 +11,9 @@ class StepBuilder:
         self.budget_left = token_budget
         self.chunks: list[ScheduledChunk] = []
         self.new_requests: list[NewRequestData] = []
+        # Tokens of chunks that are not decodes, and of the first such chunk (policies cap them).
+        self.num_prefill_tokens = 0
+        self.num_first_prefill_tokens = 0
         self.num_preempted = 0
         self.preempted_ids: set[str] = set()  # preempted during this step: not readmitted in it
 
@@ -35,6 +38,10 @@ class StepBuilder:
         req.in_flight_step = self.step_id
         req.num_in_flight_tokens = num_tokens
         self.budget_left -= num_tokens
+        if num_tokens > 1 or end < len(all_token_ids):  # a decode computes just the last token
+            if not self.num_prefill_tokens:
+                self.num_first_prefill_tokens = num_tokens
+            self.num_prefill_tokens += num_tokens
 
     def build(self, finished_ids: list[str]) -> StepBatch:
         return StepBatch(self.step_id, self.new_requests, self.chunks, finished_ids)

@@ -5,12 +5,14 @@ by the current time are added (shadowed at arrival), cold cached blocks are recl
 (the stage does it while a step runs), the scheduler builds a step, the cost model says how long
 it takes, the clock advances, and every sampled chunk gets a token. A request's TTFT is from its
 arrival to the end of the step that sampled its first token. Idle time jumps to the next arrival.
+Arrivals are open loop (fixed times) or, with `num_clients`, closed loop (arrivals.py).
 """
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
 
+from bench.sim.arrivals import Arrivals, ClosedLoop, OpenLoop
 from bench.sim.cost_model import StepCostModel
 from bench.sim.workloads import SimRequest
 from scheduler.config import SchedulerConfig
@@ -25,6 +27,10 @@ KV_BYTES_PER_TOKEN = 131_072  # Llama-3-8B shape, bf16
 # long prefill takes the whole budget), and 4,096 tokens for lanes (on mixed, seeds 0-3: 2,048 cuts
 # short P99 a little more but lets long P99 reach 1.2-1.4x fcfs; 4,096 keeps it at 1.1-1.2x).
 DEFAULT_LONG_PREFILL_THRESHOLD = {"fcfs": 0, "lanes": 4096}
+# Per-policy cap on the prefill tokens that join a step after its first prefill
+# (SchedulerConfig.prefill_step_tokens) when none is given: none for fcfs (vLLM's has none); 768
+# for lanes, chosen on the reference and mixed workloads (bench/results/20261129-sim/reference.md).
+DEFAULT_PREFILL_STEP_TOKENS = {"fcfs": 0, "lanes": 768}
 
 
 @dataclass(frozen=True)
@@ -39,17 +45,21 @@ class SimConfig:
     max_num_seqs: int = 256
     max_model_len: int = 131_072
     long_prefill_threshold: int | None = None  # None: DEFAULT_LONG_PREFILL_THRESHOLD[policy]
+    prefill_step_tokens: int | None = None  # None: DEFAULT_PREFILL_STEP_TOKENS[policy]
     enable_prefix_caching: bool = True
 
     def scheduler_config(self, num_requests: int) -> SchedulerConfig:
         threshold = self.long_prefill_threshold
         if threshold is None:
             threshold = DEFAULT_LONG_PREFILL_THRESHOLD[self.policy]
+        step_tokens = self.prefill_step_tokens
+        if step_tokens is None:
+            step_tokens = DEFAULT_PREFILL_STEP_TOKENS[self.policy]
         num_blocks = int(self.kv_gb * 1e9) // (KV_BYTES_PER_TOKEN * self.block_size) + 1
         return SchedulerConfig(
             num_blocks=num_blocks, block_size=self.block_size, max_num_seqs=self.max_num_seqs,
             max_num_batched_tokens=self.max_num_batched_tokens, max_model_len=self.max_model_len,
-            max_queued=num_requests + 1, long_prefill_threshold=threshold,
+            max_queued=num_requests + 1, long_prefill_threshold=threshold, prefill_step_tokens=step_tokens,
             enable_prefix_caching=self.enable_prefix_caching, policy=self.policy, shadow=self.shadow)
 
 
@@ -57,6 +67,7 @@ class SimConfig:
 class RequestRecord:
     kind: str
     arrival_s: float
+    num_prompt_tokens: int = 0
     first_token_s: float | None = None
     finish_s: float | None = None
     num_output_tokens: int = 0
@@ -82,29 +93,35 @@ def _token(index: int, position: int) -> int:
 
 
 def simulate(requests: list[SimRequest], cfg: SimConfig, cost: StepCostModel | None = None,
-             max_steps: int = 10_000_000) -> SimResult:
+             max_steps: int = 10_000_000, num_clients: int | None = None,
+             max_client_delay_s: float = 0.0, seed: int = 0) -> SimResult:
+    """Run `requests` to the end; with `num_clients`, as a closed loop of that many clients, each
+    waiting up to `max_client_delay_s` (random, from `seed`) before its next request."""
     cost = cost or StepCostModel()
     sched = Scheduler(cfg.scheduler_config(len(requests)))
-    pending = sorted(requests, key=lambda r: r.arrival_s)
+    arrivals: Arrivals = (OpenLoop(requests) if num_clients is None
+                          else ClosedLoop(requests, num_clients, max_client_delay_s, seed))
     index = {r.request_id: i for i, r in enumerate(requests)}
-    res = SimResult({r.request_id: RequestRecord(r.kind, r.arrival_s) for r in requests})
-    now, nxt = 0.0, 0
+    res = SimResult({r.request_id: RequestRecord(r.kind, r.arrival_s, len(r.prompt_token_ids))
+                     for r in requests})
+    now = 0.0
     host_start = time.perf_counter()
     for _ in range(max_steps):
-        while nxt < len(pending) and pending[nxt].arrival_s <= now:
-            r = pending[nxt]
-            nxt += 1
+        for r, arrival_s in arrivals.due(now):
+            rec = res.records[r.request_id]
+            rec.arrival_s = arrival_s
             err = sched.add_request(GenerateRequest(
                 r.request_id, r.prompt_token_ids,
                 SamplingParams(max_tokens=r.max_tokens, ignore_eos=True), RequestTrace(r.request_id)))
             if err is not None:  # e.g. a prompt larger than a deliberately small pool
-                rec = res.records[r.request_id]
                 rec.finish_s, rec.finish_reason = now, "rejected"
+                arrivals.on_finished(now)
         sched.reclaim()  # the stage's between-bursts reclaim
         batch = sched.schedule()
         if batch is None:
-            if nxt < len(pending):
-                now = max(now, pending[nxt].arrival_s)
+            next_s = arrivals.next_arrival_s()
+            if next_s is not None:
+                now = max(now, next_s)
                 continue
             if sched.is_idle():
                 break
@@ -125,6 +142,7 @@ def simulate(requests: list[SimRequest], cfg: SimConfig, cost: StepCostModel | N
             if ev.finish_reason is not None:
                 rec.finish_s, rec.finish_reason = now, ev.finish_reason
                 rec.num_output_tokens = ev.num_output_tokens
+                arrivals.on_finished(now)
     else:
         raise RuntimeError(f"no end after {max_steps} steps")
     res.host_s = time.perf_counter() - host_start

@@ -1,7 +1,9 @@
 """Summaries of a simulated run: TTFT percentiles per request class, throughput, cache figures."""
 from __future__ import annotations
 
-from bench.sim.engine import SimResult
+from bench.sim.engine import RequestRecord, SimResult
+
+_MAX_LENGTHS_BY_PROMPT = 8
 
 
 def percentile(values: list[float], q: float) -> float | None:
@@ -19,11 +21,22 @@ def _r(x: float | None, digits: int = 4) -> float | None:
     return None if x is None else round(x, digits)
 
 
+def _by_prompt_len(recs: list[RequestRecord]) -> dict[str, float | None] | None:
+    """TTFT P50 per prompt length, for workloads of a few fixed lengths (reference); else None."""
+    lengths = sorted({r.num_prompt_tokens for r in recs})
+    if len(lengths) > _MAX_LENGTHS_BY_PROMPT:
+        return None
+    return {str(n): _r(percentile([r.first_token_s - r.arrival_s for r in recs
+                                   if r.num_prompt_tokens == n and r.first_token_s is not None], 50))
+            for n in lengths}
+
+
 def summarize(res: SimResult) -> dict[str, object]:
     """The figures `--json` prints. Everything but `host_us_per_step` is a function of the seed."""
     recs = list(res.records.values())
     ttft = {kind: [r.first_token_s - r.arrival_s for r in recs if r.kind == kind and r.first_token_s is not None]
             for kind in ("short", "long")}
+    ttft_all = [r.first_token_s - r.arrival_s for r in recs if r.first_token_s is not None]
     e2e = [r.finish_s - r.arrival_s for r in recs if r.finish_s is not None and r.finish_reason != "rejected"]
     start_s = min((r.arrival_s for r in recs), default=0.0)
     span_s = max(res.end_s - start_s, 1e-12)
@@ -31,6 +44,11 @@ def summarize(res: SimResult) -> dict[str, object]:
     stats = res.stats
     assert stats is not None
     return {
+        "ttft_p50_s": _r(percentile(ttft_all, 50)),
+        "ttft_p95_s": _r(percentile(ttft_all, 95)),
+        "ttft_p99_s": _r(percentile(ttft_all, 99)),
+        "ttft_mean_s": _r(sum(ttft_all) / len(ttft_all) if ttft_all else None),
+        "ttft_p50_s_by_prompt_len": _by_prompt_len(recs),
         "short_ttft_p50_s": _r(percentile(ttft["short"], 50)),
         "short_ttft_p99_s": _r(percentile(ttft["short"], 99)),
         "long_ttft_p50_s": _r(percentile(ttft["long"], 50)),

@@ -9,13 +9,19 @@ range in every request of its group.
   uniform        1,024-token prompts, 128 output tokens: the "random" dataset with fixed lengths.
   shared-prefix  8 system prompts of 4,096 tokens, each request one of them plus its own
                  64-512-token question, 128 output tokens: what the prefix cache is for.
+  reference      PERFORMANCE.md's reference workload: prompts cycling 512/1024/2048/4096 tokens,
+                 128 output tokens, meant for a closed loop (`--clients 8`): the arrival times
+                 here are all 0 and the clients decide them. The 4,096s are reported as "long"
+                 (the lane boundary at half an 8,192-token budget), the others as "short".
 """
 from __future__ import annotations
 
 import random
 from dataclasses import dataclass
 
-WORKLOADS = ("mixed", "uniform", "shared-prefix")
+WORKLOADS = ("mixed", "uniform", "shared-prefix", "reference")
+CLOSED_LOOP_WORKLOADS = ("reference",)
+REFERENCE_PROMPT_TOKENS = (512, 1024, 2048, 4096)
 NUM_OUTPUT_TOKENS = 128
 NUM_SYSTEM_PROMPTS = 8
 SYSTEM_PROMPT_TOKENS = 4096
@@ -41,13 +47,19 @@ def _own_tokens(index: int, num: int) -> list[int]:
 
 def make_workload(name: str, num_requests: int, rate: float, seed: int) -> list[SimRequest]:
     """`num_requests` requests of workload `name`, arriving as a Poisson process at `rate`
-    requests/s (all at t=0 when `rate` is infinite)."""
+    requests/s (all at t=0 when `rate` is infinite; `reference` is for a closed loop and ignores
+    `rate`)."""
     if name not in WORKLOADS:
         raise ValueError(f"unknown workload {name!r}: one of {', '.join(WORKLOADS)}")
     rng = random.Random(seed)
     out: list[SimRequest] = []
     t = 0.0
     for i in range(num_requests):
+        if name == "reference":
+            num = REFERENCE_PROMPT_TOKENS[i % len(REFERENCE_PROMPT_TOKENS)]
+            out.append(SimRequest(f"{name}-{i}", 0.0, _own_tokens(i, num), NUM_OUTPUT_TOKENS,
+                                  "long" if num == REFERENCE_PROMPT_TOKENS[-1] else "short"))
+            continue
         if rate != float("inf"):
             t += rng.expovariate(rate)
         rid = f"{name}-{i}"

@@ -38,16 +38,17 @@ class SchedulerMachine(RuleBasedStateMachine):
 
     @initialize(policy=st.sampled_from(["fcfs", "lanes"]), shadow=st.booleans(),
                 aging_steps=st.integers(1, 6), max_bypasses=st.integers(0, 3),
-                prior=st.integers(1, 6))
+                prior=st.integers(1, 6), step_cap=st.sampled_from([0, 2, 3]))
     def configure(self, policy: str, shadow: bool, aging_steps: int, max_bypasses: int,
-                  prior: int) -> None:
+                  prior: int, step_cap: int) -> None:
         self.s = Scheduler(SchedulerConfig(
             num_blocks=9, block_size=BLOCK, max_num_seqs=3, max_num_batched_tokens=6,
             max_model_len=14, max_queued=4, long_prefill_threshold=4,
             enable_prefix_caching=self.caching, eos_token_ids=frozenset({EOS}),
             policy=policy, shadow=shadow, aging_steps=aging_steps,
-            max_reservation_bypasses=max_bypasses, prior_output_tokens=prior))
-        event(f"{policy} shadow={shadow}")
+            max_reservation_bypasses=max_bypasses, prior_output_tokens=prior,
+            prefill_step_tokens=step_cap))
+        event(f"{policy} shadow={shadow} step_cap={step_cap}")
 
     # -- rules ---------------------------------------------------------------------------------
     @rule(prefix=st.integers(0, len(PREFIXES)), tail=st.lists(st.integers(40, 60), max_size=5),
@@ -68,6 +69,26 @@ class SchedulerMachine(RuleBasedStateMachine):
             assert err == OVERLOADED or not prompt or len(prompt) + max_tokens > 14 or "KV" in err
         self.s.check()
 
+    @rule(prefix=st.integers(0, len(PREFIXES) - 1), tail=st.lists(st.integers(40, 60), max_size=3),
+          n=st.integers(2, 3), max_tokens=st.integers(1, 4))
+    def add_group(self, prefix: int, tail: list[int], n: int, max_tokens: int) -> None:
+        """The n samples of one request: followers share the leader's prompt blocks."""
+        prompt = PREFIXES[prefix] + tail
+        base = f"g{self.num_added}"
+        self.num_added += 1
+        for i in range(n):
+            rid = f"{base}-{i}"
+            req = GenerateRequest(rid, prompt, SamplingParams(max_tokens=max_tokens), RequestTrace(rid),
+                                  leader_id=None if i == 0 else f"{base}-0")
+            err = self.s.add_request(req)
+            if err is None:
+                self.outputs[rid] = []
+                if self.s.requests[rid].sample_leader is not None:
+                    event("sample group follower")
+            else:
+                assert err == OVERLOADED or len(prompt) + max_tokens > 14 or "KV" in err
+            self.s.check()
+
     @precondition(lambda self: self.in_flight is None)
     @rule()
     def schedule(self) -> None:
@@ -83,6 +104,8 @@ class SchedulerMachine(RuleBasedStateMachine):
         for chunk in self.in_flight.chunks:
             if chunk.start_pos > 0 and chunk.request_id in [n.request_id for n in self.in_flight.new_requests]:
                 event("prefix hit")
+                if self.s.requests[chunk.request_id].sample_leader is not None:
+                    event("shares its leader's blocks")
             self._gpu_write(chunk.request_id, chunk.start_pos, chunk.token_ids, chunk.block_table)
 
     @precondition(lambda self: self.in_flight is not None)

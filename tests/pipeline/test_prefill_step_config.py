@@ -1,0 +1,29 @@
+"""How the lanes' per-step prefill cap resolves: 768 on a GPU budget, none on CPU, and the flag."""
+from __future__ import annotations
+
+import argparse
+
+from pipeline.cli import add_serve_arguments, config_from_args
+from pipeline.config import EngineConfig
+from scheduler.config import SchedulerConfig
+
+
+def test_the_cap_resolves_by_device() -> None:
+    gpu = EngineConfig(device="cuda")
+    gpu.resolve_budgets()
+    assert (gpu.max_num_batched_tokens, gpu.long_prefill_threshold, gpu.prefill_step_tokens) == (8192, 4096, 768)
+    cpu = EngineConfig(device="cpu")
+    cpu.resolve_budgets()
+    assert (cpu.max_num_batched_tokens, cpu.long_prefill_threshold, cpu.prefill_step_tokens) == (512, 256, 0)
+    assert SchedulerConfig(num_blocks=8, max_num_batched_tokens=512, prefill_step_tokens=0).prefill_step_cap is None
+    small = EngineConfig(device="cuda", max_num_batched_tokens=512)  # a cap at or above the budget is none
+    small.resolve_budgets()
+    assert SchedulerConfig(num_blocks=8, max_num_batched_tokens=512,
+                           prefill_step_tokens=small.prefill_step_tokens).prefill_step_cap is None
+
+
+def test_the_flag_sets_it() -> None:
+    p = argparse.ArgumentParser()
+    add_serve_arguments(p)
+    assert config_from_args(p.parse_args([])).prefill_step_tokens is None
+    assert config_from_args(p.parse_args(["--prefill-step-tokens", "1024"])).prefill_step_tokens == 1024
