@@ -1,0 +1,77 @@
+"""The transformers baseline model carries exactly ttft's dummy weights: same tensors, same logits."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytest.importorskip("transformers")
+
+from bench.baselines.hf_weights import build_hf_model, dummy_preset_name, resolve_device_dtype  # noqa: E402
+from gpu_stage.attention.metadata import build_metadata  # noqa: E402
+from gpu_stage.kv_cache import KvCache  # noqa: E402
+from gpu_stage.loaders.dummy_loader import dummy_preset, dummy_state_dict  # noqa: E402
+from gpu_stage.model.llama import LlamaForCausalLM  # noqa: E402
+
+PROMPT = [0] + list(range(40, 40 + 47))  # BOS + 47 ids: 48 positions, 3 blocks of 16
+
+
+def ours_all_logits(preset: str, seed: int, ids: list[int]) -> torch.Tensor:
+    """ttft's CPU path (torch attention over a paged cache) -> logits [len(ids), vocab] fp32."""
+    config = dummy_preset(preset)
+    model = LlamaForCausalLM(config, "cpu", torch.float32)
+    model.load_weights(dummy_state_dict(preset, seed).items())
+    block_size = 16
+    num_blocks = -(-len(ids) // block_size) + 1
+    cache = KvCache(config, num_blocks, block_size, "cpu", torch.float32)
+    meta = build_metadata([len(ids)], [len(ids)], [list(range(1, num_blocks))], block_size, "cpu")
+    return model(torch.tensor(ids), meta.positions, cache, meta, torch.arange(len(ids)))
+
+
+def test_state_dict_is_the_dummy_weights_and_tied():
+    model = build_hf_model("tiny", seed=3)
+    ours = dummy_state_dict("tiny", 3)
+    theirs = model.state_dict()
+    assert all(torch.equal(theirs[k], v) for k, v in ours.items())
+    assert model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr()  # tied preset
+    assert model.config.eos_token_id is None and not model.training
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_logits_agree_with_ttft_cpu_path(seed):
+    model = build_hf_model("tiny", seed=seed, attn_implementation="sdpa")
+    with torch.no_grad():
+        theirs = model(torch.tensor([PROMPT])).logits[0].float()
+    ours = ours_all_logits("tiny", seed, PROMPT)
+    rel = (ours - theirs).norm() / theirs.norm()
+    assert rel < 1e-4, rel
+    assert torch.equal(ours.argmax(-1), theirs.argmax(-1)) or rel < 1e-6
+    assert theirs.std() > 0.05  # not a flat, meaningless comparison
+
+
+def test_other_seed_other_logits():
+    with torch.no_grad():
+        a = build_hf_model("tiny", 0)(torch.tensor([PROMPT])).logits
+        b = build_hf_model("tiny", 1)(torch.tensor([PROMPT])).logits
+    assert not torch.allclose(a, b)
+
+
+def test_names_and_devices():
+    assert dummy_preset_name("dummy:llama-3-8b") == "llama-3-8b"
+    with pytest.raises(ValueError, match="dummy:<preset>"):
+        dummy_preset_name("/models/llama")
+    with pytest.raises(ValueError, match="unknown dummy preset"):
+        dummy_preset_name("dummy:huge")
+    assert resolve_device_dtype("cpu", "auto") == (torch.device("cpu"), torch.float32)
+    assert resolve_device_dtype("cuda", "auto")[1] == torch.bfloat16
+
+
+def test_config_carries_rope_scaling_and_leaves_the_preset_alone():
+    from bench.baselines.hf_weights import hf_config
+
+    preset = dummy_preset("llama-3.1-8b")
+    before = dict(preset.rope_scaling)
+    hf = hf_config(preset)
+    rope = getattr(hf, "rope_parameters", None) or {**hf.rope_scaling, "rope_theta": hf.rope_theta}
+    assert rope["rope_type"] == "llama3" and rope["factor"] == 8.0 and rope["rope_theta"] == 500000.0
+    assert preset.rope_scaling == before  # transformers adds keys to the dict it gets: a copy
+    assert (hf.num_hidden_layers, hf.num_key_value_heads, hf.head_dim) == (32, 8, 128)
