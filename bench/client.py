@@ -123,11 +123,17 @@ class BenchClient:
             self.model = models[0]["id"]
         return self.model
 
-    async def send(self, req: BenchRequest) -> RequestSample:
-        """Run one streamed request to its end; failures are recorded in the sample, never raised."""
+    def recorder_for(self, req: BenchRequest, keep_reply: bool = False) -> StreamRecorder:
+        return StreamRecorder(RequestSample(req.request_id, req.prompt_len, req.max_tokens),
+                              chat=self.endpoint == "chat", keep_reply=keep_reply)
+
+    async def send(self, req: BenchRequest, recorder: StreamRecorder | None = None) -> RequestSample:
+        """Run one streamed request to its end; failures are recorded in the sample, never raised.
+
+        `recorder`: one from `recorder_for(req, keep_reply=True)` when the caller needs the reply."""
         body = orjson.dumps(build_payload(req, self.model or "", self.endpoint, self.ignore_eos, self.extra_body))
-        sample = RequestSample(req.request_id, req.prompt_len, req.max_tokens)
-        recorder = StreamRecorder(sample, chat=self.endpoint == "chat")
+        recorder = recorder or self.recorder_for(req)
+        sample = recorder.sample
         sample.t_send_s = time.perf_counter()
         status, error = 0, ""
         try:

@@ -117,8 +117,10 @@ def plot_ttft_cdf(result: dict, path: Path) -> bool:
     return True
 
 
-def write_report(result: dict, result_dir: str | Path) -> dict[str, str]:
-    """Write <stem>.json, <stem>.md and (if possible) <stem>_ttft_cdf.png; returns their paths."""
+def write_report(result: dict, result_dir: str | Path, markdown: str | None = None) -> dict[str, str]:
+    """Write <stem>.json, <stem>.md and (if possible) <stem>_ttft_cdf.png; returns their paths.
+
+    `markdown`: the table to write, for workloads with their own (default: `markdown_table`)."""
     out_dir = Path(result_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     stem = base = result_stem(result)
@@ -129,7 +131,7 @@ def write_report(result: dict, result_dir: str | Path) -> dict[str, str]:
     paths = {"json": out_dir / f"{stem}.json", "markdown": out_dir / f"{stem}.md"}
     options = orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY
     paths["json"].write_bytes(orjson.dumps(result, option=options, default=str))
-    paths["markdown"].write_text(markdown_table(result))
+    paths["markdown"].write_text(markdown if markdown is not None else markdown_table(result))
     png = out_dir / f"{stem}_ttft_cdf.png"
     if plot_ttft_cdf(result, png):
         paths["ttft_cdf"] = png

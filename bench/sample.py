@@ -23,6 +23,7 @@ class RequestSample:
     chunk_times_s: list[float] = field(default_factory=list)  # content-chunk arrivals, from t_send
     output_tokens: int = 0  # usage.completion_tokens when sent, else the number of content chunks
     prompt_tokens: int | None = None  # usage.prompt_tokens when sent
+    cached_tokens: int | None = None  # usage.prompt_tokens_details.cached_tokens when sent (prefix hits)
     output_chars: int = 0
     finish_reason: str | None = None
     status: int = 0  # HTTP status; 0 when the exchange did not complete (refused, timed out, cut)
@@ -41,9 +42,14 @@ class RequestSample:
 class StreamRecorder:
     """Feeds one request's SSE `data` payloads, each with the time its bytes arrived, into a sample."""
 
-    def __init__(self, sample: RequestSample, chat: bool) -> None:
+    def __init__(self, sample: RequestSample, chat: bool, keep_reply: bool = False) -> None:
         self.sample = sample
         self.chat = chat
+        # keep_reply: keep the reply's text (and its ids where the server streams vLLM's
+        # `token_ids`), for workloads that send it back in the next prompt (multi-turn)
+        self.keep_reply = keep_reply
+        self.reply_parts: list[str] = []
+        self.reply_token_ids: list[int] = []
         self.done = False  # saw `data: [DONE]`
         self._t_last_choice: float | None = None
         self._usage_tokens: int | None = None
@@ -68,6 +74,10 @@ class StreamRecorder:
             if text:
                 s.chunk_times_s.append(t - s.t_send_s)
                 s.output_chars += len(text)
+                if self.keep_reply:
+                    self.reply_parts.append(text)
+            if self.keep_reply and isinstance(ids := choice.get("token_ids"), list):
+                self.reply_token_ids.extend(ids)
             if choice.get("finish_reason"):
                 s.finish_reason = choice["finish_reason"]
         elif err := data.get("error"):
@@ -76,6 +86,8 @@ class StreamRecorder:
         if usage := data.get("usage"):
             self._usage_tokens = usage.get("completion_tokens")
             s.prompt_tokens = usage.get("prompt_tokens")
+            if isinstance(details := usage.get("prompt_tokens_details"), dict):
+                s.cached_tokens = details.get("cached_tokens")
 
     def finish(self, status: int, t_end: float, error: str = "") -> RequestSample:
         """Close the sample: success needs HTTP 200, at least one content chunk and no error."""

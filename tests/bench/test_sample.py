@@ -47,3 +47,15 @@ def test_failures():
 
 def approx(x: float):
     return pytest.approx(x, abs=1e-9)
+
+
+def test_cached_tokens_and_kept_reply():
+    rec = StreamRecorder(RequestSample("r", 3, 2, t_send_s=10.0), chat=False, keep_reply=True)
+    for payload in ({"choices": [{"text": "Hel", "token_ids": [7]}]}, {"choices": [{"text": "lo", "token_ids": [8]}]},
+                    {"choices": [], "usage": {"prompt_tokens": 9, "completion_tokens": 2,
+                                              "prompt_tokens_details": {"cached_tokens": 8}}}):
+        rec.on_event(orjson.dumps(payload), 10.1)
+    s = rec.finish(200, t_end=11.0)
+    assert s.cached_tokens == 8 and rec.reply_parts == ["Hel", "lo"] and rec.reply_token_ids == [7, 8]
+    plain = feed(False, [({"choices": [{"text": "a"}]}, 10.1)])
+    assert plain.cached_tokens is None  # not reported: unknown, not zero
