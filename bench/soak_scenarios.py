@@ -14,7 +14,7 @@ from bench.soak_client import Reply
 VOCAB = 512  # dummy:tiny; token ids below it are valid for any model this size or larger
 BAD_BODIES = (b"{", b"[]", b'{"prompt": ""}', b'{"prompt": "x", "max_tokens": 0}', b'{"prompt": "x", "top_p": 7}',
               b'{"prompt": "x", "temperature": NaN}', b'{"prompt": "\xff"}', b'{"prompt": [1e999]}', b"",
-              b'{"messages": []}', b'{"prompt": "x", "n": 3}', b"[" * 5000)
+              b'{"messages": []}', b'{"prompt": "x", "n": 17}', b"[" * 5000)
 
 
 @dataclass

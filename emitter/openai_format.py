@@ -5,12 +5,14 @@ remembers what the next chunk needs (the chat role delta goes first; completion 
 offsets continue across chunks). Non-streaming: an accumulator gathers the outputs and builds the
 whole body at the end. Field names follow the OpenAI API (`openai` package types).
 
-Usage counts come from the last RequestOutput, whose counters are cumulative.
+Usage counts come from the last RequestOutput, whose counters are cumulative. With n > 1 choices
+(each a sample with its own outputs, `RequestOutput.index`) every chunk carries its choice's index,
+and usage counts the prompt once and the completion tokens of every choice.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Sequence
 
 import orjson
 
@@ -31,12 +33,16 @@ class ResponseMeta:
     model: str
 
 
-def usage_dict(out: RequestOutput) -> dict[str, Any]:
+def usage_dict(lasts: Sequence[RequestOutput]) -> dict[str, Any]:
+    """Usage from each choice's last output. The prompt is counted once; its cached tokens are
+    choice 0's (the other samples share its prompt blocks rather than hitting the cache)."""
+    first = lasts[0]
+    num_output = sum(out.num_output_tokens for out in lasts)
     return {
-        "prompt_tokens": out.num_prompt_tokens,
-        "completion_tokens": out.num_output_tokens,
-        "total_tokens": out.num_prompt_tokens + out.num_output_tokens,
-        "prompt_tokens_details": {"cached_tokens": out.num_cached_tokens},
+        "prompt_tokens": first.num_prompt_tokens,
+        "completion_tokens": num_output,
+        "total_tokens": first.num_prompt_tokens + num_output,
+        "prompt_tokens_details": {"cached_tokens": first.num_cached_tokens},
     }
 
 
@@ -44,10 +50,10 @@ def _envelope(meta: ResponseMeta, obj: str, choices: list[dict[str, Any]]) -> di
     return {"id": meta.id, "object": obj, "created": meta.created, "model": meta.model, "choices": choices}
 
 
-def usage_chunk(meta: ResponseMeta, out: RequestOutput, chat: bool) -> bytes:
-    """The last chunk when `stream_options.include_usage`: no choices, the usage."""
+def usage_chunk(meta: ResponseMeta, lasts: Sequence[RequestOutput], chat: bool) -> bytes:
+    """The last chunk when `stream_options.include_usage`: no choices, the usage of them all."""
     body = _envelope(meta, CHAT_CHUNK_OBJECT if chat else COMPLETION_OBJECT, [])
-    body["usage"] = usage_dict(out)
+    body["usage"] = usage_dict(lasts)
     return orjson.dumps(body)
 
 
@@ -63,16 +69,17 @@ def _split_template(body: dict[str, Any]) -> tuple[bytes, bytes] | None:
 
 
 class CompletionChunker:
-    """`/v1/completions` streaming chunks for one request."""
+    """`/v1/completions` streaming chunks for one choice of a request."""
 
-    __slots__ = ("meta", "include_usage", "_text_offset", "_template")
+    __slots__ = ("meta", "include_usage", "index", "_text_offset", "_template")
 
-    def __init__(self, meta: ResponseMeta, include_usage: bool = False) -> None:
+    def __init__(self, meta: ResponseMeta, include_usage: bool = False, index: int = 0) -> None:
         self.meta = meta
         self.include_usage = include_usage  # then every chunk carries "usage": null
+        self.index = index
         self._text_offset = 0
         body = _envelope(meta, COMPLETION_OBJECT,
-                         [{"index": 0, "text": _HOLE, "logprobs": None, "finish_reason": None}])
+                         [{"index": index, "text": _HOLE, "logprobs": None, "finish_reason": None}])
         if include_usage:
             body["usage"] = None
         self._template = _split_template(body)  # the chunk of an unfinished step, no logprobs
@@ -84,26 +91,28 @@ class CompletionChunker:
         logprobs = None
         if out.logprobs is not None:
             logprobs, self._text_offset = completion_logprobs(out.logprobs, self._text_offset)
-        choice = {"index": 0, "text": out.text, "logprobs": logprobs, "finish_reason": out.finish_reason}
+        choice = {"index": self.index, "text": out.text, "logprobs": logprobs, "finish_reason": out.finish_reason}
         body = _envelope(self.meta, COMPLETION_OBJECT, [choice])
         if self.include_usage:
             body["usage"] = None
         return orjson.dumps(body)
 
     def usage_chunk(self, out: RequestOutput) -> bytes:
-        return usage_chunk(self.meta, out, chat=False)
+        return usage_chunk(self.meta, [out], chat=False)
 
 
 class ChatChunker:
-    """`/v1/chat/completions` streaming chunks: role delta first, content deltas, finish_reason."""
+    """`/v1/chat/completions` streaming chunks of one choice: role delta first, content deltas,
+    finish_reason."""
 
-    __slots__ = ("meta", "include_usage", "_template")
+    __slots__ = ("meta", "include_usage", "index", "_template")
 
-    def __init__(self, meta: ResponseMeta, include_usage: bool = False) -> None:
+    def __init__(self, meta: ResponseMeta, include_usage: bool = False, index: int = 0) -> None:
         self.meta = meta
         self.include_usage = include_usage
+        self.index = index
         body = _envelope(meta, CHAT_CHUNK_OBJECT, [
-            {"index": 0, "delta": {"content": _HOLE}, "logprobs": None, "finish_reason": None}])
+            {"index": index, "delta": {"content": _HOLE}, "logprobs": None, "finish_reason": None}])
         if include_usage:
             body["usage"] = None
         self._template = _split_template(body)  # a content delta of an unfinished step, no logprobs
@@ -117,7 +126,7 @@ class ChatChunker:
     def role_chunk(self) -> bytes:
         """The first chunk of every chat stream (sent before the first token, as OpenAI does)."""
         delta = {"role": "assistant", "content": ""}
-        return self._dump({"index": 0, "delta": delta, "logprobs": None, "finish_reason": None})
+        return self._dump({"index": self.index, "delta": delta, "logprobs": None, "finish_reason": None})
 
     def chunk(self, out: RequestOutput) -> bytes:
         if out.finish_reason is None and out.logprobs is None and self._template is not None:
@@ -127,19 +136,20 @@ class ChatChunker:
         # text carries it together with the finish_reason.
         delta = {"content": out.text} if out.text or out.finish_reason is None else {}
         logprobs = chat_logprobs(out.logprobs) if out.logprobs is not None else None
-        choice = {"index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": out.finish_reason}
+        choice = {"index": self.index, "delta": delta, "logprobs": logprobs, "finish_reason": out.finish_reason}
         return self._dump(choice)
 
     def usage_chunk(self, out: RequestOutput) -> bytes:
-        return usage_chunk(self.meta, out, chat=True)
+        return usage_chunk(self.meta, [out], chat=True)
 
 
 class ResponseAccumulator:
-    """Gathers a request's outputs for a non-streaming body (completion or chat)."""
+    """Gathers one choice's outputs for a non-streaming body (completion or chat)."""
 
-    __slots__ = ("_texts", "_logprobs", "_last")
+    __slots__ = ("index", "_texts", "_logprobs", "_last")
 
-    def __init__(self) -> None:
+    def __init__(self, index: int = 0) -> None:
+        self.index = index
         self._texts: list[str] = []
         self._logprobs: list[TokenLogprob] | None = None
         self._last: RequestOutput | None = None
@@ -161,21 +171,36 @@ class ResponseAccumulator:
         assert self._last is not None, "no output accumulated"
         return self._last
 
-    def completion_body(self, meta: ResponseMeta) -> bytes:
+    def completion_choice(self) -> dict[str, Any]:
         logprobs = None if self._logprobs is None else completion_logprobs(self._logprobs)[0]
-        choice = {"index": 0, "text": self.text, "logprobs": logprobs, "finish_reason": self.last.finish_reason}
-        body = _envelope(meta, COMPLETION_OBJECT, [choice])
-        body["usage"] = usage_dict(self.last)
-        return orjson.dumps(body)
+        return {"index": self.index, "text": self.text, "logprobs": logprobs,
+                "finish_reason": self.last.finish_reason}
 
-    def chat_body(self, meta: ResponseMeta) -> bytes:
+    def chat_choice(self) -> dict[str, Any]:
         logprobs = None if self._logprobs is None else chat_logprobs(self._logprobs)
-        choice = {
-            "index": 0,
+        return {
+            "index": self.index,
             "message": {"role": "assistant", "content": self.text},
             "logprobs": logprobs,
             "finish_reason": self.last.finish_reason,
         }
-        body = _envelope(meta, CHAT_OBJECT, [choice])
-        body["usage"] = usage_dict(self.last)
-        return orjson.dumps(body)
+
+    def completion_body(self, meta: ResponseMeta) -> bytes:
+        return completion_body(meta, [self])
+
+    def chat_body(self, meta: ResponseMeta) -> bytes:
+        return chat_body(meta, [self])
+
+
+def completion_body(meta: ResponseMeta, choices: Sequence[ResponseAccumulator]) -> bytes:
+    """The whole `/v1/completions` body: the choices in the order given (by index)."""
+    body = _envelope(meta, COMPLETION_OBJECT, [acc.completion_choice() for acc in choices])
+    body["usage"] = usage_dict([acc.last for acc in choices])
+    return orjson.dumps(body)
+
+
+def chat_body(meta: ResponseMeta, choices: Sequence[ResponseAccumulator]) -> bytes:
+    """The whole `/v1/chat/completions` body: the choices in the order given (by index)."""
+    body = _envelope(meta, CHAT_OBJECT, [acc.chat_choice() for acc in choices])
+    body["usage"] = usage_dict([acc.last for acc in choices])
+    return orjson.dumps(body)

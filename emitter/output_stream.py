@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
+from typing import Callable
 
 from stages.messages import RequestOutput
 from stages.trace import RequestTrace
@@ -30,6 +31,8 @@ def merge_outputs(a: RequestOutput, b: RequestOutput) -> RequestOutput:
         num_output_tokens=b.num_output_tokens,
         num_cached_tokens=b.num_cached_tokens,
         error=b.error,
+        error_status=b.error_status,
+        index=b.index,
     )
 
 
@@ -43,6 +46,7 @@ class OutputStream:
         self.stalled_since_ns: int | None = None
         self._items: deque[RequestOutput] = deque()
         self._waiter: asyncio.Future[None] | None = None
+        self.on_push: Callable[[], None] | None = None  # wakes a reader of several streams
 
     def push(self, out: RequestOutput) -> None:
         if self.finished:
@@ -57,6 +61,8 @@ class OutputStream:
             self._items.append(out)
         if self._waiter is not None and not self._waiter.done():
             self._waiter.set_result(None)
+        if self.on_push is not None:
+            self.on_push()
 
     async def get(self) -> RequestOutput:
         while not self._items:

@@ -24,9 +24,11 @@ class RequestEmitter:
     """One per live request, owned by the EmitterStage."""
 
     def __init__(
-        self, request_id: str, tokenizer: Tokenizer, params: SamplingParams, num_prompt_tokens: int = 0
+        self, request_id: str, tokenizer: Tokenizer, params: SamplingParams, num_prompt_tokens: int = 0,
+        index: int = 0,
     ) -> None:
         self.request_id = request_id
+        self.index = index  # its choice among the n samples of one request
         self.params = params
         self._tokenizer = tokenizer
         self._detok = IncrementalDetokenizer(tokenizer, params.skip_special_tokens)
@@ -122,6 +124,7 @@ class RequestEmitter:
             num_cached_tokens=self.num_cached_tokens,
             error=ev.error,
             error_status=ev.error_status,
+            index=self.index,
         )
 
     def _plain_token(self, token_id: int, error_status: int) -> RequestOutput | None:
@@ -138,9 +141,9 @@ class RequestEmitter:
         else:
             taken = [token_id]
         # Positional: (request_id, text, token_ids, finish_reason, logprobs, num_prompt_tokens,
-        # num_output_tokens, num_cached_tokens, error, error_status).
+        # num_output_tokens, num_cached_tokens, error, error_status, index).
         return RequestOutput(self.request_id, text, taken, None, None, self.num_prompt_tokens,
-                             self.num_output_tokens, self.num_cached_tokens, None, error_status)
+                             self.num_output_tokens, self.num_cached_tokens, None, error_status, self.index)
 
     def _logprobs(self, sampled: list[SampledToken] | None, num_taken: int) -> list[TokenLogprob] | None:
         if self.params.logprobs is None or sampled is None:

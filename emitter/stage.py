@@ -46,7 +46,7 @@ class EmitterStage(Stage[StepEvents]):
     def fail_all(self, message: str) -> None:
         """The engine broke: every open stream ends with an error."""
         for rid, entry in list(self._entries.items()):
-            out = RequestOutput(rid, "", [], finish_reason="error", error=message)
+            out = RequestOutput(rid, "", [], finish_reason="error", error=message, index=entry.emitter.index)
             entry.stream.push(out)
             self._finish(rid, entry, out)
 

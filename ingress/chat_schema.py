@@ -38,6 +38,7 @@ class ChatCompletionRequest:
     chat_template_kwargs: dict = field(default_factory=dict)
     priority: int = 0
     cache_salt: str | None = None
+    n: int = 1  # choices: parallel samples of the prompt
 
 
 def parse_chat_request(obj: dict, limits: IngressLimits, vocab_size: int) -> ChatCompletionRequest:
@@ -60,6 +61,7 @@ def parse_chat_request(obj: dict, limits: IngressLimits, vocab_size: int) -> Cha
         chat_template_kwargs=_parse_template_kwargs(obj),
         priority=common.priority,
         cache_salt=common.cache_salt,
+        n=common.n,
     )
 
 

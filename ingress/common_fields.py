@@ -80,18 +80,18 @@ def reject_unsupported(obj: dict, table: UnsupportedTable) -> None:
                                   "unsupported_parameter")
 
 
-def check_n(obj: dict, limits: IngressLimits) -> None:
+def parse_n(obj: dict, limits: IngressLimits) -> int:
+    """Choices (parallel samples) to generate: 1..max_n."""
     n = opt_int(obj, "n", 1, lo=1)
     if n > limits.max_n:
-        raise bad_request(f"'n' is {n}; this server allows at most {limits.max_n}"
-                          + (" (n > 1 is not supported yet)." if limits.max_n == 1 else "."), "n")
-    if n > 1:
-        raise bad_request("n > 1 is not supported yet.", "n", "unsupported_parameter")
+        raise bad_request(f"'n' is {n}; this server allows at most {limits.max_n}.", "n")
+    return n
 
 
 @dataclass(slots=True)
 class CommonFields:
     model: str | None  # the caller checks that it names a served model
+    n: int  # choices to generate (parallel samples of one prompt)
     stream: bool
     include_usage: bool  # stream_options.include_usage
     priority: int
@@ -101,7 +101,7 @@ class CommonFields:
 def parse_common(obj: dict, limits: IngressLimits, table: UnsupportedTable) -> CommonFields:
     model = opt_str(obj, "model")
     reject_unsupported(obj, table)
-    check_n(obj, limits)
+    n = parse_n(obj, limits)
     stream = opt_bool(obj, "stream", False)
     include_usage = False
     options = opt_dict(obj, "stream_options")
@@ -115,6 +115,7 @@ def parse_common(obj: dict, limits: IngressLimits, table: UnsupportedTable) -> C
             include_usage = value
     return CommonFields(
         model=model,
+        n=n,
         stream=stream,
         include_usage=include_usage,
         priority=opt_int(obj, "priority", 0, INT64_MIN, 2**63 - 1),

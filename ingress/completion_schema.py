@@ -23,6 +23,7 @@ class CompletionRequest:
     include_usage: bool
     priority: int = 0
     cache_salt: str | None = None
+    n: int = 1  # choices: parallel samples of the prompt
 
 
 def parse_completion_request(obj: dict, limits: IngressLimits, vocab_size: int) -> CompletionRequest:
@@ -44,6 +45,7 @@ def parse_completion_request(obj: dict, limits: IngressLimits, vocab_size: int) 
         include_usage=common.include_usage,
         priority=common.priority,
         cache_salt=common.cache_salt,
+        n=common.n,
     )
 
 

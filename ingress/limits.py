@@ -17,8 +17,8 @@ class IngressLimits:
     max_prompt_chars: int = 1_000_000
     # Explicit max_tokens above this is a 400; None: only the context window limits it.
     max_tokens_cap: int | None = None
-    # Completions per request; n > 1 is additionally refused while it is not implemented.
-    max_n: int = 1
+    # Completions (parallel samples) per request: `n` above it is a 400.
+    max_n: int = 16
     max_stop_strings: int = 16
     max_stop_string_chars: int = 1000
     max_stop_token_ids: int = 256
@@ -27,3 +27,7 @@ class IngressLimits:
     # Alternatives per position: completions `logprobs`, chat `top_logprobs` (OpenAI allows 20 on chat).
     max_logprobs: int = 20
     max_messages: int = 4096
+
+    def __post_init__(self) -> None:
+        if self.max_n < 1:
+            raise ValueError(f"max_n must be at least 1, got {self.max_n}")

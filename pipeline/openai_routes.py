@@ -5,6 +5,10 @@ admits it (or 503 at once); then its OutputStream is read while a DisconnectWatc
 that goes away into an abort. A streamed reply waits for its first output before sending headers,
 so an error found by the scheduler is still a proper status code, and the first flush carries the
 first token (chat: the role delta and the first content travel in that same write).
+
+With n > 1 the engine runs n samples; their streams are read as one (SampleStreams), each output
+tagged with its choice index: chunks interleave, `[DONE]` follows the last choice's end, and a
+disconnect or an error aborts all n.
 """
 from __future__ import annotations
 
@@ -15,8 +19,17 @@ from typing import AsyncIterator
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
-from emitter.openai_format import ChatChunker, CompletionChunker, ResponseAccumulator, ResponseMeta
+from emitter.openai_format import (
+    ChatChunker,
+    CompletionChunker,
+    ResponseAccumulator,
+    ResponseMeta,
+    chat_body,
+    completion_body,
+    usage_chunk,
+)
 from emitter.output_stream import OutputStream
+from emitter.sample_streams import SampleStreams
 from emitter.sse import SSE_DONE, sse_error, sse_event
 from ingress.errors import ApiError, bad_request, model_not_found, payload_too_large
 from ingress.stage import PreparedRequest
@@ -96,70 +109,90 @@ async def _generate(request: Request, chat: bool) -> Response:
         api = prepared.api
         if api.model is not None and api.model != engine.model_name:
             raise model_not_found(api.model, engine.model_name)
-        stream = engine.submit(request_id, prepared.prompt_token_ids, prepared.params, trace,
-                               priority=api.priority, cache_salt=api.cache_salt)
+        streams = engine.submit_samples(request_id, prepared.prompt_token_ids, prepared.params, trace,
+                                        api.n, priority=api.priority, cache_salt=api.cache_salt)
     except ApiError as err:
         return error_response(err, rid_header)
     except ClientDisconnect:
         return Response(status_code=499)
 
-    watch = DisconnectWatch(request.receive, lambda: engine.abort(request_id))
+    # n > 1: the choices' streams read as one; each output says its choice (`index`).
+    reader = streams[0] if len(streams) == 1 else SampleStreams(streams)
+    watch = DisconnectWatch(request.receive, lambda: engine.abort_streams(streams))
     meta = ResponseMeta(request_id, int(time.time()), engine.model_name)
-    first = await stream.get()
+    first = await reader.get()
     if first.error is not None and first.num_output_tokens == 0 and not first.text:
         watch.cancel()
+        engine.abort_streams(streams)  # the other choices (a refusal is the same for them all)
         status = 503 if not engine.health.ready else first.error_status
         kind = "invalid_request_error" if status == 400 else "server_error"
         headers = {**rid_header, "Retry-After": "1"} if status == 503 else rid_header
         return error_response(ApiError(status, first.error, type=kind), headers)
     if api.stream:
-        chunks = _sse_chunks(engine, stream, first, meta, chat, api.include_usage)
-        on_sent = lambda out: engine.record_write(stream, out)  # noqa: E731
+        chunks = _sse_chunks(engine, streams, reader, first, meta, chat, api.include_usage)
+        on_sent = lambda out: engine.record_write(streams[out.index], out)  # noqa: E731
         return EventStreamResponse(chunks, watch, on_sent, rid_header)
     try:
-        return await _whole_body(engine, stream, first, meta, chat, watch, rid_header)
+        return await _whole_body(engine, streams, reader, first, meta, chat, rid_header)
     finally:
         watch.cancel()
 
 
 async def _sse_chunks(
-    engine: Engine, stream: OutputStream, first: RequestOutput, meta: ResponseMeta, chat: bool,
-    include_usage: bool,
+    engine: Engine, streams: list[OutputStream], reader: OutputStream | SampleStreams, first: RequestOutput,
+    meta: ResponseMeta, chat: bool, include_usage: bool,
 ) -> AsyncIterator[tuple[bytes, RequestOutput]]:
-    chunker = ChatChunker(meta, include_usage) if chat else CompletionChunker(meta, include_usage)
+    """One SSE event per output, each choice's chunks carrying its index; `[DONE]` (after the
+    usage, if asked for) once every choice has finished. An error ends the whole reply."""
+    make = ChatChunker if chat else CompletionChunker
+    chunkers = [make(meta, include_usage, i) for i in range(len(streams))]
+    lasts: list[RequestOutput] = [first] * len(streams)  # each choice's last output
+    num_left = len(streams)
     out = first
-    prefix = sse_event(chunker.role_chunk()) if chat else b""
+    # Chat: every choice's role delta goes out with the first token, in the same write.
+    prefix = b"".join(sse_event(c.role_chunk()) for c in chunkers) if chat else b""
     while True:
         t0 = host_clock_ns()
+        stream = streams[out.index]
         if out.error is not None:
+            engine.abort_streams(streams)
             data = prefix + sse_error(out.error) + SSE_DONE
+            num_left = 0
         else:
-            data = prefix + sse_event(chunker.chunk(out))
+            data = prefix + sse_event(chunkers[out.index].chunk(out))
             if out.finish_reason is not None:
-                if include_usage:
-                    data += sse_event(chunker.usage_chunk(out))
-                data += SSE_DONE
+                lasts[out.index] = out
+                num_left -= 1
+                if num_left == 0:
+                    if include_usage:
+                        data += sse_event(usage_chunk(meta, lasts, chat))
+                    data += SSE_DONE
         prefix = b""
         stream.trace.add_host("emit", host_clock_ns() - t0)
         yield data, out
-        if out.finish_reason is not None:
+        if num_left == 0:
             return
-        out = await stream.get()
+        out = await reader.get()
 
 
 async def _whole_body(
-    engine: Engine, stream: OutputStream, first: RequestOutput, meta: ResponseMeta, chat: bool,
-    watch: DisconnectWatch, headers: dict[str, str],
+    engine: Engine, streams: list[OutputStream], reader: OutputStream | SampleStreams, first: RequestOutput,
+    meta: ResponseMeta, chat: bool, headers: dict[str, str],
 ) -> Response:
-    acc = ResponseAccumulator()
+    accs = [ResponseAccumulator(i) for i in range(len(streams))]
+    num_left = len(streams)
     out = first
     while True:
         if out.error is not None:
+            engine.abort_streams(streams)
             return error_response(ApiError(500, out.error, type="server_error"), headers)
-        acc.add(out)
+        accs[out.index].add(out)
         if out.finish_reason is not None:
-            break
-        out = await stream.get()
-    body = acc.chat_body(meta) if chat else acc.completion_body(meta)
-    engine.record_write(stream, out)
+            num_left -= 1
+            if num_left == 0:
+                break
+        out = await reader.get()
+    body = chat_body(meta, accs) if chat else completion_body(meta, accs)
+    for acc in accs:
+        engine.record_write(streams[acc.index], acc.last)
     return Response(body, media_type="application/json", headers=headers)

@@ -113,7 +113,10 @@ def common_properties(
     props: dict[str, Schema] = {
         "model": opt({"type": "string", "enum": [model_name]},
                      "The served model; any other name is answered with 404 model_not_found."),
-        "n": {"enum": [1, None], "description": "Choices per request: only 1."},
+        "n": opt({"type": "integer", "minimum": 1, "maximum": limits.max_n},
+                 "Choices to generate: parallel samples that share the prompt's KV blocks. With a seed, "
+                 "choice i samples with seed + i (wrapping past 2^64 - 1), so it equals a request with n=1 "
+                 "and that seed. Usage counts the prompt once and the completion tokens of every choice."),
         "stream": opt({"type": "boolean"}, "Answer as server-sent events (text/event-stream)."),
         "stream_options": opt({"type": "object", "properties": {"include_usage": opt({"type": "boolean"})}},
                               "Only with stream=true."),

@@ -43,7 +43,11 @@ def response_schemas() -> dict[str, Schema]:
     def envelope(obj: str, choice: Schema, with_usage: bool) -> Schema:
         props: Schema = {
             "id": {"type": "string"}, "object": {"const": obj}, "created": {"type": "integer"},
-            "model": {"type": "string"}, "choices": {"type": "array", "items": choice},
+            "model": {"type": "string"},
+            "choices": {"type": "array", "items": choice,
+                        "description": "A whole body: the n choices in index order. A stream chunk: one "
+                                       "choice, its `index` telling which (chunks of the n choices "
+                                       "interleave); none in the final usage chunk."},
         }
         required = ["id", "object", "created", "model", "choices"]
         if with_usage:

@@ -27,6 +27,8 @@ class RequestState:
         "block_hashes", "num_hashed_blocks", "num_cached_tokens",
         "priority", "num_reserved_blocks", "has_reservation", "awaiting_reclaim",
         "num_bypassed", "num_claimed_hits", "is_long", "lane_since_step", "promoted",
+        "num_queued_uncached",
+        "sample_leader", "num_shared_blocks",
     )
 
     def __init__(self, request: GenerateRequest, arrival_seq: int) -> None:
@@ -63,6 +65,11 @@ class RequestState:
         self.is_long = False
         self.lane_since_step = 0
         self.promoted = False
+        self.num_queued_uncached = 0  # uncached prompt tokens when (re)queued: shortest first
+        # Sample groups (sample_group.py): a follower's leader (sample 0 of the same n > 1
+        # request) while it lives, and how many of its prompt blocks the follower shares.
+        self.sample_leader: RequestState | None = None
+        self.num_shared_blocks = 0
 
     @property
     def num_tokens(self) -> int:

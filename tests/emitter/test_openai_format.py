@@ -11,6 +11,9 @@ from emitter.openai_format import (
     CompletionChunker,
     ResponseAccumulator,
     ResponseMeta,
+    chat_body,
+    completion_body,
+    usage_chunk,
 )
 from stages.messages import RequestOutput, TokenLogprob
 
@@ -170,3 +173,43 @@ def test_precomputed_chunk_bytes_equal_the_dumped_body(meta, include_usage):
         env["object"] = "chat.completion.chunk"
         choice = {"index": 0, "delta": {"content": text}, "logprobs": None, "finish_reason": None}
         assert ChatChunker(meta, include_usage).chunk(o) == orjson.dumps({**env, "choices": [choice], **usage})
+
+
+# ---- n > 1: several choices -------------------------------------------------------------------
+
+def choice_out(index, text, finish=None, num_out=1, num_cached=0) -> RequestOutput:
+    return RequestOutput(f"r-{index}", text, [0], finish, None, num_prompt_tokens=5,
+                         num_output_tokens=num_out, num_cached_tokens=num_cached, index=index)
+
+
+def test_choices_of_several_samples_in_one_body_with_usage_summed():
+    accs = [ResponseAccumulator(i) for i in range(3)]
+    for out in (choice_out(1, "b"), choice_out(0, "a", num_cached=4), choice_out(2, "c!", "stop", 2),
+                choice_out(1, "b", "length", 2), choice_out(0, "a", "stop", 3, num_cached=4)):
+        accs[out.index].add(out)
+    raw = completion_body(META, accs)
+    body = orjson.loads(raw)
+    assert [(c["index"], c["text"], c["finish_reason"]) for c in body["choices"]] == [
+        (0, "aa", "stop"), (1, "bb", "length"), (2, "c!", "stop")]
+    assert body["usage"] == {"prompt_tokens": 5, "completion_tokens": 7, "total_tokens": 12,
+                             "prompt_tokens_details": {"cached_tokens": 4}}
+    Completion.model_validate_json(raw)
+    chat = chat_body(META, accs)
+    parsed = ChatCompletion.model_validate_json(chat)
+    assert [(c.index, c.message.content) for c in parsed.choices] == [(0, "aa"), (1, "bb"), (2, "c!")]
+    assert parsed.usage.completion_tokens == 7 and parsed.usage.prompt_tokens == 5
+
+
+@pytest.mark.parametrize("chat", [False, True])
+def test_chunks_carry_their_choice_index_and_the_usage_chunk_sums_the_choices(chat):
+    make = ChatChunker if chat else CompletionChunker
+    chunker = make(META, True, 2)
+    for o in (choice_out(2, "x"), choice_out(2, "y", "stop", 2)):
+        body = orjson.loads(chunker.chunk(o))
+        assert [c["index"] for c in body["choices"]] == [2]
+    if chat:
+        role = orjson.loads(chunker.role_chunk())
+        assert role["choices"][0]["index"] == 2 and role["choices"][0]["delta"]["role"] == "assistant"
+    usage = orjson.loads(usage_chunk(META, [choice_out(0, "", "stop", 3), choice_out(1, "", "length", 4)], chat))
+    assert usage["choices"] == [] and usage["usage"]["completion_tokens"] == 7
+    assert usage["usage"]["prompt_tokens"] == 5 and usage["usage"]["total_tokens"] == 12

@@ -64,7 +64,7 @@ def test_unknown_fields_are_ignored(parse):
 
 
 @ENDPOINTS
-@pytest.mark.parametrize("n, fragment", [(2, "n > 1 is not supported"), (128, "n > 1"), (0, "at least 1"),
+@pytest.mark.parametrize("n, fragment", [(17, "at most 16"), (128, "at most 16"), (0, "at least 1"),
                                          (-1, "at least 1"), (True, "integer"), (1.0, "integer"),
                                          ("1", "integer")])
 def test_n(parse, n, fragment):
@@ -74,13 +74,18 @@ def test_n(parse, n, fragment):
 
 
 @ENDPOINTS
-def test_n_above_one_is_unsupported_even_when_max_n_allows_it(parse):
-    with pytest.raises(ApiError) as info:
-        parse({"n": 2}, IngressLimits(max_n=4))
-    assert info.value.message == "n > 1 is not supported yet."
+def test_n_is_read_up_to_max_n(parse):
+    assert parse({}).n == parse({"n": None}).n == 1
+    assert parse({"n": 16}).n == 16
+    assert parse({"n": 4}, IngressLimits(max_n=4)).n == 4
     with pytest.raises(ApiError) as info:
         parse({"n": 5}, IngressLimits(max_n=4))
-    assert "at most 4" in info.value.message
+    assert (info.value.status, info.value.param) == (400, "n") and "at most 4" in info.value.message
+
+
+def test_max_n_below_one_is_a_configuration_error():
+    with pytest.raises(ValueError, match="max_n"):
+        IngressLimits(max_n=0)
 
 
 @ENDPOINTS

@@ -20,7 +20,7 @@ CASES = [
     ("/v1/completions", b'{"prompt": ""}', 400, "prompt"),
     ("/v1/completions", b'{"prompt": []}', 400, "prompt"),
     ("/v1/completions", b'{"prompt": [1, 2, 99999999]}', 400, "prompt"),
-    ("/v1/completions", b'{"prompt": "hi", "n": 2}', 400, "n"),
+    ("/v1/completions", b'{"prompt": "hi", "n": 17}', 400, "n"),
     ("/v1/completions", b'{"prompt": "hi", "best_of": 3}', 400, "best_of"),
     ("/v1/completions", b'{"prompt": "hi", "logit_bias": {"1": 5}}', 400, "logit_bias"),
     ("/v1/completions", b'{"prompt": "hi", "stop": [""]}', 400, "stop"),

@@ -116,6 +116,7 @@ GOOD_COMPLETIONS = [
     {"prompt": "x", "seed": 2**64 - 1, "priority": -(2**63), "cache_salt": "s" * 1024},
     {"prompt": "x", "stop": "a", "stop_token_ids": [0, 999], "skip_special_tokens": False,
      "include_stop_str_in_output": True, "n": 1},
+    {"prompt": "x", "n": 16, "seed": 2**64 - 1, "stream": True},
     {"prompt": "x", "best_of": 1, "echo": False, "suffix": "", "logit_bias": {}, "tools": [],
      "tool_choice": "none", "functions": [], "function_call": "none", "response_format": {"type": "text"},
      "modalities": ["text"], "use_beam_search": False, "allowed_token_ids": [], "bad_words": [],
@@ -135,6 +136,7 @@ GOOD_CHATS = [
     {"messages": [USER], "max_completion_tokens": 5, "max_tokens": 9, "min_tokens": 3},
     {"messages": [USER], "logprobs": True, "top_logprobs": 20},
     {"messages": [USER], "logprobs": True},
+    {"messages": [USER], "n": 3, "logprobs": True, "n_unknown": 1},
     {"messages": [USER], "logprobs": False, "top_logprobs": None},
     {"messages": [USER], "add_generation_prompt": False, "chat_template_kwargs": {"enable_thinking": False}},
     {"messages": [USER], "continue_final_message": False, "documents": [], "chat_template": None},
@@ -213,7 +215,7 @@ def _bad_cases():
         cases.append(("completions", common.LIMITS, {"prompt": "hi", key: value}))
         cases.append(("chat", common.LIMITS, {"messages": [USER], key: value}))
     extra = [
-        {"n": 2}, {"n": 0}, {"stream_options": {"include_usage": True}},
+        {"n": 17}, {"n": 0}, {"n": 2.0}, {"stream_options": {"include_usage": True}},
         {"stream": False, "stream_options": {}}, {"stream": True, "stream_options": {"include_usage": 1}},
         {"stream": "yes"}, {"model": 5}, {"priority": 2**63}, {"cache_salt": ""}, {"cache_salt": "s" * 1025},
         {"top_k": 2**64}, {"min_tokens": -1},
