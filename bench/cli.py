@@ -12,12 +12,13 @@ import orjson
 
 from bench.client import BenchClient
 from bench.metrics import compute_metrics
+from bench.multi_turn_cli import add_multi_turn_arguments, run_multi_turn_bench
 from bench.report import machine_info, markdown_table, write_report
 from bench.runner import run_closed_loop, run_open_loop, run_warmup
 from bench.workloads import (DEFAULT_VOCAB_SIZE, BenchRequest, mixed_workload, random_workload,
                              reference_workload, shared_prefix_workload)
 
-WORKLOADS = ("random", "mixed", "shared-prefix", "reference")
+WORKLOADS = ("random", "mixed", "shared-prefix", "reference", "multi-turn")
 WARMUP_SEED_OFFSET = 1_000_003  # warm-up prompts differ from measured ones: no prefix-cache head start
 MAX_WARMUP_OUTPUT_TOKENS = 16
 DEFAULT_RESULT_DIR = Path(__file__).resolve().parent / "results"
@@ -61,6 +62,12 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
     a("--result-dir", default=str(DEFAULT_RESULT_DIR))
     a("--label", default=None, help="name for this run in file names and tables")
     a("--no-save", dest="save", action="store_false", help="print only, write no files")
+    a("--ablate", nargs="?", const="reference", default=None, choices=WORKLOADS, metavar="WORKLOAD",
+      help="start `ttft serve --model MODEL` once per configuration, one optimization off at a time, and run "
+           "WORKLOAD (default: reference) against each; prints TTFT per configuration (bench/ablate.py)")
+    a("--serve-args", default="", help="ablate: flags for every `ttft serve`, one string ('--seed 0 ...')")
+    a("--ablate-configs", default=None, help="ablate: comma-separated subset of configurations (default: all)")
+    add_multi_turn_arguments(parser)
 
 
 def build_workload(args: argparse.Namespace, num_requests: int, seed: int, output_len: int) -> list[BenchRequest]:
@@ -92,6 +99,8 @@ def bench_config(args: argparse.Namespace, model: str) -> dict:
 
 async def run_bench(args: argparse.Namespace) -> dict:
     """Run one benchmark; print its table; write its files unless --no-save. Returns the result dict."""
+    if args.workload == "multi-turn":  # conversations, not a list of independent requests
+        return await run_multi_turn_bench(args)
     extra = orjson.loads(args.extra_body) if args.extra_body else {}
     requests = build_workload(args, args.num_requests, args.seed, args.output_len)
     warm = build_workload(args, args.warmup, args.seed + WARMUP_SEED_OFFSET,
@@ -129,6 +138,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="ttft bench", description=__doc__)
     add_bench_arguments(parser)
     args = parser.parse_args(argv)
+    if args.ablate:  # a run of servers, not a run against one
+        from bench.ablate import run_ablation
+
+        return run_ablation(args)
     try:
         import uvloop
 

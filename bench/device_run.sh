@@ -6,6 +6,15 @@
 # and runs the headline HTTP benchmarks (bench/gpu_suite.py). Everything lands in OUTDIR
 # (default bench/results/<date>-<gpu>/) as a few files: logs, summary.json/.md, and one tarball of
 # the detailed JSON.
+#   --baseline: instead, the transformers baselines (generate() one at a time, then transformers'
+#               continuous batching) and ttft, on the same dummy weights, with the same client
+#               (bench/baselines/suite.py): OUTDIR/baseline_summary.json/.md. Under 8 minutes.
+#   --ablate:   instead, `ttft bench --ablate`: the reference workload with one optimization off
+#               at a time (bench/ablate.py): OUTDIR/ablation.json/.md. Under 8 minutes.
+#   --tiers:    instead, the KV tiers: `ttft bench --workload multi-turn` (64 conversations, a
+#               device pool of a quarter of the working set) with a 48 GiB host tier and without
+#               (recompute), and bench/kv_tier_restore.py (a 4,096-token prefix from host memory
+#               vs recomputed): OUTDIR/tiers_summary.json. Under 8 minutes.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUTDIR=""
@@ -14,6 +23,9 @@ SKIP_TESTS=""
 SKIP_KERNELS=""
 SKIP_SERVER=""
 PROFILE=""
+BASELINE=""
+ABLATE=""
+TIERS=""
 for arg in "$@"; do
     case "$arg" in
         --quick) QUICK="--quick" ;;
@@ -21,6 +33,9 @@ for arg in "$@"; do
         --skip-kernels) SKIP_KERNELS=1 ;;
         --skip-server) SKIP_SERVER=1 ;;
         --profile) PROFILE=1 ;;
+        --baseline) BASELINE=1 ;;
+        --ablate) ABLATE=1 ;;
+        --tiers) TIERS=1 ;;
         *) OUTDIR="$arg" ;;
     esac
 done
@@ -40,9 +55,77 @@ fi
 } > "$OUTDIR/machine.txt" 2>&1
 cat "$OUTDIR/machine.txt"
 
+if [ -n "$BASELINE" ]; then
+    echo "== baselines: transformers generate(), transformers continuous batching, ttft (same weights)"
+    python3 -c "import transformers; print('transformers', transformers.__version__)" >> "$OUTDIR/machine.txt" 2>&1
+    # 16 reference requests: one at a time through generate() each takes ~10 s on the 8B shape.
+    timeout 470 python3 -m bench.baselines.suite --model dummy:llama-3-8b --seed 0 --device cuda \
+        --max-model-len 8192 --num-requests 16 --budget-s 430 --out "$DETAIL/baseline" \
+        --ttft-args="--max-num-seqs 128 --max-num-batched-tokens 8192 --long-prefill-threshold 4096" \
+        2>&1 | tee "$OUTDIR/baseline.log" | grep -v "^wrote " | tail -40
+    cp "$DETAIL/baseline/baseline_summary.json" "$DETAIL/baseline/baseline_summary.md" "$OUTDIR/" 2>/dev/null
+    for log in "$DETAIL"/baseline/server-*.log; do
+        [ -f "$log" ] && tail -30 "$log" > "$OUTDIR/baseline_$(basename "$log")"
+    done
+fi
+
+if [ -n "$ABLATE" ]; then
+    echo "== ablation: the reference workload with one optimization off at a time"
+    # budget = max_model_len = 8192, so "no chunked prefill" (whole prompts per step) can start too
+    timeout 470 python3 -m bench --ablate --model dummy:llama-3.1-8b --num-requests 48 --concurrency 8 \
+        --output-len 128 --warmup 2 --result-dir "$DETAIL/ablate" \
+        --serve-args="--seed 0 --device cuda --max-model-len 8192 --max-num-seqs 128 --max-num-batched-tokens 8192 --long-prefill-threshold 4096" \
+        2>&1 | tee "$OUTDIR/ablate.log" | grep -v "^wrote " | tail -30
+    cp "$DETAIL"/ablate/ablation-*/ablation.json "$DETAIL"/ablate/ablation-*/ablation.md "$OUTDIR/" 2>/dev/null
+    for log in "$DETAIL"/ablate/ablation-*/server-*.log; do
+        [ -f "$log" ] && tail -20 "$log" > "$OUTDIR/ablate_$(basename "$log")"
+    done
+fi
+
+start_server() {  # start_server LOG FLAGS...: ttft serve on :8000, wait for /health (up to 300 s)
+    local log=$1; shift
+    python3 -m pipeline.cli serve --port 8000 "$@" > "$log" 2>&1 &
+    SERVER=$!
+    for _ in $(seq 1 300); do
+        curl -sf http://127.0.0.1:8000/health >/dev/null 2>&1 && return 0
+        kill -0 $SERVER 2>/dev/null || return 1
+        sleep 1
+    done
+    return 1
+}
+stop_server() { kill -TERM $SERVER 2>/dev/null; sleep 3; kill -9 $SERVER 2>/dev/null; wait $SERVER 2>/dev/null; }
+
+if [ -n "$TIERS" ]; then
+    echo "== KV tiers: restore vs recompute, then multi-turn with and without the host tier"
+    timeout 150 python3 -m bench.kv_tier_restore --model dummy:llama-3.1-8b --device cuda --prefix-len 4096 \
+        2>&1 | tee "$OUTDIR/tier_restore.log" | tail -3
+    # 64 conversations x (2,048 + 8 x (256 + 128) + 128) tokens = 335,872: a quarter is 5,248 blocks.
+    MT="--model dummy:llama-3.1-8b --device cuda --max-num-seqs 128 --max-num-batched-tokens 8192 --long-prefill-threshold 4096 --max-model-len 16384 --num-kv-blocks 5249"
+    for mode in tiers recompute; do
+        flags=$MT
+        [ "$mode" = tiers ] && flags="$MT --kv-host-gb 48"
+        if start_server "$DETAIL/server-$mode.log" $flags; then
+            timeout 200 python3 -m bench --workload multi-turn --base-url http://127.0.0.1:8000 \
+                --result-dir "$DETAIL/multi-turn" --label "$mode" 2>&1 | tee "$OUTDIR/multi_turn_$mode.log" | tail -25
+        else
+            echo "server ($mode) did not start"; tail -20 "$DETAIL/server-$mode.log"
+        fi
+        stop_server
+        grep -E "tiers|ready|ERROR|Error" "$DETAIL/server-$mode.log" | tail -5 > "$OUTDIR/server_$mode.log"
+    done
+    python3 bench/tiers_summary.py "$DETAIL" "$OUTDIR"
+fi
+
+if [ -n "$BASELINE$ABLATE$TIERS" ]; then  # these replace the default run
+    tar -czf "$OUTDIR/detail.tar.gz" -C "$DETAIL" . 2>/dev/null
+    ls -la "$OUTDIR"
+    exit 0
+fi
+
 if [ -z "$SKIP_TESTS" ]; then
     echo "== GPU tests"
-    timeout 300 python3 -m pytest -p no:cacheprovider -m gpu tests/gpu_stage -q -rs 2>&1 | tail -60 > "$OUTDIR/gpu_tests.log"
+    timeout 300 python3 -m pytest -p no:cacheprovider -m gpu tests/gpu_stage tests/pipeline/test_kv_tiers_gpu.py \
+        -q -rs 2>&1 | tail -60 > "$OUTDIR/gpu_tests.log"
     timeout 200 python3 -m pytest -p no:cacheprovider tests/gpu_stage/test_triton_kernels.py \
         tests/gpu_stage/test_triton_model.py tests/gpu_stage/test_step_inputs.py -q 2>&1 | tail -20 >> "$OUTDIR/gpu_tests.log"
     tail -8 "$OUTDIR/gpu_tests.log"

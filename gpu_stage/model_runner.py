@@ -26,6 +26,7 @@ from gpu_stage.attention import get_attention_backend
 from gpu_stage.cpu_malloc import keep_freed_memory
 from gpu_stage.cuda_graphs import PREFILL_BUCKETS, CudaGraphRunner
 from gpu_stage.kv_cache import KvCache, blocks_for_memory
+from gpu_stage.kv_tiers.transfer import KvTransfer
 from gpu_stage.layer_ops import get_layer_ops
 from gpu_stage.memory_profile import profile_step
 from gpu_stage.model.llama import LlamaForCausalLM
@@ -91,6 +92,8 @@ class ModelRunner:
         # each sampled request's id) to fail that request only.
         self.fault_injector: Callable[[StepBatch], None] | None = None
         self.request_fault_injector: Callable[[str], None] | None = None
+        # Copies between the device pool and the host KV tier (pipeline/build_tiers.py), if any.
+        self.kv_transfer: KvTransfer | None = None
         use_graphs = cuda and not enforce_eager
         if use_graphs and attention_backend != "triton":
             log.warning("CUDA graphs need --attention-backend triton; running eagerly")
@@ -114,6 +117,8 @@ class ModelRunner:
         if self.fault_injector is not None:
             self.fault_injector(batch)
         self._check_limits(batch)
+        if batch.kv_ops is not None and self.kv_transfer is not None:
+            self.kv_transfer.run(batch.kv_ops)  # before the forward that overwrites or reads them
         for request_id in batch.finished_ids:
             self.requests.pop(request_id, None)
         for new in batch.new_requests:

@@ -17,6 +17,7 @@ from gpu_stage.model_runner import ModelRunner
 from gpu_stage.model_source import ModelSource
 from ingress.chat_template import ChatTemplate
 from ingress.tokenizer import Tokenizer
+from pipeline.build_tiers import BuiltTiers, build_tiers
 from pipeline.config import EngineConfig
 from pipeline.faults import install_faults
 from scheduler.config import SchedulerConfig
@@ -41,6 +42,7 @@ class BuiltModel:
     chat_template: ChatTemplate
     max_model_len: int
     num_blocks: int
+    tiers: BuiltTiers | None = None
 
     @property
     def model_name(self) -> str:
@@ -93,15 +95,21 @@ def build_model(cfg: EngineConfig) -> BuiltModel:
         cfg.max_model_len, source.config.max_position_embeddings, (num_blocks - 1) * cfg.block_size
     )
     install_faults(runner)
+    try:
+        tiers = build_tiers(cfg, runner)
+    except ValueError as exc:
+        raise StartupError(str(exc)) from exc
     tok = source.tokenizer
     scheduler = Scheduler(SchedulerConfig(
         num_blocks=num_blocks, block_size=cfg.block_size, max_num_seqs=cfg.max_num_seqs,
         max_num_batched_tokens=cfg.max_num_batched_tokens, max_model_len=max_model_len,
         max_queued=cfg.max_queued, long_prefill_threshold=cfg.long_prefill_threshold,
+        prefill_step_tokens=cfg.prefill_step_tokens,
         eos_token_ids=frozenset(tok.eos_token_ids), policy=cfg.scheduler_policy,
         enable_prefix_caching=cfg.enable_prefix_caching, shadow=cfg.shadow,
-    ))
+        chunked_prefill=cfg.enable_chunked_prefill,
+    ), tiers=tiers.config if tiers else None, disk_blocks=tiers.disk_blocks if tiers else ())
     template = ChatTemplate(
         tok.chat_template, bos_token=getattr(tok, "bos_token", None), eos_token=getattr(tok, "eos_token", None)
     )
-    return BuiltModel(source, runner, scheduler, tok, template, max_model_len, num_blocks)
+    return BuiltModel(source, runner, scheduler, tok, template, max_model_len, num_blocks, tiers)

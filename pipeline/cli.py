@@ -36,17 +36,29 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--long-prefill-threshold", type=int, default=None,
                    help="chunk cap for one prefill per step; shorter uncached prompts take the fast lane "
                         "(default: half the step budget)")
+    p.add_argument("--prefill-step-tokens", type=int, default=None,
+                   help="lanes: prefill tokens that may join a step after its first prefill, whole "
+                        "prompts only (default 768 on a GPU, 0: no cap on CPU)")
+    p.add_argument("--enable-chunked-prefill", action=argparse.BooleanOptionalAction,
+                   default=d.enable_chunked_prefill,
+                   help="off: every prompt prefilled whole in one step (needs --max-num-batched-tokens >= "
+                        "--max-model-len); for ablations")
     p.add_argument("--scheduler-policy", choices=["lanes", "fcfs"], default=d.scheduler_policy)
     p.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=d.enable_prefix_caching)
     p.add_argument("--no-shadow", dest="shadow", action="store_false", help="admit without arrival-time KV reservation")
+    p.add_argument("--kv-host-gb", type=float, default=d.kv_host_gb,
+                   help="host-memory KV tier below the device pool, in GiB (0: off)")
+    p.add_argument("--kv-disk-path", default=d.kv_disk_path,
+                   help="directory of the disk KV tier (block files; kept across restarts)")
+    p.add_argument("--kv-disk-gb", type=float, default=d.kv_disk_gb, help="disk KV tier size in GiB")
     p.add_argument("--request-timeout-s", type=float, default=None)
     p.add_argument("--stream-stall-timeout-s", type=float, default=d.stream_stall_timeout_s)
     p.add_argument("--shutdown-grace-s", type=float, default=d.shutdown_grace_s)
     p.add_argument("--body-read-timeout-s", type=float, default=d.body_read_timeout_s)
     p.add_argument("--max-connections", type=int, default=d.max_connections,
                    help="HTTP requests in flight (streams included); past it: 503 at once")
-    p.add_argument("--max-n", type=int, default=lim.max_n, choices=[1],
-                   help="parallel samples per request (n > 1 is not supported yet: 1 only)")
+    p.add_argument("--max-n", type=int, default=lim.max_n,
+                   help="parallel samples (choices) per request: `n` above it is a 400")
     p.add_argument("--max-body-bytes", type=int, default=lim.max_body_bytes)
     p.add_argument("--max-prompt-chars", type=int, default=lim.max_prompt_chars)
     p.add_argument("--max-tokens-cap", type=int, default=lim.max_tokens_cap)
@@ -69,11 +81,14 @@ def config_from_args(a: argparse.Namespace) -> EngineConfig:
         attention_backend=a.attention_backend, enforce_eager=a.enforce_eager,
         block_size=a.block_size, max_num_seqs=a.max_num_seqs,
         max_num_batched_tokens=a.max_num_batched_tokens, max_queued=a.max_queued,
-        long_prefill_threshold=a.long_prefill_threshold, request_timeout_s=a.request_timeout_s,
+        long_prefill_threshold=a.long_prefill_threshold, prefill_step_tokens=a.prefill_step_tokens,
+        request_timeout_s=a.request_timeout_s,
         stream_stall_timeout_s=a.stream_stall_timeout_s, shutdown_grace_s=a.shutdown_grace_s,
         body_read_timeout_s=a.body_read_timeout_s, max_connections=a.max_connections,
         limits=limits, cpu_threads=a.cpu_threads, scheduler_policy=a.scheduler_policy,
         enable_prefix_caching=a.enable_prefix_caching, shadow=a.shadow,
+        kv_host_gb=a.kv_host_gb, kv_disk_path=a.kv_disk_path, kv_disk_gb=a.kv_disk_gb,
+        enable_chunked_prefill=a.enable_chunked_prefill,
     )
 
 
@@ -105,6 +120,10 @@ def main(argv: list[str] | None = None) -> int:
         except (StartupError, ValueError) as exc:
             print(f"ttft: cannot start: {exc}", file=sys.stderr)
             return 2
+    if args.ablate:  # `ttft bench --ablate`: starts its own servers (bench/ablate.py)
+        from bench.ablate import run_ablation
+
+        return run_ablation(args)
     asyncio.run(run_bench(args))
     return 0
 

@@ -27,9 +27,22 @@ class EngineConfig:
     max_queued: int = 1024  # waiting requests; past running + queued: 503
     # Chunk cap for one prefill; below it a prompt is "short". None: half the step budget.
     long_prefill_threshold: int | None = None
+    # Lanes: prefill tokens that may join a step after its first prefill (whole prompts only), so
+    # a burst gets its first tokens shortest first in small steps. None: 768 on a GPU (chosen in
+    # the H200 simulator, bench/results/20261129-sim/reference.md), 0 (no cap) on CPU.
+    prefill_step_tokens: int | None = None
+    # False: no chunked prefill (ablations): each prompt in one step, so the step budget must hold
+    # max_model_len (the scheduler refuses to start otherwise).
+    enable_chunked_prefill: bool = True
     scheduler_policy: str = "lanes"  # lanes | fcfs (vLLM V1's arrival order)
     enable_prefix_caching: bool = True
     shadow: bool = True  # reserve each request's predicted KV footprint at arrival
+    # KV tiers below the device pool (prefix caching must be on): host memory (pinned on a GPU)
+    # and a directory of block files that survives restarts. 0 / None: off.
+    kv_host_gb: float = 0.0
+    kv_disk_path: str | None = None
+    kv_disk_gb: float = 16.0
+    kv_disk_threads: int = 4
     # Channel and buffer bounds (every queue is bounded).
     scheduler_inbox_size: int = 4096
     gpu_inbox_size: int = 2
@@ -61,6 +74,8 @@ class EngineConfig:
             self.max_num_batched_tokens = 8192 if self.resolved_device() == "cuda" else 512
         if self.long_prefill_threshold is None:
             self.long_prefill_threshold = max(1, self.max_num_batched_tokens // 2)
+        if self.prefill_step_tokens is None:
+            self.prefill_step_tokens = 768 if self.resolved_device() == "cuda" else 0
 
     def resolved_dtype(self) -> str:
         if self.dtype != "auto":

@@ -18,6 +18,7 @@ from collections import deque
 from typing import AsyncIterator, Callable
 
 from emitter.output_stream import OutputStream
+from emitter.sample_streams import SampleStreams
 from emitter.request_emitter import RequestEmitter
 from emitter.stage import EmitterStage
 from ingress.errors import bad_request, overloaded
@@ -25,9 +26,12 @@ from ingress.schemas import check_context_length
 from ingress.stage import IngressStage
 from pipeline.build import BuiltModel, build_model
 from pipeline.config import EngineConfig
+from pipeline.faults import disk_read_delay_s
 from pipeline.health import EngineHealth
 from pipeline.metrics import EngineMetrics
+from pipeline.samples import Sample, fan_out
 from scheduler.stage import SchedulerStage
+from gpu_stage.kv_tiers.disk_stage import KvDiskStage
 from gpu_stage.stage import GpuStage
 from stages.messages import Abort, GenerateRequest, RequestOutput
 from stages.sampling import SamplingParams
@@ -68,6 +72,13 @@ class Engine:
         )
         self.scheduler_stage.gpu_inbox = self.gpu_stage.inbox
         self.scheduler_stage.emitter_inbox = self.emitter_stage.inbox
+        self.kv_disk_stage: KvDiskStage | None = None
+        if built.tiers is not None and built.tiers.disk_store is not None:
+            self.kv_disk_stage = KvDiskStage(
+                built.tiers.disk_store, built.tiers.host_pool, self.scheduler_stage.inbox,
+                inbox_size=cfg.scheduler_inbox_size, num_threads=cfg.kv_disk_threads,
+                read_delay_s=disk_read_delay_s())
+            self.scheduler_stage.disk_inbox = self.kv_disk_stage.inbox
         for stage in self.stages:
             stage.start()
         self._housekeeping = asyncio.create_task(self._housekeep(), name="engine:housekeeping")
@@ -79,7 +90,9 @@ class Engine:
 
     @property
     def stages(self) -> list:
-        return [self.scheduler_stage, self.gpu_stage, self.emitter_stage]
+        # The disk stage stops last: it flushes pending block writes on a graceful shutdown.
+        disk = [self.kv_disk_stage] if getattr(self, "kv_disk_stage", None) is not None else []
+        return [self.scheduler_stage, self.gpu_stage, self.emitter_stage, *disk]
 
     async def stop(self) -> None:
         self.health.set_stopping()
@@ -124,25 +137,52 @@ class Engine:
         cache_salt: str | None = None,
     ) -> OutputStream:
         """Admit a prepared request, or raise ApiError (503 overloaded / not ready) at once."""
+        return self.submit_samples(request_id, prompt_token_ids, params, trace, 1, priority, cache_salt)[0]
+
+    def submit_samples(
+        self,
+        request_id: str,
+        prompt_token_ids: list[int],
+        params: SamplingParams,
+        trace: RequestTrace,
+        n: int = 1,
+        priority: int = 0,
+        cache_salt: str | None = None,
+    ) -> list[OutputStream]:
+        """Admit the n samples (choices) of a prepared request, all or none: stream i holds
+        choice i. Raises ApiError (503 overloaded / not ready, 400 a duplicate id) at once."""
         if not self.health.ready:
             raise overloaded(1, f"the server is {self.health.state}: not accepting requests")
-        if request_id in self._active:
-            raise bad_request(f"request id {request_id!r} is already in use", "X-Request-Id")
+        samples = fan_out(request_id, params, trace, n)
+        for sample in samples:
+            if sample.request_id in self._active:
+                raise bad_request(f"request id {sample.request_id!r} is already in use", "X-Request-Id")
         cfg = self.config
-        if len(self._active) >= cfg.max_num_seqs + cfg.max_queued:
+        capacity = cfg.max_num_seqs + cfg.max_queued
+        if n > capacity:
+            raise bad_request(f"'n' is {n}; this server runs and queues at most {capacity} sequences", "n")
+        if len(self._active) + n > capacity:
             self.metrics.count_outcome("rejected_overload")
             raise overloaded(1, "the server is at capacity (running and queued requests)")
+        return [self._submit_one(sample, i, prompt_token_ids, priority, cache_salt)
+                for i, sample in enumerate(samples)]
+
+    def _submit_one(self, sample: Sample, index: int, prompt_token_ids: list[int], priority: int,
+                    cache_salt: str | None) -> OutputStream:
+        request_id, trace, params = sample.request_id, sample.trace, sample.params
         deadline_ns = None
-        if cfg.request_timeout_s is not None:
-            deadline_ns = time.perf_counter_ns() + int(cfg.request_timeout_s * 1e9)
+        if self.config.request_timeout_s is not None:
+            deadline_ns = time.perf_counter_ns() + int(self.config.request_timeout_s * 1e9)
             self._deadlines[request_id] = deadline_ns
-        stream = OutputStream(request_id, trace, cfg.stream_buffer_items)
-        emitter = RequestEmitter(request_id, self.tokenizer, params, num_prompt_tokens=len(prompt_token_ids))
+        stream = OutputStream(request_id, trace, self.config.stream_buffer_items)
+        emitter = RequestEmitter(request_id, self.tokenizer, params,
+                                 num_prompt_tokens=len(prompt_token_ids), index=index)
         self._active[request_id] = stream
         self.emitter_stage.register(stream, emitter)
         trace.mark("queued")
         self.scheduler_stage.inbox.force_put(  # bounded by the admission check above
-            GenerateRequest(request_id, prompt_token_ids, params, trace, deadline_ns, priority, cache_salt)
+            GenerateRequest(request_id, prompt_token_ids, params, trace, deadline_ns, priority, cache_salt,
+                            leader_id=sample.leader_id)
         )
         return stream
 
@@ -160,6 +200,12 @@ class Engine:
         if request_id in self._active and not self.scheduler_stage.inbox.closed:
             self.scheduler_stage.inbox.force_put(Abort(request_id, reason))
 
+    def abort_streams(self, streams: list[OutputStream], reason: str = "abort") -> None:
+        """Abort the samples of one request whose reply has not ended (all n on a disconnect)."""
+        for stream in streams:
+            if not stream.finished:
+                self.abort(stream.request_id, reason)
+
     def record_write(self, stream: OutputStream, out: RequestOutput) -> None:
         """Called by a reader right after it handed an output's bytes to its transport."""
         now = time.perf_counter_ns()
@@ -168,29 +214,34 @@ class Engine:
             stream.trace.mark("first_token_written", now)
 
     async def generate(
-        self, prompt: str | list[int], params: SamplingParams, request_id: str | None = None
+        self, prompt: str | list[int], params: SamplingParams, request_id: str | None = None, n: int = 1,
     ) -> AsyncIterator[RequestOutput]:
-        """The embedding API: yields one RequestOutput per step until the reply ends."""
+        """The embedding API: yields one RequestOutput per step and choice until the reply ends.
+        With n > 1 the n choices' outputs interleave, each with its `index`; the iteration ends
+        when every choice has finished."""
         rid = request_id or self.new_request_id()
         trace = RequestTrace(rid)
         trace.mark("received")
         trace.mark("parsed")
+        if n < 1:
+            raise bad_request(f"'n' must be at least 1, got {n}", "n")
         ids = await self.ingress.encode_prompt(prompt, trace)
         if not ids:
             raise bad_request("the prompt is empty", "prompt")
         max_tokens = check_context_length(len(ids), params.max_tokens, self.built.max_model_len)
         params = dataclasses.replace(params, max_tokens=max_tokens)
-        stream = self.submit(rid, ids, params, trace)
+        streams = self.submit_samples(rid, ids, params, trace, n)
+        reader = streams[0] if n == 1 else SampleStreams(streams)
+        num_left = n
         try:
-            while True:
-                out = await stream.get()
-                self.record_write(stream, out)
+            while num_left:
+                out = await reader.get()
+                self.record_write(streams[out.index], out)
                 yield out
                 if out.finish_reason is not None:
-                    return
+                    num_left -= 1
         finally:
-            if not stream.finished:
-                self.abort(rid)
+            self.abort_streams(streams)
 
     # ---- internals --------------------------------------------------------------------------
     def _on_finished(self, stream: OutputStream, out: RequestOutput) -> None:

@@ -2,6 +2,7 @@
 
     TTFT_FAULT_INJECT='{"fail_step_after": 5}'            the 6th model step raises (engine failure)
     TTFT_FAULT_INJECT='{"fail_request_id_prefix": "bad-"}'  sampling fails for those requests only
+    TTFT_FAULT_INJECT='{"kv_disk_read_delay_ms": 300}'     every disk-tier read takes 300 ms longer
 
 Never set in production; the server logs a warning when it is.
 """
@@ -48,3 +49,11 @@ def install_faults(runner: ModelRunner, spec: str | None = None) -> bool:
 
         runner.request_fault_injector = fail_request
     return True
+
+
+def disk_read_delay_s(spec: str | None = None) -> float:
+    """The injected latency of a disk-tier read (0 unless the test hook asks for one)."""
+    spec = os.environ.get(ENV_VAR) if spec is None else spec
+    if not spec:
+        return 0.0
+    return float(orjson.loads(spec).get("kv_disk_read_delay_ms", 0)) / 1e3

@@ -20,7 +20,7 @@ caching a block nobody holds) trips an assert, and `check()` verifies every inva
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Iterable
+from typing import Callable, Iterable
 
 NULL_BLOCK_ID = 0
 
@@ -37,6 +37,9 @@ class BlockPool:
         self._cached: OrderedDict[int, None] = OrderedDict()  # head = least recently released
         self._hash_to_block: dict[bytes, int] = {}
         self.num_evictions = 0
+        # Told of every cached block evicted, before its id is reused: the KV tiers copy it to
+        # host memory then (scheduler/kv_tiers/manager.py).
+        self.on_evict: Callable[[int, bytes], None] | None = None
 
     # -- counts ------------------------------------------------------------------------------
     @property
@@ -99,9 +102,11 @@ class BlockPool:
         return self._hash_to_block.get(block_hash)
 
     def touch(self, block_ids: Iterable[int]) -> None:
-        """Take one reference to each hit block; a cached one leaves the LRU (it is used now)."""
+        """Take one reference to each hit block; a cached one leaves the LRU (it is used now).
+        A used block may be unhashed: a sample group's followers share their leader's blocks."""
         for block_id in block_ids:
-            assert self.block_hashes[block_id] is not None, f"touching unhashed block {block_id}"
+            assert self.block_hashes[block_id] is not None or self.ref_counts[block_id] > 0, \
+                f"touching block {block_id}, neither cached nor in use"
             if self.ref_counts[block_id] == 0:
                 del self._cached[block_id]
             self.ref_counts[block_id] += 1
@@ -141,6 +146,8 @@ class BlockPool:
         del self._hash_to_block[block_hash]
         self.block_hashes[block_id] = None
         self.num_evictions += 1
+        if self.on_evict is not None:
+            self.on_evict(block_id, block_hash)
 
     def cached_lru_order(self) -> list[int]:
         """Cached block ids, next to be evicted first (for tests and debugging)."""

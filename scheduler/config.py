@@ -18,6 +18,15 @@ class SchedulerConfig:
     # beyond the budget. A cap leaves room in every step for other requests' prefills. The lanes
     # policy also uses it as the lane boundary: a request whose uncached prompt is shorter is "short".
     long_prefill_threshold: int = 0
+    # Lanes: TTFT-sized steps. After a step's first prefill chunk, other prompts join the step only
+    # whole and only while the tokens they add stay within this many, so a burst of prompts gets
+    # its first tokens shortest first in small steps rather than all after one big step. 0, or at
+    # least the budget: no cap (prefills fill the budget, chunked).
+    prefill_step_tokens: int = 0
+    # False: no chunked prefill (vLLM's --no-enable-chunked-prefill, for ablations): a prompt is
+    # admitted only when all its uncached tokens fit the step's budget left, so the budget must hold
+    # the longest prompt; the chunk cap is off (the threshold stays the lanes' boundary).
+    chunked_prefill: bool = True
     enable_prefix_caching: bool = False
     eos_token_ids: frozenset[int] = field(default_factory=frozenset)
     # Per-step policy: "fcfs" (vLLM V1's: arrival order) or "lanes" (short prompts first, aging).
@@ -50,6 +59,11 @@ class SchedulerConfig:
         need(self.max_queued >= 0, f"max_queued must be >= 0, got {self.max_queued}")
         need(self.long_prefill_threshold >= 0,
              f"long_prefill_threshold must be >= 0, got {self.long_prefill_threshold}")
+        need(self.chunked_prefill or self.max_num_batched_tokens >= self.max_model_len,
+             f"without chunked prefill, max_num_batched_tokens ({self.max_num_batched_tokens}) must be "
+             f">= max_model_len ({self.max_model_len}): every prompt is prefilled whole in one step")
+        need(self.prefill_step_tokens >= 0,
+             f"prefill_step_tokens must be >= 0, got {self.prefill_step_tokens}")
         need(self.policy in ("fcfs", "lanes"), f"policy must be 'fcfs' or 'lanes', got {self.policy!r}")
         need(self.aging_steps >= 1, f"aging_steps must be >= 1, got {self.aging_steps}")
         need(self.max_preemptions_unprotected >= 1,
@@ -66,9 +80,17 @@ class SchedulerConfig:
     @property
     def max_chunk_tokens(self) -> int:
         """The most tokens one request's prefill chunk may take in a step."""
-        if self.long_prefill_threshold == 0:
+        if self.long_prefill_threshold == 0 or not self.chunked_prefill:
             return self.max_num_batched_tokens
         return min(self.long_prefill_threshold, self.max_num_batched_tokens)
+
+    @property
+    def prefill_step_cap(self) -> int | None:
+        """Lanes: the most prefill tokens that join a step after its first prefill chunk; None:
+        no cap."""
+        if 0 < self.prefill_step_tokens < self.max_num_batched_tokens:
+            return self.prefill_step_tokens
+        return None
 
     @property
     def lane_threshold(self) -> int:

@@ -13,15 +13,19 @@ from __future__ import annotations
 
 import bisect
 from collections import deque
+from typing import Iterable
 
 from scheduler.admission import OVERLOADED, admission_error
 from scheduler.config import SchedulerConfig
 from scheduler.finish import finish_reason
 from scheduler.invariants import SchedulerStats, check_scheduler, collect_stats
 from scheduler.kv_manager import KVManager
-from scheduler.policy import Policy, make_policy
+from scheduler.kv_tiers.config import TierConfig
+from scheduler.kv_tiers.manager import KvTierManager
+from scheduler.policy import Policy, is_decode, make_policy
 from scheduler.predictor import OutputLengthPredictor
 from scheduler.request_state import RequestState, RequestStatus
+from scheduler.sample_group import admission_hits, is_held, link
 from scheduler.shadow import ShadowAdmission
 from scheduler.step_builder import StepBuilder
 from stages.messages import GenerateRequest, SampledToken, StepBatch, StepResult, TokenEvent
@@ -30,7 +34,8 @@ __all__ = ["OVERLOADED", "Scheduler"]
 
 
 class Scheduler:
-    def __init__(self, config: SchedulerConfig, policy: Policy | None = None) -> None:
+    def __init__(self, config: SchedulerConfig, policy: Policy | None = None,
+                 tiers: TierConfig | None = None, disk_blocks: Iterable[bytes] = ()) -> None:
         self.config = config
         self._block_size = config.block_size
         self._caching = config.enable_prefix_caching
@@ -39,6 +44,9 @@ class Scheduler:
         self.policy = policy or make_policy(config)
         self.predictor = OutputLengthPredictor(config.prior_output_tokens)
         self.shadow = ShadowAdmission(config, self.kv, self.predictor)
+        # KV tiers below the device pool (host memory, disk); `disk_blocks`: what the disk holds.
+        self.tiers = KvTierManager(tiers, self.kv.pool, self._tier_room, self._tier_taken, disk_blocks
+                                   ) if tiers is not None and tiers.enabled else None
         self.requests: dict[str, RequestState] = {}  # live (not finished) requests
         self.waiting: deque[RequestState] = deque()
         self.running: list[RequestState] = []  # sorted by arrival_seq
@@ -58,6 +66,7 @@ class Scheduler:
             return error
         state = RequestState(req, self._next_arrival)
         self._next_arrival += 1
+        link(state, self.requests, self._block_size)  # a sample of an n > 1 request: its leader
         self.kv.update_hashes(state)
         self.requests[req.request_id] = state
         self.waiting.append(state)
@@ -67,8 +76,23 @@ class Scheduler:
 
     def _shadow(self, req: RequestState) -> None:
         hits = self.kv.find_prefix(req)
+        if self.tiers is not None:  # fetch what the prefix has below the device, now
+            self.tiers.prefetch(req, hits)
+            hits = self.kv.find_prefix(req)
         self.policy.on_queued(req, req.num_tokens - len(hits) * self.config.block_size, self._next_step_id)
         self.shadow.on_queued(req, hits)
+
+    def _tier_room(self, request_id: str) -> int:
+        """Device blocks a tier fetch for this request may take: what nobody has claimed, plus
+        the request's own claim (the fetched blocks are part of what it reserved)."""
+        req = self.requests.get(request_id)
+        own = req.num_reserved_blocks if req is not None else 0
+        return self.kv.pool.num_allocatable - self.shadow.num_reserved + own
+
+    def _tier_taken(self, request_id: str, num_blocks: int) -> None:
+        req = self.requests.get(request_id)
+        if req is not None:
+            self.shadow.take_from_claim(req, num_blocks)
 
     def reclaim(self, max_blocks: int | None = None) -> int:
         """Evict up to `max_blocks` cold cached blocks that claims will need; the stage calls it
@@ -101,11 +125,14 @@ class Scheduler:
         for req in self.policy.order(self.running, waiting, step.step_id):
             if step.budget_left <= 0:
                 break
+            if step.num_prefill_tokens and not self.policy.admits_prefill(step) and not is_decode(req):
+                break  # decodes come first in every order: nobody after this one joins the step
             if req.status is RequestStatus.RUNNING:
                 if req.in_flight_step is None:
                     self._schedule_running(req, step)
             elif (not admitting or req.request_id in step.preempted_ids
-                  or not self.shadow.admissible(req)):
+                  or not self.shadow.admissible(req) or is_held(req, self._block_size)
+                  or self._waits_for_fetch(req)):
                 continue
             elif step.num_preempted and step.chunks:
                 continue  # blocks just taken back by preemption go to the running batch, not the queue
@@ -116,7 +143,20 @@ class Scheduler:
             return None
         self._next_step_id += 1
         finished, self._finished_ids = self._finished_ids, []
-        return step.build(finished)
+        batch = step.build(finished)
+        if self.tiers is not None:
+            batch.kv_ops = self.tiers.take_ops(batch.step_id)
+        return batch
+
+    def _waits_for_fetch(self, req: RequestState) -> bool:
+        """Tiers: bring up what arrived since the request was queued, then say whether it should
+        wait for the disk reads that continue its prefix rather than recompute (never blocking
+        the requests behind it)."""
+        if self.tiers is None:
+            return False
+        hits = self.kv.find_prefix(req)
+        self.tiers.prefetch(req, hits)
+        return self.tiers.must_wait(req, len(self.kv.find_prefix(req)), len(self.running))
 
     def _schedule_running(self, req: RequestState, step: StepBuilder) -> None:
         """A decode takes 1 token, an unfinished prefill a chunk, shrunk to the blocks there are;
@@ -129,7 +169,9 @@ class Scheduler:
             # the last block: no growth, no preemption.
             step.add(req, 1)
             return
-        num_new = self.policy.chunk_size(req, num_uncomputed, step.budget_left)
+        num_new = self.policy.chunk_size(req, num_uncomputed, step)
+        if num_new == 0:
+            return  # the policy keeps it for a later step
         if num_new > 1:
             num_room = (len(req.block_ids) + self.kv.pool.num_allocatable) * self.config.block_size
             num_new = max(1, min(num_new, num_room - req.num_computed_tokens))
@@ -145,9 +187,13 @@ class Scheduler:
         """Admit a waiting request with its first chunk (after prefix hits) if seats and blocks allow."""
         if len(self.running) >= self.config.max_num_seqs:
             return False
-        hits = self.kv.find_prefix(req)
+        hits = admission_hits(req, self.kv.find_prefix(req), self._block_size)
         num_hit_tokens = len(hits) * self.config.block_size
-        num_new = self.policy.chunk_size(req, req.num_tokens - num_hit_tokens, step.budget_left)
+        num_new = self.policy.chunk_size(req, req.num_tokens - num_hit_tokens, step)
+        if num_new == 0:
+            return False  # the policy keeps it for a later step
+        if not self.config.chunked_prefill and num_new < req.num_tokens - num_hit_tokens:
+            return False  # no chunked prefill: the whole (uncached) prompt in one step, or wait
         num_prompt_blocks = self.config.blocks_for(req.num_tokens) - len(hits)
         if not self.kv.can_admit(hits, num_hit_tokens + num_new) or not self.policy.can_start(
                 req, num_prompt_blocks, self.kv.pool.num_allocatable, self.running):
@@ -155,6 +201,8 @@ class Scheduler:
         num_before = self.kv.pool.num_allocatable
         self.kv.admit(req, hits, num_hit_tokens + num_new)
         self.shadow.consume(req, num_before - self.kv.pool.num_allocatable)
+        if self.tiers is not None:  # its hits hold their own references now
+            self.tiers.release(req)
         self.waiting.remove(req)
         if not req.was_scheduled:
             self.num_admitted_by_lane["long" if req.is_long else "short"] += 1
@@ -190,6 +238,8 @@ class Scheduler:
     # -- results -----------------------------------------------------------------------------
     def update(self, batch: StepBatch, result: StepResult) -> list[TokenEvent]:
         """Apply a step's result: advance computed tokens, append samples, finish requests."""
+        if self.tiers is not None:
+            self.tiers.on_step_done(batch.step_id)
         sampled = {s.request_id: s for s in result.sampled}
         failed = result.failed
         requests = self.requests
@@ -243,6 +293,8 @@ class Scheduler:
             self.waiting.remove(req)
         self.kv.free(req)
         self.shadow.release(req)
+        if self.tiers is not None:
+            self.tiers.release(req)
         if reason in ("stop", "length"):
             self.predictor.observe(req.params.max_tokens, req.num_output_tokens)
         req.status = RequestStatus.FINISHED

@@ -27,6 +27,7 @@ from scheduler.config import SchedulerConfig
 from scheduler.kv_manager import KVManager
 from scheduler.predictor import OutputLengthPredictor
 from scheduler.request_state import RequestState
+from scheduler.sample_group import num_blocks_from_leader
 
 
 def _order(req: RequestState) -> tuple[int, int]:
@@ -60,6 +61,8 @@ class ShadowAdmission:
         num_positions = min(req.num_tokens + num_remaining - 1,
                             req.num_prompt_tokens + req.params.max_tokens - 1)
         num_busy_hits = sum(self.pool.ref_counts[b] > 0 for b in hits)
+        # A sample group's follower shares its leader's prompt blocks: the leader's claim has them.
+        num_busy_hits = max(num_busy_hits, num_blocks_from_leader(req))
         return self.config.blocks_for(num_positions) - num_busy_hits
 
     # -- arrival ---------------------------------------------------------------------------------
@@ -140,6 +143,13 @@ class ShadowAdmission:
         Its prefix hits are touched (or gone) by now: they no longer hold back a reclaim."""
         self.num_claimed_hits -= req.num_claimed_hits
         req.num_claimed_hits = 0
+        take = min(num_taken, req.num_reserved_blocks)
+        req.num_reserved_blocks -= take
+        self.num_reserved -= take
+
+    def take_from_claim(self, req: RequestState, num_taken: int) -> None:
+        """Blocks fetched from a lower KV tier for `req` before its admission come out of its
+        own claim (they are part of the prompt it reserved for)."""
         take = min(num_taken, req.num_reserved_blocks)
         req.num_reserved_blocks -= take
         self.num_reserved -= take

@@ -12,13 +12,15 @@ from typing import Callable, Union
 
 from scheduler.scheduler import OVERLOADED, Scheduler
 from stages.channel import Channel
-from stages.messages import Abort, GenerateRequest, StepBatch, StepEvents, StepResult, TokenEvent
+from stages.messages import (
+    Abort, GenerateRequest, KvDiskDone, KvDiskRequest, StepBatch, StepEvents, StepResult, TokenEvent,
+)
 from stages.stage import Stage
 from stages.trace import host_clock_ns
 
 log = logging.getLogger("ttft.scheduler")
 
-SchedulerMessage = Union[GenerateRequest, Abort, StepResult]
+SchedulerMessage = Union[GenerateRequest, Abort, StepResult, KvDiskDone]
 RECLAIM_BLOCKS_PER_STEP = 256
 
 
@@ -36,6 +38,7 @@ class SchedulerStage(Stage[SchedulerMessage]):
         self.gpu_inbox = gpu_inbox
         self.emitter_inbox = emitter_inbox
         self.on_engine_error = on_engine_error
+        self.disk_inbox: Channel[KvDiskRequest] | None = None  # the KV disk tier's stage, if any
         self.in_flight: StepBatch | None = None
         self.num_steps = 0
         self.last_step_ns = 0  # wall time of the last step, for metrics
@@ -59,6 +62,9 @@ class SchedulerStage(Stage[SchedulerMessage]):
             event = self.scheduler.abort(msg.request_id, msg.reason)
             if event is not None:
                 self._pending_events.append(event)
+        elif isinstance(msg, KvDiskDone):
+            assert self.scheduler.tiers is not None
+            self.scheduler.tiers.on_disk_done(msg)
         else:  # pragma: no cover - a programming error
             raise TypeError(f"scheduler got {type(msg).__name__}")
 
@@ -74,6 +80,8 @@ class SchedulerStage(Stage[SchedulerMessage]):
         t0 = host_clock_ns()
         self._pending_events.extend(self.scheduler.update(batch, result))
         self._charge(batch, host_clock_ns() - t0)
+        if self.scheduler.tiers is not None:  # recompute cost, for the wait-or-recompute choice
+            self.scheduler.tiers.cost.observe_step(batch.num_tokens, result.duration_ns / 1e9)
 
     def _charge(self, batch: StepBatch, duration_ns: int) -> None:
         """Share a step's host cost among its requests by their tokens in the step (a prefill
@@ -88,6 +96,7 @@ class SchedulerStage(Stage[SchedulerMessage]):
                 state.request.trace.add_host("schedule", duration_ns * len(chunk.token_ids) // num_tokens)
 
     async def after_burst(self) -> None:
+        self._send_disk_jobs()  # reads started by arrivals go out before anything else
         # The next step goes out first: the GPU stage wakes before the emitter, so the model runs
         # step N+1 while this step's tokens are detokenized and written to their sockets.
         if self.in_flight is None and self.scheduler.has_work():
@@ -106,3 +115,13 @@ class SchedulerStage(Stage[SchedulerMessage]):
             # While the model runs, evict cold cached blocks that waiting reservations need, so
             # that admission never pays for it.
             self.scheduler.reclaim(max_blocks=RECLAIM_BLOCKS_PER_STEP)
+        self._send_disk_jobs()
+
+    def _send_disk_jobs(self) -> None:
+        tiers = self.scheduler.tiers
+        if tiers is None or not tiers.disk_requests:
+            return
+        jobs = tiers.take_disk_requests()
+        if self.disk_inbox is not None:  # bounded by the scheduler: pinned slots, write cap
+            for job in jobs:
+                self.disk_inbox.force_put(job)

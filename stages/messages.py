@@ -24,6 +24,9 @@ class GenerateRequest:
     deadline_ns: int | None = None  # perf_counter_ns after which it is aborted ("timeout")
     priority: int = 0  # lower runs first where the policy honours it
     cache_salt: str | None = None
+    # n > 1: the id of sample 0 of the same HTTP request (same prompt), whose prompt blocks this
+    # sample shares (scheduler/sample_group.py). None: a request of its own, or sample 0.
+    leader_id: str | None = None
 
 
 @dataclass(slots=True)
@@ -60,6 +63,7 @@ class StepBatch:
     new_requests: list[NewRequestData]
     chunks: list[ScheduledChunk]
     finished_ids: list[str] = field(default_factory=list)  # the runner may drop their state
+    kv_ops: KvTransferOps | None = None  # tier copies to run before this step's forward
 
     @property
     def num_tokens(self) -> int:
@@ -126,3 +130,36 @@ class RequestOutput:
     num_cached_tokens: int = 0
     error: str | None = None
     error_status: int = 500
+    index: int = 0  # the choice index of this sample within its request (n > 1)
+
+
+@dataclass(slots=True)
+class KvTransferOps:
+    """Block copies between the device pool and the host tier, run by the GPU stage before the
+    step they ride with: every offload first, then every load, in order, on one copy stream."""
+
+    offloads: list[tuple[int, int]] = field(default_factory=list)  # (device block, host slot)
+    loads: list[tuple[int, int]] = field(default_factory=list)  # (host slot, device block)
+
+    def __bool__(self) -> bool:
+        return bool(self.offloads or self.loads)
+
+
+@dataclass(slots=True)
+class KvDiskRequest:
+    """A disk-tier job for the disk stage: read a block file into a host slot, write a host
+    slot to a block file, or delete a block file."""
+
+    kind: str  # "read" | "write" | "delete"
+    block_hash: bytes
+    slot: int = -1
+
+
+@dataclass(slots=True)
+class KvDiskDone:
+    kind: str
+    block_hash: bytes
+    slot: int
+    ok: bool
+    num_bytes: int = 0
+    duration_ns: int = 0

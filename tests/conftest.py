@@ -1,4 +1,5 @@
-"""Shared test set-up: asyncio tests run on their own loop without a plugin."""
+"""Shared test set-up: asyncio tests run on their own loop without a plugin; `gpu`-marked tests
+are skipped where CUDA is absent (in every folder)."""
 from __future__ import annotations
 
 import asyncio
@@ -14,3 +15,14 @@ def pytest_pyfunc_call(pyfuncitem):
         asyncio.run(pyfuncitem.obj(**kwargs))
         return True
     return None
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
