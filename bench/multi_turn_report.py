@@ -11,7 +11,7 @@ from typing import Sequence
 
 from bench.metrics import compute_metrics, summarize_ms
 from bench.multi_turn_runner import MultiTurnRun, TurnRecord
-from bench.report import _fmt
+from bench.report import _fmt, totals_lines
 
 
 def phase_summary(records: Sequence[TurnRecord]) -> dict:
@@ -82,12 +82,4 @@ def multi_turn_table(result: dict) -> str:
     for t in mt["per_turn"]:
         lines.append(f"| {t['turn']} | {t['completed']} | {_fmt(t['p50_ttft_ms'])} | "
                      f"{_tokens(t['mean_prompt_tokens'])} | {_tokens(t['mean_cached_tokens'])} |")
-    lines += [
-        "",
-        f"{m['completed']} ok, {m['failed']} failed, {m['skipped_turns']} skipped in {m['duration_s']:.2f} s; "
-        f"{m['request_throughput']:.2f} req/s, {m['output_throughput']:.1f} output tok/s, "
-        f"{m['total_token_throughput']:.1f} total tok/s; peak in flight {m['max_concurrent_requests']}",
-    ]
-    if m["errors"]:
-        lines.append("errors: " + "; ".join(m["errors"][:3]))
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + totals_lines(m, skipped=m["skipped_turns"])) + "\n"

@@ -74,15 +74,21 @@ def markdown_table(result: dict) -> str:
     for title, key in ROWS:
         cells = [m[f"mean_{key}_ms"], m[f"p50_{key}_ms"], m[f"p95_{key}_ms"], m[f"p99_{key}_ms"]]
         lines.append(f"| {title} | " + " | ".join(_fmt(c) for c in cells) + " |")
-    lines += [
+    return "\n".join(lines + totals_lines(m)) + "\n"
+
+
+def totals_lines(m: dict, skipped: int | None = None) -> list[str]:
+    """The closing lines of a run's table: outcomes, duration, throughput, the first errors."""
+    outcome = f"{m['completed']} ok, {m['failed']} failed" + ("" if skipped is None else f", {skipped} skipped")
+    lines = [
         "",
-        f"{m['completed']} ok, {m['failed']} failed in {m['duration_s']:.2f} s; "
+        f"{outcome} in {m['duration_s']:.2f} s; "
         f"{m['request_throughput']:.2f} req/s, {m['output_throughput']:.1f} output tok/s, "
         f"{m['total_token_throughput']:.1f} total tok/s; peak in flight {m['max_concurrent_requests']}",
     ]
     if m["errors"]:
         lines.append("errors: " + "; ".join(m["errors"][:3]))
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 def result_stem(result: dict) -> str:

@@ -111,7 +111,11 @@ async def run_open_loop(
 
 
 async def run_warmup(send: SendFn, requests: Sequence[BenchRequest], concurrency: int) -> list[RequestSample]:
-    """Run requests whose results are not measured (they still report failures, to fail fast)."""
+    """Run requests whose results are not measured; any failure stops the run at once (a server
+    that fails its warm-up would only fail the measured requests too)."""
     if not requests:
         return []
-    return (await run_closed_loop(send, requests, concurrency)).samples
+    samples = (await run_closed_loop(send, requests, concurrency)).samples
+    if bad := [s for s in samples if not s.success]:
+        raise RuntimeError(f"{len(bad)} of {len(requests)} warm-up requests failed, e.g.: {bad[0].error}")
+    return samples

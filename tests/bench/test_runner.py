@@ -81,3 +81,15 @@ def test_warmup_runs_requests():
     send = FakeSend(0.0)
     assert len(asyncio.run(run_warmup(send, random_workload(3, 4, 1), 2))) == 3
     assert asyncio.run(run_warmup(send, [], 2)) == []
+
+
+def test_a_failed_warmup_stops_the_run():
+    async def second_fails(req) -> RequestSample:
+        ok = req.request_id.endswith("0")
+        return RequestSample(req.request_id, req.prompt_len, req.max_tokens, success=ok,
+                             error="" if ok else "HTTP 400: bad ids")
+
+    requests = random_workload(2, 4, 1)
+    assert [r.request_id[-1] for r in requests] == ["0", "1"]
+    with pytest.raises(RuntimeError, match="1 of 2 warm-up requests failed, e.g.: HTTP 400: bad ids"):
+        asyncio.run(run_warmup(second_fails, requests, 2))
