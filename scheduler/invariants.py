@@ -75,9 +75,8 @@ def check_scheduler(s: Scheduler) -> None:
     for req in s.requests.values():
         assert req.num_tokens <= config.max_model_len, req
         assert req.num_output_tokens <= req.params.max_tokens, req
-    if s.tiers is not None:  # prefetched blocks not yet handed to their requests
+    if s.tiers is not None:
         s.tiers.check()
-        held.update(s.tiers.prefetch_held_blocks())
     refs = {b: r for b, r in enumerate(pool.ref_counts) if r > 0}
     assert dict(held) == refs, f"pool refs {refs} != blocks held by requests {dict(held)}"
     if not s.requests:

@@ -45,7 +45,7 @@ class Scheduler:
         self.predictor = OutputLengthPredictor(config.prior_output_tokens)
         self.shadow = ShadowAdmission(config, self.kv, self.predictor)
         # KV tiers below the device pool (host memory, disk); `disk_blocks`: what the disk holds.
-        self.tiers = KvTierManager(tiers, self.kv.pool, self._tier_room, self._tier_taken, disk_blocks
+        self.tiers = KvTierManager(tiers, self.kv.pool, self._tier_room, self._tier_fetched, disk_blocks
                                    ) if tiers is not None and tiers.enabled else None
         self.requests: dict[str, RequestState] = {}  # live (not finished) requests
         self.waiting: deque[RequestState] = deque()
@@ -89,10 +89,10 @@ class Scheduler:
         own = req.num_reserved_blocks if req is not None else 0
         return self.kv.pool.num_allocatable - self.shadow.num_reserved + own
 
-    def _tier_taken(self, request_id: str, num_blocks: int) -> None:
+    def _tier_fetched(self, request_id: str, num_blocks: int) -> None:
         req = self.requests.get(request_id)
         if req is not None:
-            self.shadow.take_from_claim(req, num_blocks)
+            self.shadow.protect_hits(req, num_blocks)
 
     def reclaim(self, max_blocks: int | None = None) -> int:
         """Evict up to `max_blocks` cold cached blocks that claims will need; the stage calls it
@@ -201,7 +201,7 @@ class Scheduler:
         num_before = self.kv.pool.num_allocatable
         self.kv.admit(req, hits, num_hit_tokens + num_new)
         self.shadow.consume(req, num_before - self.kv.pool.num_allocatable)
-        if self.tiers is not None:  # its hits hold their own references now
+        if self.tiers is not None:
             self.tiers.release(req)
         self.waiting.remove(req)
         if not req.was_scheduled:

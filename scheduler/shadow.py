@@ -147,12 +147,16 @@ class ShadowAdmission:
         req.num_reserved_blocks -= take
         self.num_reserved -= take
 
-    def take_from_claim(self, req: RequestState, num_taken: int) -> None:
-        """Blocks fetched from a lower KV tier for `req` before its admission come out of its
-        own claim (they are part of the prompt it reserved for)."""
-        take = min(num_taken, req.num_reserved_blocks)
-        req.num_reserved_blocks -= take
-        self.num_reserved -= take
+    def protect_hits(self, req: RequestState, num_blocks: int) -> None:
+        """Blocks fetched from a lower KV tier for a request already holding a claim are now cached
+        prefix hits inside that claim: a reclaim must leave them, as it leaves the hits counted
+        at claim time."""
+        if not req.has_reservation:
+            return  # its claim, when granted, counts them itself
+        num = min(num_blocks, req.num_reserved_blocks - req.num_claimed_hits)
+        if num > 0:
+            req.num_claimed_hits += num
+            self.num_claimed_hits += num
 
     def release(self, req: RequestState) -> None:
         """The request holds no claim any more (finished, aborted, preempted)."""

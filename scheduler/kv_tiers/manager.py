@@ -9,11 +9,13 @@ The cascade, device -> host -> disk:
   the write is done. Host and disk each evict least recently used first.
 Shadow prefetch, at arrival: the request's chain of block hashes is followed past the device hits
 into the host tier (those blocks are given device blocks now and *loaded* with the next step) and
-the disk tier (read into a host slot in the background, then loaded). A prefetched device block is
-registered in the prefix cache at once and held by a reference of its own until every request it
-was fetched for is admitted or gone, so admission finds it as an ordinary prefix hit. Device order
-makes this safe: a batch's loads run before its forward, and any step that reads the block is that
-batch or a later one.
+the disk tier (read into a host slot in the background, then loaded). A fetched device block is
+at once an ordinary cached prefix block (ref 0, at the most recently used end), so admission finds
+it as a prefix hit and the shadow protects it as one of the request's claimed hits. Nothing holds
+it: a request that waits for room never pins blocks an older request needs (no deadlock). Device
+order makes this safe: a batch's loads run before its forward, so any step that reads the block,
+that batch or a later one, sees it loaded; and if the block is evicted and reused before its load
+runs, the load lands first and the new owner's own writes come after it.
 The manager is a synchronous core: it never copies bytes. It queues `KvTransferOps` for the next
 batch and `KvDiskRequest`s for the disk stage; the stage hands their results back.
 """
@@ -50,12 +52,12 @@ class _InFlight:
 
 class KvTierManager:
     def __init__(self, config: TierConfig, pool: BlockPool, room: Callable[[str], int],
-                 taken: Callable[[str, int], None], existing_disk: Iterable[bytes] = ()) -> None:
+                 fetched: Callable[[str, int], None], existing_disk: Iterable[bytes] = ()) -> None:
         assert config.enabled and pool.enable_caching, "tiers hold prefix-cache blocks: caching must be on"
         self.config = config
         self.pool = pool
         self.room = room  # device blocks a fetch for a request may take, claims respected
-        self.taken = taken  # ... and it took them (out of that request's claim)
+        self.fetched = fetched  # told of blocks fetched for a request that already holds a claim
         self.host = HostIndex(config.num_host_blocks)
         self.disk = DiskIndex(config.num_disk_blocks, existing_disk) if config.has_disk else None
         self.cost = FetchCostModel(config)
@@ -69,8 +71,6 @@ class KvTierManager:
         self._in_flight: dict[int, _InFlight] = {}
         self._reads: dict[bytes, _Read] = {}
         self._writes: dict[bytes, int] = {}  # hash -> slot being written to disk
-        self._holders: dict[int, set[str]] = {}  # prefetched device block -> requests it is for
-        self._held_by: dict[str, list[int]] = {}  # request -> prefetched device blocks it holds
         self._version = 0  # bumped whenever a block becomes fetchable: prefetch again then
         self._seen_version: dict[str, int] = {}
         pool.on_evict = self._on_device_evict
@@ -218,7 +218,7 @@ class KvTierManager:
 
     def _load(self, blocks: list[tuple[bytes, int]], for_ids: list[str]) -> None:
         """Give `blocks` (hash, host slot) device blocks, register them as cached prefix blocks
-        and queue their host -> device copies; the blocks are held for `for_ids`."""
+        and queue their host -> device copies (fetched for `for_ids`, whose traces record it)."""
         num = min(len(blocks), max(0, self.room(for_ids[0])))
         for _, slot in blocks:  # the allocation may offload evicted blocks: not into these slots
             self.host.pin(slot)
@@ -229,17 +229,17 @@ class KvTierManager:
             self.stats.num_loads_deferred += len(blocks)
             return
         self.stats.num_loads_deferred += len(blocks) - len(block_ids)
-        self.taken(for_ids[0], len(block_ids))
+        for rid in for_ids:
+            self.fetched(rid, len(block_ids))
         now = host_clock_ns()
         for (block_hash, slot), block_id in zip(blocks, block_ids):
             registered = self.pool.cache_block(block_id, block_hash)
             assert registered, "a fetched block is already on the device"
             self._ops.loads.append((slot, block_id))
             self._ops_sources.append(slot)
-            self._holders[block_id] = set(for_ids)
             for rid in for_ids:
-                self._held_by.setdefault(rid, []).append(block_id)
                 self.stats.note_fetch(rid, started_ns=now, num_bytes=self.config.block_nbytes)
+        self.pool.free(reversed(block_ids))  # cached now: chain tail nearest eviction, as kv.free
         self._ops_infos.extend(info for rid in for_ids if (info := self.stats.infos.get(rid)) is not None)
         self.stats.bytes["h2d"] += len(block_ids) * self.config.block_nbytes
 
@@ -267,18 +267,12 @@ class KvTierManager:
         return wait
 
     def release(self, req: RequestState) -> None:
-        """The request was admitted (its prefix hits now hold their own references) or ended:
-        drop the references prefetch took for it."""
+        """The request was admitted or ended: forget its prefetch bookkeeping (its trace keeps
+        the record) and stop waiting on its behalf for reads still running."""
         rid = req.request_id
         self._seen_version.pop(rid, None)
         self.stats.note_admitted(rid, host_clock_ns())
         self.stats.forget(rid)
-        for block_id in self._held_by.pop(rid, []):
-            holders = self._holders[block_id]
-            holders.discard(rid)
-            if not holders:
-                del self._holders[block_id]
-                self.pool.free([block_id])
         for read in self._reads.values():
             read.waiters.discard(rid)
 
@@ -287,19 +281,8 @@ class KvTierManager:
         return out
 
     # -- introspection -------------------------------------------------------------------------
-    @property
-    def num_prefetch_held(self) -> int:
-        return len(self._holders)
-
-    def prefetch_held_blocks(self) -> dict[int, int]:
-        """Device block -> references prefetch holds on it (one each), for the pool invariants."""
-        return {block_id: 1 for block_id in self._holders}
-
     def check(self) -> None:
         self.host.check()
-        for block_id, holders in self._holders.items():
-            assert holders and self.pool.ref_counts[block_id] >= 1
-            assert all(block_id in self._held_by[rid] for rid in holders)
         for block_hash, read in self._reads.items():
             assert self.host.lookup(block_hash) == read.slot and not self.host.is_ready(read.slot)
         for block_hash, slot in self._writes.items():

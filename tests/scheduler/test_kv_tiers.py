@@ -184,23 +184,27 @@ def test_waiting_for_a_read_or_recomputing_follows_the_cost_model() -> None:
     assert s.is_idle() and s.kv.pool.num_used == 0
 
 
-def test_an_abort_before_admission_releases_the_prefetched_blocks() -> None:
+def test_fetched_blocks_are_plain_cached_blocks_so_an_abort_leaves_nothing_held() -> None:
     s = make_sched()
     s.add_request(make_req("a", 12, 100))
     step(s)
     s.add_request(make_req("b", 16, 200))
     step(s)
     s.add_request(make_req("a2", 12, 100, max_tokens=1))
-    assert s.tiers is not None and s.tiers.num_prefetch_held == 2 and s.kv.pool.num_used == 2
+    # The two fetched blocks are cached prefix blocks at once (ref 0, the chain head last to go),
+    # counted as a2's claimed hits; nothing holds them, so no waiting request can pin blocks an
+    # older one needs.
+    assert s.kv.pool.num_used == 0 and s.kv.pool.cached_lru_order()[-2:] == [2, 1]
+    assert s.requests["a2"].num_claimed_hits == 2
     s.abort("a2")
     s.check()
-    assert s.tiers.num_prefetch_held == 0 and s.kv.pool.num_used == 0
-    # the loaded blocks stay cached (their copies ride the next batch): a3 hits them on the device
+    assert s.kv.pool.num_used == 0 and s.shadow.num_claimed_hits == 0
+    # a3 finds them on the device: their copies (queued for a2) ride the next batch, before it.
     s.add_request(make_req("a3", 12, 100))
     info = s.requests["a3"].request.trace.info["kv_tiers"]
     assert info["hit_blocks"] == {"host": 0, "disk": 0}
     batch = step(s)
-    assert batch.kv_ops is not None and len(batch.kv_ops.loads) == 2  # queued by a2, run now
+    assert batch.kv_ops is not None and batch.kv_ops.loads == [(2, 1), (1, 2)]
     assert [(c.start_pos, len(c.token_ids)) for c in batch.chunks] == [(8, 4)]
 
 

@@ -14,8 +14,9 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from scheduler.config import SchedulerConfig
+from scheduler.kv_tiers.config import TierConfig
 from scheduler.scheduler import OVERLOADED, Scheduler
-from stages.messages import SampledToken, StepBatch, StepResult, TokenEvent
+from stages.messages import KvDiskDone, KvDiskRequest, SampledToken, StepBatch, StepResult, TokenEvent
 from stages.sampling import SamplingParams
 from stages.messages import GenerateRequest
 from stages.trace import RequestTrace
@@ -27,6 +28,7 @@ PREFIXES = [[7, 8, 9, 10, 11, 12], [7, 8, 9, 20], [30, 31, 32, 33, 34]]
 
 class SchedulerMachine(RuleBasedStateMachine):
     caching = False
+    tiers: TierConfig | None = None
 
     def __init__(self) -> None:
         super().__init__()
@@ -34,6 +36,7 @@ class SchedulerMachine(RuleBasedStateMachine):
         self.num_added = 0
         self.ends: dict[str, TokenEvent] = {}  # request id -> its one finishing event
         self.outputs: dict[str, list[int]] = {}
+        self.prompts: dict[str, list[int]] = {}
         self.in_flight: StepBatch | None = None
 
     @initialize(policy=st.sampled_from(["fcfs", "lanes"]), shadow=st.booleans(),
@@ -47,7 +50,7 @@ class SchedulerMachine(RuleBasedStateMachine):
             enable_prefix_caching=self.caching, eos_token_ids=frozenset({EOS}),
             policy=policy, shadow=shadow, aging_steps=aging_steps,
             max_reservation_bypasses=max_bypasses, prior_output_tokens=prior,
-            prefill_step_tokens=step_cap))
+            prefill_step_tokens=step_cap), tiers=self.tiers)
         event(f"{policy} shadow={shadow} step_cap={step_cap}")
 
     # -- rules ---------------------------------------------------------------------------------
@@ -56,11 +59,15 @@ class SchedulerMachine(RuleBasedStateMachine):
           priority=st.sampled_from([0, 0, 0, -1, 1]))
     def add(self, prefix: int, tail: list[int], max_tokens: int, salt: str | None, priority: int) -> None:
         prompt = (PREFIXES[prefix] if prefix < len(PREFIXES) else []) + tail
+        self.add_prompt(prompt, max_tokens, salt, priority)
+
+    def add_prompt(self, prompt: list[int], max_tokens: int, salt: str | None = None, priority: int = 0) -> None:
         rid = f"r{self.num_added}"
         self.num_added += 1
         req = GenerateRequest(rid, prompt, SamplingParams(max_tokens=max_tokens), RequestTrace(rid),
                               cache_salt=salt, priority=priority)
         err = self.s.add_request(req)
+        self.prompts[rid] = prompt
         if err is None:
             self.outputs[rid] = []
             if self.s.shadow.pending and self.s.shadow.pending[-1] is self.s.requests[rid]:
@@ -101,6 +108,7 @@ class SchedulerMachine(RuleBasedStateMachine):
             event("preempted")
         if self.s.shadow.num_revoked:
             event("claim revoked")
+        self._run_ops(self.in_flight)
         for chunk in self.in_flight.chunks:
             if chunk.start_pos > 0 and chunk.request_id in [n.request_id for n in self.in_flight.new_requests]:
                 event("prefix hit")
@@ -152,6 +160,8 @@ class SchedulerMachine(RuleBasedStateMachine):
         self.s.check()
 
     # -- fake GPU and bookkeeping ----------------------------------------------------------------
+    def _run_ops(self, batch: StepBatch) -> None:
+        assert batch.kv_ops is None  # no tiers here
     def _gpu_write(self, rid: str, start: int, token_ids: list[int], table: list[int]) -> None:
         state = self.s.requests[rid]
         assert len(table) == -(-(start + len(token_ids)) // BLOCK)
@@ -206,8 +216,89 @@ class CachingSchedulerMachine(SchedulerMachine):
     caching = True
 
 
+class TieredSchedulerMachine(CachingSchedulerMachine):
+    """With a 4-slot host tier and a 10-block disk tier below the 8-block pool, returning turns
+    (`resend`) and evictions under pressure (`evict`). The fake GPU also runs each batch's tier
+    copies (offloads, then loads) before its chunks, and a fake disk completes the disk jobs in
+    random order, some failing; `_gpu_write`'s check that every earlier position holds the
+    request's own token then proves no prefix is ever served stale, and teardown that no request
+    waits forever. (Random runs reach host loads and disk writes; the rarer disk-read chains are
+    driven directly in test_kv_tiers.py.)"""
+
+    tiers = TierConfig(num_host_blocks=4, num_disk_blocks=10, block_nbytes=64)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.host: dict[int, list[int | None]] = {}  # host slot -> its tokens
+        self.disk: dict[bytes, list[int | None]] = {}  # block hash -> its tokens
+        self.disk_jobs: list[KvDiskRequest] = []
+
+    @rule(i=st.integers(0, 50), max_tokens=st.integers(1, 3))
+    def resend(self, i: int, max_tokens: int) -> None:
+        """A finished request's prompt and reply again (a returning turn): its blocks may be on
+        the device, in host memory or on disk by now."""
+        done = sorted(rid for rid in self.ends if rid in self.prompts)
+        if not done:
+            return
+        old = done[i % len(done)]
+        prompt = self.prompts[old] + self.outputs[old]
+        if len(prompt) + max_tokens > 14:
+            prompt = prompt[: 14 - max_tokens]
+        self.add_prompt(prompt, max_tokens)
+
+    @rule(num=st.integers(1, 8))
+    def evict(self, num: int) -> None:
+        """Memory pressure: cached device blocks evicted (so offloaded) ahead of any need."""
+        if self.s.kv.pool.reclaim(num):
+            event("evicted")
+        self.s.check()
+
+    def _run_ops(self, batch: StepBatch) -> None:
+        if batch.kv_ops is None:
+            return
+        event("tier copies")
+        for block, slot in batch.kv_ops.offloads:
+            self.host[slot] = [self.kv.get((block, i)) for i in range(BLOCK)]
+        for slot, block in batch.kv_ops.loads:
+            event("loaded from host")
+            for i, tok in enumerate(self.host[slot]):
+                self.kv[(block, i)] = tok
+
+    @rule(picks=st.lists(st.integers(0, 7), min_size=1, max_size=4), fail=st.integers(0, 5))
+    def disk_io(self, picks: list[int], fail: int) -> None:
+        tiers = self.s.tiers
+        assert tiers is not None
+        self.disk_jobs += tiers.take_disk_requests()
+        for k, i in enumerate(picks):
+            if not self.disk_jobs:
+                break
+            job = self.disk_jobs.pop(i % len(self.disk_jobs))
+            ok = k != fail
+            if job.kind == "write" and ok:
+                event("written to disk")
+                self.disk[job.block_hash] = list(self.host[job.slot])
+            elif job.kind == "read" and ok:
+                event("disk read")
+                ok = job.block_hash in self.disk
+                if ok:
+                    event("read from disk")
+                    self.host[job.slot] = list(self.disk[job.block_hash])
+            elif job.kind == "delete":
+                self.disk.pop(job.block_hash, None)
+                continue
+            tiers.on_disk_done(KvDiskDone(job.kind, job.block_hash, job.slot, ok, 64 if ok else 0, 1000))
+            self.s.check()
+
+    def teardown(self) -> None:
+        for _ in range(50):  # let every fetch land so that no request waits on one forever
+            self.disk_io([0, 0, 0, 0], fail=4)
+        super().teardown()
+
+
 _settings = settings(max_examples=200, stateful_step_count=40, deadline=None)
 SchedulerMachine.TestCase.settings = _settings
 CachingSchedulerMachine.TestCase.settings = _settings
+TieredSchedulerMachine.TestCase.settings = _settings
 TestScheduler = SchedulerMachine.TestCase
 TestCachingScheduler = CachingSchedulerMachine.TestCase
+TestTieredScheduler = TieredSchedulerMachine.TestCase
