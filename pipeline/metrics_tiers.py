@@ -37,4 +37,5 @@ def tier_metrics(tiers: KvTierManager) -> Iterator[Metric]:
     errors.add_metric(["disk_write"], st.num_disk_write_errors)
     errors.add_metric(["disk_write_skipped"], st.num_disk_writes_skipped)
     errors.add_metric(["host_full"], st.num_host_full_drops)
+    errors.add_metric(["load_deferred"], st.num_loads_deferred)
     yield errors

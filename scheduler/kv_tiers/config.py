@@ -9,9 +9,8 @@ class TierConfig:
     num_host_blocks: int = 0  # slots of the host-memory tier; 0: no tiers at all
     num_disk_blocks: int = 0  # block files the disk tier may hold; 0: no disk tier
     block_nbytes: int = 0  # bytes of one block (all layers, K and V)
-    # Copy rates the cost model starts from (PERFORMANCE.md, H200 host: ~54 GB/s pinned host to
-    # GPU, ~3.6 GB/s disk); the disk rate is then learned from the reads themselves.
-    host_bytes_per_s: float = 54e9
+    # The disk rate the cost model starts from (PERFORMANCE.md, H200 host: ~3.6 GB/s), then
+    # learned from the reads themselves. (Host loads are always taken: ~54 GB/s beats recompute.)
     disk_bytes_per_s: float = 3.6e9
     # Recompute cost per prompt token before any step was measured (learned from steps after).
     recompute_s_per_token: float = 20e-6

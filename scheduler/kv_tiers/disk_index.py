@@ -14,12 +14,11 @@ class DiskIndex:
     def __init__(self, capacity_blocks: int, existing: Iterable[bytes] = ()) -> None:
         self.capacity_blocks = capacity_blocks
         self._lru: OrderedDict[bytes, None] = OrderedDict()
-        self.num_evictions = 0
-        self.num_over_capacity_at_start: list[bytes] = []
+        self.over_capacity_at_start: list[bytes] = []  # files to delete: past a smaller capacity
         for block_hash in existing:
             self._lru[block_hash] = None
         while len(self._lru) > capacity_blocks:  # a smaller --kv-disk-gb than last time
-            self.num_over_capacity_at_start.append(self._lru.popitem(last=False)[0])
+            self.over_capacity_at_start.append(self._lru.popitem(last=False)[0])
 
     def __len__(self) -> int:
         return len(self._lru)
@@ -37,7 +36,6 @@ class DiskIndex:
         evicted = []
         while len(self._lru) > self.capacity_blocks:
             evicted.append(self._lru.popitem(last=False)[0])
-            self.num_evictions += 1
         return evicted
 
     def remove(self, block_hash: bytes) -> None:

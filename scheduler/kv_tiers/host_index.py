@@ -24,7 +24,6 @@ class HostIndex:
         self._hash_of: dict[int, bytes] = {}
         self.state: dict[int, str] = {}
         self.pins: dict[int, int] = {}
-        self.num_evictions = 0
 
     def __len__(self) -> int:
         return len(self._slot_of)
@@ -55,7 +54,6 @@ class HostIndex:
             slot = self._slot_of.pop(victim)
             del self._hash_of[slot]
             evicted = victim
-            self.num_evictions += 1
         self._slot_of[block_hash] = slot
         self._hash_of[slot] = block_hash
         self.state[slot] = FILLING

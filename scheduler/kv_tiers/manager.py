@@ -63,7 +63,7 @@ class KvTierManager:
         self.cost = FetchCostModel(config)
         self.stats = TierStats()
         self.disk_requests: list[KvDiskRequest] = [
-            KvDiskRequest("delete", h) for h in (self.disk.num_over_capacity_at_start if self.disk else [])]
+            KvDiskRequest("delete", h) for h in (self.disk.over_capacity_at_start if self.disk else [])]
         self._ops = KvTransferOps()
         self._ops_ready: list[tuple[int, bytes]] = []
         self._ops_sources: list[int] = []

@@ -40,7 +40,7 @@ def test_a_removed_pinned_slot_is_freed_only_when_unpinned() -> None:
 
 def test_disk_index_keeps_capacity_from_the_start() -> None:
     idx = DiskIndex(2, existing=[h(1), h(2), h(3)])  # a smaller disk tier than last time
-    assert idx.num_over_capacity_at_start == [h(1)] and idx.lru_order() == [h(2), h(3)]
+    assert idx.over_capacity_at_start == [h(1)] and idx.lru_order() == [h(2), h(3)]
     idx.touch(h(2))
     assert idx.insert(h(4)) == [h(3)] and idx.lru_order() == [h(2), h(4)]
 
