@@ -82,9 +82,29 @@ class RequestTrace:
         rel = {
             k: (None if base is None else round((v - base) / 1e6, 4)) for k, v in self.marks_ns.items()
         }
+        info = self.info
+        tiers = info.get("kv_tiers")
+        if isinstance(tiers, dict) and base is not None:
+            info = {**info, "kv_tiers": _times_in_ms(tiers, base)}
         return {
             "request_id": self.request_id,
             "edges_ms": rel,
             "host_ms": {k: round(v / 1e6, 4) for k, v in self.host_ns.items()},
-            "info": self.info,
+            "info": info,
         }
+
+
+def _times_in_ms(record: dict, base_ns: int) -> dict:
+    """A record's `*_started_ns` / `*_done_ns` clock readings as ms since `base_ns`, its other
+    `*_ns` durations as ms (the JSON a person reads next to `edges_ms`)."""
+    out: dict = {}
+    for key, value in record.items():
+        if not key.endswith("_ns"):
+            out[key] = value
+        elif not isinstance(value, int):
+            out[key[:-3] + "_ms"] = value  # not reached yet: None
+        elif key.endswith(("_started_ns", "_done_ns")):
+            out[key[:-3] + "_ms"] = round((value - base_ns) / 1e6, 4)
+        else:
+            out[key[:-3] + "_ms"] = round(value / 1e6, 4)
+    return out

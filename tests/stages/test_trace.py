@@ -19,3 +19,13 @@ def test_host_work_accumulates_by_category():
     t.add_host("parse", 1_000)
     assert t.host_ns == {"emit": 5_000, "parse": 1_000} and t.host_overhead_s() == 6e-6
     assert t.to_json()["host_ms"] == {"emit": 0.005, "parse": 0.001}
+
+
+def test_kv_tier_times_read_as_ms_since_received() -> None:
+    t = RequestTrace("r")
+    t.mark("received", at_ns=1_000_000_000)
+    t.info["kv_tiers"] = {"hit_blocks": {"host": 2, "disk": 1}, "fetch_started_ns": 1_002_000_000,
+                          "fetch_done_ns": 1_012_500_000, "wait_started_ns": None, "wait_ns": 3_000_000}
+    assert t.to_json()["info"]["kv_tiers"] == {"hit_blocks": {"host": 2, "disk": 1}, "fetch_started_ms": 2.0,
+                                               "fetch_done_ms": 12.5, "wait_started_ms": None, "wait_ms": 3.0}
+    assert t.info["kv_tiers"]["fetch_started_ns"] == 1_002_000_000  # the trace itself is unchanged
