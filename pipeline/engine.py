@@ -20,19 +20,14 @@ from typing import AsyncIterator, Callable
 from emitter.output_stream import OutputStream
 from emitter.sample_streams import SampleStreams
 from emitter.request_emitter import RequestEmitter
-from emitter.stage import EmitterStage
 from ingress.errors import bad_request, overloaded
 from ingress.schemas import check_context_length
-from ingress.stage import IngressStage
 from pipeline.build import BuiltModel, build_model
 from pipeline.config import EngineConfig
-from pipeline.faults import disk_read_delay_s
 from pipeline.health import EngineHealth
 from pipeline.metrics import EngineMetrics
 from pipeline.samples import Sample, fan_out
-from scheduler.stage import SchedulerStage
-from gpu_stage.kv_tiers.disk_stage import KvDiskStage
-from gpu_stage.stage import GpuStage
+from pipeline.wiring import PipelineStages, wire_stages
 from stages.messages import Abort, GenerateRequest, RequestOutput
 from stages.sampling import SamplingParams
 from stages.trace import RequestTrace
@@ -47,6 +42,7 @@ class Engine:
         self.metrics = EngineMetrics()
         self.traces: deque[RequestTrace] = deque(maxlen=config.max_traces)
         self.built: BuiltModel | None = None
+        self.pipeline: PipelineStages | None = None  # the actors, once started
         self.on_fatal: Callable[[str], None] | None = None  # set by the server: exit non-zero
         self._active: dict[str, OutputStream] = {}
         self._deadlines: dict[str, int] = {}  # request_id -> perf_counter_ns deadline
@@ -58,27 +54,10 @@ class Engine:
         t0 = time.perf_counter()
         self.built = built = await asyncio.to_thread(build_model, self.config)
         cfg = self.config
-        self.ingress = IngressStage(
-            built.tokenizer, built.chat_template, cfg.limits, built.max_model_len,
-            cfg.offload_tokenize_chars, cfg.num_tokenizer_threads,
-        )
-        self.scheduler_stage = SchedulerStage(
-            built.scheduler, gpu_inbox=None, emitter_inbox=None,  # joined below
-            inbox_size=cfg.scheduler_inbox_size, on_engine_error=self._on_engine_error,
-        )
-        self.gpu_stage = GpuStage(built.runner, self.scheduler_stage.inbox, cfg.gpu_inbox_size, cfg.cpu_threads)
-        self.emitter_stage = EmitterStage(
-            self.scheduler_stage.inbox, cfg.emitter_inbox_size, self._on_finished
-        )
-        self.scheduler_stage.gpu_inbox = self.gpu_stage.inbox
-        self.scheduler_stage.emitter_inbox = self.emitter_stage.inbox
-        self.kv_disk_stage: KvDiskStage | None = None
-        if built.tiers is not None and built.tiers.disk_store is not None:
-            self.kv_disk_stage = KvDiskStage(
-                built.tiers.disk_store, built.tiers.host_pool, self.scheduler_stage.inbox,
-                inbox_size=cfg.scheduler_inbox_size, num_threads=cfg.kv_disk_threads,
-                read_delay_s=disk_read_delay_s())
-            self.scheduler_stage.disk_inbox = self.kv_disk_stage.inbox
+        self.pipeline = wire_stages(built, cfg, self._on_engine_error, self._on_finished)
+        self.ingress, self.scheduler_stage = self.pipeline.ingress, self.pipeline.scheduler
+        self.gpu_stage, self.emitter_stage = self.pipeline.gpu, self.pipeline.emitter
+        self.kv_disk_stage = self.pipeline.kv_disk
         for stage in self.stages:
             stage.start()
         self._housekeeping = asyncio.create_task(self._housekeep(), name="engine:housekeeping")
@@ -90,9 +69,8 @@ class Engine:
 
     @property
     def stages(self) -> list:
-        # The disk stage stops last: it flushes pending block writes on a graceful shutdown.
-        disk = [self.kv_disk_stage] if getattr(self, "kv_disk_stage", None) is not None else []
-        return [self.scheduler_stage, self.gpu_stage, self.emitter_stage, *disk]
+        """The running actors, in stop order (see pipeline/wiring.py)."""
+        return self.pipeline.all if self.pipeline is not None else []
 
     async def stop(self) -> None:
         self.health.set_stopping()

@@ -1,0 +1,54 @@
+"""wire_stages: the engine's actors built from the synchronous cores and joined by their inboxes.
+
+    ingress (in the handler task) -> scheduler <-> gpu, scheduler -> emitter, scheduler <-> kv_disk
+
+The GPU stage and the disk stage reply into the scheduler's inbox; the scheduler is the one owner
+of the cores it drives. `all` lists the running actors in stop order: the disk stage last, so it
+flushes pending block writes on a graceful shutdown.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from emitter.output_stream import OutputStream
+from emitter.stage import EmitterStage
+from gpu_stage.kv_tiers.disk_stage import KvDiskStage
+from gpu_stage.stage import GpuStage
+from ingress.stage import IngressStage
+from pipeline.build import BuiltModel
+from pipeline.config import EngineConfig
+from pipeline.faults import disk_read_delay_s
+from scheduler.stage import SchedulerStage
+from stages.messages import RequestOutput
+
+
+@dataclass
+class PipelineStages:
+    ingress: IngressStage
+    scheduler: SchedulerStage
+    gpu: GpuStage
+    emitter: EmitterStage
+    kv_disk: KvDiskStage | None
+
+    @property
+    def all(self) -> list:
+        return [self.scheduler, self.gpu, self.emitter, *([self.kv_disk] if self.kv_disk else [])]
+
+
+def wire_stages(built: BuiltModel, cfg: EngineConfig, on_engine_error: Callable[[str], None],
+                on_finished: Callable[[OutputStream, RequestOutput], None]) -> PipelineStages:
+    ingress = IngressStage(built.tokenizer, built.chat_template, cfg.limits, built.max_model_len,
+                           cfg.offload_tokenize_chars, cfg.num_tokenizer_threads)
+    scheduler = SchedulerStage(built.scheduler, gpu_inbox=None, emitter_inbox=None,  # joined below
+                               inbox_size=cfg.scheduler_inbox_size, on_engine_error=on_engine_error)
+    gpu = GpuStage(built.runner, scheduler.inbox, cfg.gpu_inbox_size, cfg.cpu_threads)
+    emitter = EmitterStage(scheduler.inbox, cfg.emitter_inbox_size, on_finished)
+    scheduler.gpu_inbox, scheduler.emitter_inbox = gpu.inbox, emitter.inbox
+    kv_disk = None
+    if built.tiers is not None and built.tiers.disk_store is not None:
+        kv_disk = KvDiskStage(built.tiers.disk_store, built.tiers.host_pool, scheduler.inbox,
+                              inbox_size=cfg.scheduler_inbox_size, num_threads=cfg.kv_disk_threads,
+                              read_delay_s=disk_read_delay_s())
+        scheduler.disk_inbox = kv_disk.inbox
+    return PipelineStages(ingress, scheduler, gpu, emitter, kv_disk)
