@@ -152,8 +152,8 @@ class Scheduler:
         """Tiers: bring up what arrived since the request was queued, then say whether it should
         wait for the disk reads that continue its prefix rather than recompute (never blocking
         the requests behind it)."""
-        if self.tiers is None:
-            return False
+        if self.tiers is None or not self.tiers.has_news(req):
+            return False  # the common case: no walk of the prefix on every step
         hits = self.kv.find_prefix(req)
         self.tiers.prefetch(req, hits)
         return self.tiers.must_wait(req, len(self.kv.find_prefix(req)), len(self.running))

@@ -165,6 +165,11 @@ class KvTierManager:
             self._load([(done.block_hash, read.slot)], waiters)
 
     # -- prefetch ------------------------------------------------------------------------------
+    def has_news(self, req: RequestState) -> bool:
+        """Whether prefetch or must_wait could say anything new for this waiting request: some
+        block became fetchable since its last prefetch, or disk reads are running."""
+        return bool(self._reads) or self._seen_version.get(req.request_id) != self._version
+
     def prefetch(self, req: RequestState, device_hits: list[int]) -> None:
         """Bring up what the request's prefix has below the device: host blocks are loaded with
         the next batch, disk blocks read into host now. Cheap to call again: it does nothing
