@@ -8,9 +8,10 @@ from scheduler.config import SchedulerConfig
 from scheduler.kv_tiers.config import TierConfig
 from scheduler.prefix_cache import extend_block_hashes
 from scheduler.scheduler import Scheduler
-from stages.messages import GenerateRequest, KvDiskDone, SampledToken, StepBatch, StepResult
+from stages.messages import GenerateRequest, KvDiskDone
 from stages.sampling import SamplingParams
 from stages.trace import RequestTrace
+from fake_step import run_step as step
 
 BLOCK_NBYTES = 100
 
@@ -30,15 +31,6 @@ def make_sched(num_blocks: int = 5, host: int = 4, disk: int = 0, **kw: object) 
     return Scheduler(SchedulerConfig(num_blocks=num_blocks, block_size=4, enable_prefix_caching=True,
                                      policy="fcfs", prior_output_tokens=1, max_num_batched_tokens=64, **kw),
                      tiers=TierConfig(num_host_blocks=host, num_disk_blocks=disk, block_nbytes=BLOCK_NBYTES))
-
-
-def step(s: Scheduler) -> StepBatch:
-    batch = s.schedule()
-    s.check()
-    assert batch is not None
-    s.update(batch, StepResult(batch.step_id, [SampledToken(c.request_id, 7) for c in batch.chunks if c.sample]))
-    s.check()
-    return batch
 
 
 def host_view(s: Scheduler) -> list[tuple[bytes, int]]:

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 from scheduler.config import SchedulerConfig
 from scheduler.scheduler import Scheduler
-from stages.messages import GenerateRequest, SampledToken, StepBatch, StepResult
+from stages.messages import GenerateRequest, StepBatch
 from stages.sampling import SamplingParams
 from stages.trace import RequestTrace
+from fake_step import run_step as step
 
 GPU = dict(max_num_batched_tokens=8192, long_prefill_threshold=4096, prefill_step_tokens=768)
 
@@ -23,16 +24,6 @@ def add(s: Scheduler, rid: str, prompt: int, max_tokens: int = 64, priority: int
     assert s.add_request(GenerateRequest(rid, list(range(base, base + prompt)),
                                          SamplingParams(max_tokens=max_tokens, ignore_eos=True),
                                          RequestTrace(rid), priority=priority)) is None
-
-
-def step(s: Scheduler) -> StepBatch:
-    batch = s.schedule()
-    s.check()
-    assert batch is not None
-    sampled = [SampledToken(c.request_id, 7) for c in batch.chunks if c.sample]
-    s.update(batch, StepResult(batch.step_id, sampled))
-    s.check()
-    return batch
 
 
 def prefills(batch: StepBatch) -> list[tuple[str, int, int, bool]]:

@@ -7,9 +7,10 @@ from __future__ import annotations
 
 from scheduler.config import SchedulerConfig
 from scheduler.scheduler import Scheduler
-from stages.messages import GenerateRequest, SampledToken, StepBatch, StepResult
+from stages.messages import GenerateRequest, StepBatch
 from stages.sampling import SamplingParams
 from stages.trace import RequestTrace
+from fake_step import run_step
 
 P = list(range(10, 18))  # two full blocks of 4
 
@@ -23,16 +24,6 @@ def make_sched(num_blocks: int, **kw: object) -> Scheduler:
     kw.setdefault("policy", "fcfs")
     kw.setdefault("prior_output_tokens", 4)
     return Scheduler(SchedulerConfig(num_blocks=num_blocks, block_size=4, **kw))
-
-
-def run_step(s: Scheduler) -> StepBatch:
-    batch = s.schedule()
-    s.check()
-    assert batch is not None
-    sampled = [SampledToken(c.request_id, 7) for c in batch.chunks if c.sample]
-    s.update(batch, StepResult(batch.step_id, sampled))
-    s.check()
-    return batch
 
 
 def shadow(s: Scheduler, rid: str) -> dict:
