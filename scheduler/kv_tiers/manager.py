@@ -4,6 +4,10 @@ The cascade, device -> host -> disk:
 - When the device pool evicts a cached block (BlockPool.on_evict), its bytes are copied into a host
   slot (an *offload*, run by the GPU stage before the next step's forward, so before the block is
   overwritten). Tiers are inclusive: a block already in the host tier is only refreshed.
+  With `offload_on_cache`, a block is offloaded as soon as it is cached (BlockPool.on_cached), on
+  the copy stream beside the next steps (the batch's ops are not a `fence`), so that evicting it
+  later costs the step that reuses it nothing; that step is fenced only if the copy may still be
+  running (its slot is not ready yet).
 - When the offload's step has completed, the slot is ready and, with a disk tier, is written to a
   block file in the background (write-through, so a restart finds it); the slot stays pinned until
   the write is done. Host and disk each evict least recently used first.
@@ -73,13 +77,26 @@ class KvTierManager:
         self._writes: dict[bytes, int] = {}  # hash -> slot being written to disk
         self._version = 0  # bumped whenever a block becomes fetchable: prefetch again then
         self._seen_version: dict[str, int] = {}
+        self._fence = False  # the next batch may overwrite a block whose offload is not done
         pool.on_evict = self._on_device_evict
+        if config.offload_on_cache:
+            pool.on_cached = self._on_cached
 
     # -- device eviction -> host ---------------------------------------------------------------
     def _on_device_evict(self, block_id: int, block_hash: bytes) -> None:
-        if block_hash in self.host:
-            self.host.touch(block_hash)  # inclusive: its bytes are already there
+        slot = self.host.lookup(block_hash)
+        if slot is not None:
+            self.host.touch(block_hash)  # inclusive: its bytes are already there (or on their way)
+            self._fence |= not self.host.is_ready(slot)
             return
+        self._fence = True  # the block is reused next: its copy must run before that forward
+        self._offload(block_id, block_hash)
+
+    def _on_cached(self, block_id: int, block_hash: bytes) -> None:
+        if block_hash not in self.host:  # (a block fetched from host is cached there already)
+            self._offload(block_id, block_hash)
+
+    def _offload(self, block_id: int, block_hash: bytes) -> None:
         placed = self.host.insert(block_hash)
         if placed is None:
             self.stats.num_host_full_drops += 1
@@ -98,6 +115,7 @@ class KvTierManager:
         if not self._ops:
             return None
         ops, self._ops = self._ops, KvTransferOps()
+        ops.fence, self._fence = self._fence or bool(ops.loads), False
         self._in_flight[step_id] = _InFlight(self._ops_ready, self._ops_sources, self._ops_infos)
         self._ops_ready, self._ops_sources, self._ops_infos = [], [], []
         return ops
@@ -158,11 +176,12 @@ class KvTierManager:
         self.stats.bytes["disk_read"] += done.num_bytes
         self.cost.observe_disk_read(done.num_bytes, done.duration_ns / 1e9)
         self.host.mark_ready(read.slot)
-        self.host.unpin(read.slot)
         self._version += 1
         waiters = [rid for rid in read.waiters if rid in self._seen_version]
         if waiters and self.pool.lookup(done.block_hash) is None:
-            self._load([(done.block_hash, read.slot)], waiters)
+            self._load([(done.block_hash, read.slot)], waiters)  # takes over the read's pin
+        else:
+            self.host.unpin(read.slot)
 
     # -- prefetch ------------------------------------------------------------------------------
     def has_news(self, req: RequestState) -> bool:
@@ -193,6 +212,7 @@ class KvTierManager:
                 tier = "disk"
             elif slot is not None:
                 self.host.touch(block_hash)
+                self.host.pin(slot)  # now: a disk read started below must not take this slot
                 to_load.append((block_hash, slot))
                 tier = "host"
             elif self.disk is not None and block_hash in self.disk and self._start_read(block_hash, rid):
@@ -223,10 +243,10 @@ class KvTierManager:
 
     def _load(self, blocks: list[tuple[bytes, int]], for_ids: list[str]) -> None:
         """Give `blocks` (hash, host slot) device blocks, register them as cached prefix blocks
-        and queue their host -> device copies (fetched for `for_ids`, whose traces record it)."""
+        and queue their host -> device copies (fetched for `for_ids`, whose traces record it).
+        The caller pinned each slot (so that nothing, e.g. the offloads of blocks the allocation
+        evicts, takes it in between); the pins of the copies queued last until their step is done."""
         num = min(len(blocks), max(0, self.room(for_ids[0])))
-        for _, slot in blocks:  # the allocation may offload evicted blocks: not into these slots
-            self.host.pin(slot)
         block_ids = self.pool.allocate(num) if num else None
         for _, slot in blocks[len(block_ids or ()):]:
             self.host.unpin(slot)
