@@ -40,6 +40,8 @@ class BlockPool:
         # Told of every cached block evicted, before its id is reused: the KV tiers copy it to
         # host memory then (scheduler/kv_tiers/manager.py).
         self.on_evict: Callable[[int, bytes], None] | None = None
+        # Told of every block newly registered in the cache (the tiers may copy it down early).
+        self.on_cached: Callable[[int, bytes], None] | None = None
 
     # -- counts ------------------------------------------------------------------------------
     @property
@@ -120,6 +122,8 @@ class BlockPool:
         assert self.block_hashes[block_id] is None, f"block {block_id} hashed twice"
         self.block_hashes[block_id] = block_hash
         self._hash_to_block[block_hash] = block_id
+        if self.on_cached is not None:
+            self.on_cached(block_id, block_hash)
         return True
 
     def refresh(self, block_ids: Iterable[int]) -> None:

@@ -34,6 +34,11 @@ class SchedulerConfig:
     # Arrival-time reservation of each request's predicted KV footprint (shadow.py). False: the
     # plain admission (a request is admitted when its first chunk's blocks fit).
     shadow: bool = True
+    # Async scheduling: while a decode-only step runs, the next step is built and sent with each
+    # decode's next input as a placeholder (PENDING_TOKEN) that the GPU stage fills from the
+    # running step's sampled ids on the device, so the GPU never waits for the host between
+    # decode steps. False: one step in flight, built after the previous result.
+    async_scheduling: bool = True
     # Lanes: a long prefill waiting or in progress this many steps is promoted ahead of the short
     # lane until its prefill completes (never starved).
     aging_steps: int = 64

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from scheduler.request_state import RequestStatus
+from stages.messages import MAX_STEPS_IN_FLIGHT
 
 if TYPE_CHECKING:
     from scheduler.scheduler import Scheduler
@@ -22,6 +23,7 @@ class SchedulerStats:
     num_waiting: int
     num_running: int
     num_preemptions: int  # since start
+    num_decodes_ahead: int  # since start: decodes built before their input was sampled
     num_free_blocks: int
     num_used_blocks: int
     num_cached_blocks: int
@@ -42,7 +44,8 @@ def collect_stats(s: Scheduler) -> SchedulerStats:
     pool, kv = s.kv.pool, s.kv
     return SchedulerStats(
         num_waiting=len(s.waiting), num_running=len(s.running),
-        num_preemptions=s.num_preemptions, num_free_blocks=pool.num_free,
+        num_preemptions=s.num_preemptions, num_decodes_ahead=s.num_decodes_ahead,
+        num_free_blocks=pool.num_free,
         num_used_blocks=pool.num_used, num_cached_blocks=pool.num_cached,
         num_usable_blocks=pool.num_usable_blocks, num_evictions=pool.num_evictions,
         prefix_hit_rate=kv.num_hit_tokens / kv.num_hit_queries if kv.num_hit_queries else 0.0,
@@ -66,12 +69,19 @@ def check_scheduler(s: Scheduler) -> None:
         assert req.status is RequestStatus.RUNNING, req
         covered = req.num_computed_tokens + req.num_in_flight_tokens
         assert len(req.block_ids) == config.blocks_for(covered), req
-        assert 0 <= req.num_computed_tokens <= covered <= req.num_tokens, req
+        # A decode built ahead covers the position of the token its step in flight samples: at
+        # most one token is not known yet, and only while the latest step in flight is ahead.
+        unknown = covered - req.num_tokens
+        assert 0 <= req.num_computed_tokens <= covered and unknown <= 1, req
+        assert unknown < 1 or req.in_flight[-1][2], req
+        assert req.num_in_flight_tokens == sum(n for _, n, _ in req.in_flight), req
+        assert len(req.in_flight) <= MAX_STEPS_IN_FLIGHT, req
+        assert req.in_flight_step == (req.in_flight[-1][0] if req.in_flight else None), req
         assert req.num_hashed_blocks <= len(req.block_ids), req
         held.update(req.block_ids)
     for req in s.waiting:
         assert req.status in (RequestStatus.WAITING, RequestStatus.PREEMPTED), req
-        assert not req.block_ids and req.num_computed_tokens == 0 and req.in_flight_step is None
+        assert not req.block_ids and req.num_computed_tokens == 0 and not req.in_flight
     for req in s.requests.values():
         assert req.num_tokens <= config.max_model_len, req
         assert req.num_output_tokens <= req.params.max_tokens, req

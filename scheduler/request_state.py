@@ -23,7 +23,7 @@ class RequestState:
     __slots__ = (
         "request", "request_id", "params", "all_token_ids", "num_prompt_tokens",
         "num_computed_tokens", "block_ids", "status", "num_preemptions", "finish_reason", "error",
-        "arrival_seq", "in_flight_step", "num_in_flight_tokens", "was_scheduled",
+        "arrival_seq", "in_flight_step", "num_in_flight_tokens", "in_flight", "was_scheduled",
         "block_hashes", "num_hashed_blocks", "num_cached_tokens",
         "priority", "num_reserved_blocks", "has_reservation", "awaiting_reclaim",
         "num_bypassed", "num_claimed_hits", "is_long", "lane_since_step", "promoted",
@@ -44,8 +44,12 @@ class RequestState:
         self.finish_reason: str | None = None
         self.error: str | None = None
         self.arrival_seq = arrival_seq  # order of add_request; preemption victims: latest first
-        self.in_flight_step: int | None = None  # step whose result this request still awaits
-        self.num_in_flight_tokens = 0
+        # Steps whose results this request still awaits, oldest first: (step id, tokens, ahead).
+        # At most two (async scheduling): the running one and a decode built ahead of it, whose
+        # input token is the one the running step samples.
+        self.in_flight: list[tuple[int, int, bool]] = []
+        self.in_flight_step: int | None = None  # the latest of them
+        self.num_in_flight_tokens = 0  # theirs together
         self.was_scheduled = False  # NewRequestData sent to the GPU stage
         # Prefix cache: chained hashes of the full blocks of all_token_ids, and how many of this
         # request's blocks are already registered in the pool's cache.

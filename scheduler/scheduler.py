@@ -4,9 +4,12 @@
                                          ^            |  (out of blocks)
                                          +-PREEMPTED--+     abort: from any state, frees once
 
-One batch is in flight at a time in the current stage, but the core does not depend on it: a request
-with a step in flight is neither scheduled again nor preempted until its result arrives, and a result
-for a request that was aborted meanwhile is recognised (its step id no longer matches) and dropped.
+Steps in flight: a request with a step in flight is not preempted, and a result for a request that
+was aborted meanwhile is recognised (its step id no longer matches) and dropped. With async
+scheduling, while only decode steps are in flight the stage may ask for the next step at once: a
+decode in flight then gets its next decode ahead of its result (its input is PENDING_TOKEN, the
+token the step in flight samples). Results arrive in step order; a request that ends in step N
+drops what the step built ahead of N computed for it.
 Who runs first is the policy's (policy.py, lanes.py); who may be admitted is the shadow's (shadow.py).
 """
 from __future__ import annotations
@@ -28,7 +31,7 @@ from scheduler.request_state import RequestState, RequestStatus
 from scheduler.sample_group import admission_hits, is_held, link
 from scheduler.shadow import ShadowAdmission
 from scheduler.step_builder import StepBuilder
-from stages.messages import GenerateRequest, SampledToken, StepBatch, StepResult, TokenEvent
+from stages.messages import MAX_STEPS_IN_FLIGHT, GenerateRequest, SampledToken, StepBatch, StepResult, TokenEvent
 
 __all__ = ["OVERLOADED", "Scheduler"]
 
@@ -51,10 +54,12 @@ class Scheduler:
         self.waiting: deque[RequestState] = deque()
         self.running: list[RequestState] = []  # sorted by arrival_seq
         self.num_preemptions = 0
+        self.num_decodes_ahead = 0
         self.num_admitted_by_lane = {"short": 0, "long": 0}  # first admissions
         self._next_arrival = 0
         self._next_step_id = 0
         self._finished_ids: list[str] = []  # ended since the last batch, known to the GPU stage
+        self._steps_in_flight: dict[int, bool] = {}  # step id -> whether it is decodes only
 
     # -- arrivals and aborts -----------------------------------------------------------------
     def add_request(self, req: GenerateRequest) -> str | None:
@@ -122,14 +127,17 @@ class Scheduler:
         step = StepBuilder(self._next_step_id, self.config.max_num_batched_tokens)
         admitting = len(self.running) < self.config.max_num_seqs
         waiting = list(self.waiting) if admitting and self.waiting else []
+        ahead = self.can_schedule_ahead()
         for req in self.policy.order(self.running, waiting, step.step_id):
             if step.budget_left <= 0:
                 break
             if step.num_prefill_tokens and not self.policy.admits_prefill(step) and not is_decode(req):
                 break  # decodes come first in every order: nobody after this one joins the step
             if req.status is RequestStatus.RUNNING:
-                if req.in_flight_step is None:
+                if not req.in_flight:
                     self._schedule_running(req, step)
+                elif ahead:
+                    self._schedule_ahead(req, step)
             elif (not admitting or req.request_id in step.preempted_ids
                   or not self.shadow.admissible(req) or is_held(req, self._block_size)
                   or self._waits_for_fetch(req)):
@@ -142,11 +150,37 @@ class Scheduler:
         if not step.chunks:
             return None
         self._next_step_id += 1
+        self._steps_in_flight[step.step_id] = not step.num_prefill_tokens
         finished, self._finished_ids = self._finished_ids, []
         batch = step.build(finished)
         if self.tiers is not None:
             batch.kv_ops = self.tiers.take_ops(batch.step_id)
         return batch
+
+    def can_schedule_ahead(self) -> bool:
+        """May a step be built now, before the results of those in flight? Only with async
+        scheduling, below MAX_STEPS_IN_FLIGHT, and behind decode-only steps: a prefill step is
+        long enough that the host's turn-around hides in it, and building ahead of it would make a
+        request arriving meanwhile wait one step longer for its own prefill."""
+        steps = self._steps_in_flight
+        return (not steps or self.config.async_scheduling and len(steps) < MAX_STEPS_IN_FLIGHT
+                and all(steps.values()))
+
+    def _schedule_ahead(self, req: RequestState, step: StepBuilder) -> None:
+        """The decode after the one in flight, if its input is the only thing it waits for: the
+        step in flight samples the token (its chunk ends at the known tokens), that token cannot
+        end the request by length, and the sampler needs no history the host has not seen yet
+        (penalties; min_tokens still banning EOS). Never preempts: no room means no decode ahead."""
+        params = req.params
+        if (len(req.in_flight) != 1
+                or req.num_computed_tokens + req.num_in_flight_tokens != req.num_tokens
+                or req.num_output_tokens + 1 >= params.max_tokens
+                or req.num_tokens + 1 >= self.config.max_model_len
+                or params.needs_penalties or req.num_output_tokens < params.min_tokens):
+            return
+        if self._grow(req, req.num_tokens + 1):
+            step.add_ahead(req)
+            self.num_decodes_ahead += 1
 
     def _waits_for_fetch(self, req: RequestState) -> bool:
         """Tiers: bring up what arrived since the request was queued, then say whether it should
@@ -238,6 +272,7 @@ class Scheduler:
     # -- results -----------------------------------------------------------------------------
     def update(self, batch: StepBatch, result: StepResult) -> list[TokenEvent]:
         """Apply a step's result: advance computed tokens, append samples, finish requests."""
+        self._steps_in_flight.pop(batch.step_id, None)
         if self.tiers is not None:
             self.tiers.on_step_done(batch.step_id)
         sampled = {s.request_id: s for s in result.sampled}
@@ -247,9 +282,11 @@ class Scheduler:
         events: list[TokenEvent] = []
         for chunk in batch.chunks:
             req = requests.get(chunk.request_id)
-            if req is None or req.in_flight_step != step_id:
-                continue  # aborted while its step was in flight: drop whatever it produced
-            req.in_flight_step, req.num_in_flight_tokens = None, 0
+            if req is None or not req.in_flight or req.in_flight[0][0] != step_id:
+                continue  # aborted (or ended) while its step was in flight: drop what it produced
+            _, num_tokens, _ = req.in_flight.pop(0)
+            req.num_in_flight_tokens -= num_tokens
+            req.in_flight_step = req.in_flight[-1][0] if req.in_flight else None
             failure = failed.get(req.request_id) if failed else None
             token = sampled.get(req.request_id) if chunk.sample else None
             if failure is None and chunk.sample and token is None:
@@ -299,6 +336,7 @@ class Scheduler:
             self.predictor.observe(req.params.max_tokens, req.num_output_tokens)
         req.status = RequestStatus.FINISHED
         req.finish_reason, req.error = reason, error
+        req.in_flight.clear()
         req.in_flight_step, req.num_in_flight_tokens = None, 0
         del self.requests[req.request_id]
         if req.was_scheduled:

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import deque
 from typing import Callable, Union
 
 from scheduler.scheduler import OVERLOADED, Scheduler
 from stages.channel import Channel
 from stages.messages import (
-    Abort, GenerateRequest, KvDiskDone, KvDiskRequest, StepBatch, StepEvents, StepResult, TokenEvent,
+    MAX_STEPS_IN_FLIGHT, Abort, GenerateRequest, KvDiskDone, KvDiskRequest, StepBatch, StepEvents, StepResult, TokenEvent,
 )
 from stages.stage import Stage
 from stages.trace import host_clock_ns
@@ -39,11 +40,12 @@ class SchedulerStage(Stage[SchedulerMessage]):
         self.emitter_inbox = emitter_inbox
         self.on_engine_error = on_engine_error
         self.disk_inbox: Channel[KvDiskRequest] | None = None  # the KV disk tier's stage, if any
-        self.in_flight: StepBatch | None = None
+        # Steps sent and not yet answered, oldest first, with when each was sent: one, or two
+        # with async scheduling (the next built while the running one computes).
+        self.in_flight: deque[tuple[StepBatch, int]] = deque()
         self.num_steps = 0
-        self.last_step_ns = 0  # wall time of the last step, for metrics
+        self.last_step_ns = 0  # wall time of the last step (sent to result), for metrics
         self._pending_events: list[TokenEvent] = []
-        self._step_sent_ns = 0
 
     async def handle(self, msg: SchedulerMessage) -> None:
         if isinstance(msg, StepResult):
@@ -69,10 +71,9 @@ class SchedulerStage(Stage[SchedulerMessage]):
             raise TypeError(f"scheduler got {type(msg).__name__}")
 
     def _on_result(self, result: StepResult) -> None:
-        batch = self.in_flight
-        assert batch is not None and batch.step_id == result.step_id, "result for no step in flight"
-        self.in_flight = None
-        self.last_step_ns = time.perf_counter_ns() - self._step_sent_ns
+        assert self.in_flight and self.in_flight[0][0].step_id == result.step_id, "result for no step in flight"
+        batch, sent_ns = self.in_flight.popleft()
+        self.last_step_ns = time.perf_counter_ns() - sent_ns
         if result.error is not None:
             self.scheduler.fail_all(result.error)  # frees every block; the streams get the error
             self.on_engine_error(result.error)
@@ -98,20 +99,22 @@ class SchedulerStage(Stage[SchedulerMessage]):
     async def after_burst(self) -> None:
         self._send_disk_jobs()  # reads started by arrivals go out before anything else
         # The next step goes out first: the GPU stage wakes before the emitter, so the model runs
-        # step N+1 while this step's tokens are detokenized and written to their sockets.
-        if self.in_flight is None and self.scheduler.has_work():
+        # step N+1 while this step's tokens are detokenized and written to their sockets. With
+        # async scheduling, a decode step in flight gets its successor now, not after its result.
+        while self.scheduler.has_work() and len(self.in_flight) < MAX_STEPS_IN_FLIGHT and (
+                not self.in_flight or self.scheduler.can_schedule_ahead()):
             t0 = host_clock_ns()
             batch = self.scheduler.schedule()
-            if batch is not None:
-                self._charge(batch, host_clock_ns() - t0)
-                self.in_flight = batch
-                self.num_steps += 1
-                self._step_sent_ns = time.perf_counter_ns()
-                await self.gpu_inbox.put(batch)
+            if batch is None:
+                break
+            self._charge(batch, host_clock_ns() - t0)
+            self.in_flight.append((batch, time.perf_counter_ns()))
+            self.num_steps += 1
+            await self.gpu_inbox.put(batch)
         if self._pending_events:
             events, self._pending_events = self._pending_events, []
             await self.emitter_inbox.put(StepEvents(self.num_steps, events))
-        if self.in_flight is not None:
+        if self.in_flight:
             # While the model runs, evict cold cached blocks that waiting reservations need, so
             # that admission never pays for it.
             self.scheduler.reclaim(max_blocks=RECLAIM_BLOCKS_PER_STEP)

@@ -1,7 +1,7 @@
 """StepBuilder: collects one step's chunks under the token budget and marks requests in flight."""
 from __future__ import annotations
 
-from stages.messages import NewRequestData, ScheduledChunk, StepBatch
+from stages.messages import PENDING_TOKEN, NewRequestData, ScheduledChunk, StepBatch
 from scheduler.request_state import RequestState
 
 
@@ -19,7 +19,7 @@ class StepBuilder:
 
     def add(self, req: RequestState, num_tokens: int) -> None:
         """Schedule positions [computed, computed + num_tokens) of `req`; its blocks cover them."""
-        assert 0 < num_tokens <= self.budget_left and req.in_flight_step is None
+        assert 0 < num_tokens <= self.budget_left and not req.in_flight
         start = req.num_computed_tokens
         end = start + num_tokens
         all_token_ids = req.all_token_ids
@@ -35,14 +35,29 @@ class StepBuilder:
         # chunk covers. See KVManager.
         self.chunks.append(ScheduledChunk(
             req.request_id, all_token_ids[start:end], start, req.block_ids, end == len(all_token_ids)))
-        req.in_flight_step = self.step_id
-        req.num_in_flight_tokens = num_tokens
+        _mark_in_flight(req, self.step_id, num_tokens, False)
         self.budget_left -= num_tokens
         if num_tokens > 1 or end < len(all_token_ids):  # a decode computes just the last token
             if not self.num_prefill_tokens:
                 self.num_first_prefill_tokens = num_tokens
             self.num_prefill_tokens += num_tokens
 
+    def add_ahead(self, req: RequestState) -> None:
+        """Schedule the decode after the one in flight: its input is the token that step samples
+        (PENDING_TOKEN here, filled in on the device), at the position after the known tokens."""
+        assert self.budget_left >= 1 and req.in_flight
+        start = req.num_computed_tokens + req.num_in_flight_tokens
+        assert start == len(req.all_token_ids), req  # the step in flight samples the next token
+        self.chunks.append(ScheduledChunk(req.request_id, [PENDING_TOKEN], start, req.block_ids, True))
+        _mark_in_flight(req, self.step_id, 1, True)
+        self.budget_left -= 1
+
     def build(self, finished_ids: list[str]) -> StepBatch:
         return StepBatch(self.step_id, self.new_requests, self.chunks, finished_ids)
 
+
+
+def _mark_in_flight(req: RequestState, step_id: int, num_tokens: int, ahead: bool) -> None:
+    req.in_flight.append((step_id, num_tokens, ahead))
+    req.in_flight_step = step_id
+    req.num_in_flight_tokens += num_tokens

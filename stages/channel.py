@@ -78,7 +78,8 @@ class Channel(Generic[T]):
         self._push(item)
 
     def force_put(self, item: T) -> None:
-        """Append past the bound. Only for control messages (aborts) that must never wait."""
+        """Append past the bound. Only for messages that must never wait and are bounded
+        elsewhere: aborts, step results (by the steps in flight), disk-tier results."""
         if self._closed:
             raise ChannelClosed(self.name)
         self._push(item)

@@ -46,13 +46,20 @@ class NewRequestData:
     params: SamplingParams
 
 
+# A decode's input token that is still being sampled by the step before (async scheduling): the
+# GPU stage replaces it on the device with that step's sampled id for the same request.
+PENDING_TOKEN = -1
+# Steps the scheduler may have in flight at once: the running one and the next, built ahead.
+MAX_STEPS_IN_FLIGHT = 2
+
+
 @dataclass(slots=True)
 class ScheduledChunk:
     """One sequence's share of a step: compute `token_ids` at positions start_pos, start_pos+1, ..."""
 
     request_id: str
-    token_ids: list[int]
-    start_pos: int  # == num_computed_tokens before the step
+    token_ids: list[int]  # [PENDING_TOKEN] for a decode built ahead of its input's sampling
+    start_pos: int  # == num_computed_tokens (+ tokens of the step in flight) before the step
     block_table: list[int]  # covers positions [0, start_pos + len(token_ids))
     sample: bool  # the chunk reaches the last known token: sample the next one
 
@@ -140,6 +147,10 @@ class KvTransferOps:
 
     offloads: list[tuple[int, int]] = field(default_factory=list)  # (device block, host slot)
     loads: list[tuple[int, int]] = field(default_factory=list)  # (host slot, device block)
+    # Whether the step's forward must wait for these copies: it reads a loaded block, or may
+    # overwrite a block whose copy to host is still running (evicted and reused). False (only
+    # early offloads of cached blocks): the copies run beside the forward.
+    fence: bool = True
 
     def __bool__(self) -> bool:
         return bool(self.offloads or self.loads)

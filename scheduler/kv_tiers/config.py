@@ -19,6 +19,10 @@ class TierConfig:
     max_pending_disk_writes: int = 256
     # A waiting request never waits for a fetch longer than this; then it recomputes.
     max_fetch_wait_s: float = 5.0
+    # Copy each block to host memory as soon as it is computed and cached (on the copy stream,
+    # beside later steps), so that evicting it later costs no copy in the step that reuses it.
+    # False: copy only on eviction (the exact-order cascade tests pin that mode).
+    offload_on_cache: bool = False
 
     def __post_init__(self) -> None:
         if self.num_host_blocks < 0 or self.num_disk_blocks < 0:

@@ -1,13 +1,19 @@
 """Hypothesis state machine over the Scheduler: random arrivals (with priorities, so with shadowing
 on: claims, waits for room, bypasses), steps, aborts at any moment (also while a step is in flight),
 per-request failures, EOS, reclaims of cached blocks, and a pool small enough to force preemption
-and revoked claims. Each example draws the policy (fcfs | lanes) and shadowing (on | off).
+and revoked claims. Each example draws the policy (fcfs | lanes), shadowing (on | off) and async
+scheduling (on: a second step may be built while a decode step is in flight).
 
-The fake GPU keeps a paged KV store: each chunk writes its tokens into the slots its block table
-names, and first verifies that every earlier position already holds the request's own token there.
+The fake GPU keeps a paged KV store. It runs a step when its result is taken (steps run in the order
+they were built, as on the device): the step's tier copies, then each chunk writes its tokens into
+the slots its block table names, after verifying that every earlier position already holds the
+request's own token there. A decode built ahead reads its input token from the step before; a chunk
+of a request ended meanwhile writes garbage (the device still computes it).
 That catches a block freed while in use, a prefix hit on the wrong block, a shared block overwritten,
 or a recompute that skipped tokens. check() runs after every rule; idle means nothing in use."""
 from __future__ import annotations
+
+from dataclasses import replace
 
 from hypothesis import event, settings
 from hypothesis import strategies as st
@@ -16,7 +22,9 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 from scheduler.config import SchedulerConfig
 from scheduler.kv_tiers.config import TierConfig
 from scheduler.scheduler import OVERLOADED, Scheduler
-from stages.messages import KvDiskDone, KvDiskRequest, SampledToken, StepBatch, StepResult, TokenEvent
+from stages.messages import (
+    PENDING_TOKEN, KvDiskDone, KvDiskRequest, KvTransferOps, SampledToken, StepBatch, StepResult, TokenEvent,
+)
 from stages.sampling import SamplingParams
 from stages.messages import GenerateRequest
 from stages.trace import RequestTrace
@@ -37,21 +45,26 @@ class SchedulerMachine(RuleBasedStateMachine):
         self.ends: dict[str, TokenEvent] = {}  # request id -> its one finishing event
         self.outputs: dict[str, list[int]] = {}
         self.prompts: dict[str, list[int]] = {}
-        self.in_flight: StepBatch | None = None
+        self.in_flight: list[StepBatch] = []  # oldest first
 
     @initialize(policy=st.sampled_from(["fcfs", "lanes"]), shadow=st.booleans(),
                 aging_steps=st.integers(1, 6), max_bypasses=st.integers(0, 3),
-                prior=st.integers(1, 6), step_cap=st.sampled_from([0, 2, 3]))
+                prior=st.integers(1, 6), step_cap=st.sampled_from([0, 2, 3]), async_sched=st.booleans(),
+                early_offload=st.booleans())
     def configure(self, policy: str, shadow: bool, aging_steps: int, max_bypasses: int,
-                  prior: int, step_cap: int) -> None:
+                  prior: int, step_cap: int, async_sched: bool, early_offload: bool) -> None:
+        # Tiers: offload on eviction, or as soon as a block is cached (the engine's mode).
+        tiers = replace(self.tiers, offload_on_cache=early_offload) if self.tiers else None
         self.s = Scheduler(SchedulerConfig(
             num_blocks=9, block_size=BLOCK, max_num_seqs=3, max_num_batched_tokens=6,
             max_model_len=14, max_queued=4, long_prefill_threshold=4,
             enable_prefix_caching=self.caching, eos_token_ids=frozenset({EOS}),
             policy=policy, shadow=shadow, aging_steps=aging_steps,
             max_reservation_bypasses=max_bypasses, prior_output_tokens=prior,
-            prefill_step_tokens=step_cap), tiers=self.tiers)
-        event(f"{policy} shadow={shadow} step_cap={step_cap}")
+            prefill_step_tokens=step_cap, async_scheduling=async_sched), tiers=tiers)
+        event(f"{policy} shadow={shadow} step_cap={step_cap} async={async_sched}")
+        if tiers:
+            event(f"offload_on_cache={early_offload}")
 
     # -- rules ---------------------------------------------------------------------------------
     @rule(prefix=st.integers(0, len(PREFIXES)), tail=st.lists(st.integers(40, 60), max_size=5),
@@ -96,31 +109,45 @@ class SchedulerMachine(RuleBasedStateMachine):
                 assert err == OVERLOADED or len(prompt) + max_tokens > 14 or "KV" in err
             self.s.check()
 
-    @precondition(lambda self: self.in_flight is None)
+    @precondition(lambda self: not self.in_flight)
     @rule()
     def schedule(self) -> None:
-        self.in_flight = self.s.schedule()
+        self._launch()
+
+    @precondition(lambda self: len(self.in_flight) == 1 and self.s.can_schedule_ahead())
+    @rule()
+    def schedule_ahead(self) -> None:
+        """Async scheduling: the next step while a decode step is in flight."""
+        self._launch()
+        if self.in_flight and len(self.in_flight) == 2 and any(
+                c.token_ids == [PENDING_TOKEN] for c in self.in_flight[-1].chunks):
+            event("decode built ahead")
+
+    def _launch(self) -> None:
+        batch = self.s.schedule()
         self.s.check()
-        if self.in_flight is None:
+        if batch is None:
             assert self.s.is_idle() or self.s.has_work()
             return
+        self.in_flight.append(batch)
         if self.s.num_preemptions:
             event("preempted")
         if self.s.shadow.num_revoked:
             event("claim revoked")
-        self._run_ops(self.in_flight)
-        for chunk in self.in_flight.chunks:
-            if chunk.start_pos > 0 and chunk.request_id in [n.request_id for n in self.in_flight.new_requests]:
+        for chunk in batch.chunks:
+            if chunk.start_pos > 0 and chunk.request_id in [n.request_id for n in batch.new_requests]:
                 event("prefix hit")
                 if self.s.requests[chunk.request_id].sample_leader is not None:
                     event("shares its leader's blocks")
-            self._gpu_write(chunk.request_id, chunk.start_pos, chunk.token_ids, chunk.block_table)
 
-    @precondition(lambda self: self.in_flight is not None)
+    @precondition(lambda self: self.in_flight)
     @rule(eos_mask=st.integers(0, 7), fail_mask=st.integers(0, 31))
     def update(self, eos_mask: int, fail_mask: int) -> None:
-        batch, self.in_flight = self.in_flight, None
-        assert batch is not None
+        batch = self.in_flight.pop(0)
+        self._run_ops(batch)
+        for chunk in batch.chunks:
+            self._gpu_write(chunk.request_id, chunk.start_pos, chunk.token_ids, chunk.block_table, batch.step_id)
+        self._after_writes(batch)
         sampled, failed = [], {}
         for i, chunk in enumerate(batch.chunks):
             if fail_mask == 1 << i:
@@ -135,7 +162,7 @@ class SchedulerMachine(RuleBasedStateMachine):
     @rule(i=st.integers(0, 50), reason=st.sampled_from(["abort", "timeout", "stop"]))
     def abort(self, i: int, reason: str) -> None:
         rid = sorted(self.s.requests)[i % len(self.s.requests)]
-        if self.in_flight is not None and rid in {c.request_id for c in self.in_flight.chunks}:
+        if any(rid in {c.request_id for c in b.chunks} for b in self.in_flight):
             event("abort in flight")
         ev = self.s.abort(rid, reason)
         assert ev is not None and ev.finish_reason == reason
@@ -160,11 +187,28 @@ class SchedulerMachine(RuleBasedStateMachine):
         self.s.check()
 
     # -- fake GPU and bookkeeping ----------------------------------------------------------------
+    def _settle(self) -> None:
+        """Teardown, before each step: let outside work (the tiers' disk jobs) finish."""
+
+    def _after_writes(self, batch: StepBatch) -> None:
+        """After a step's forward: copies that ran beside it (tiers)."""
+
     def _run_ops(self, batch: StepBatch) -> None:
         assert batch.kv_ops is None  # no tiers here
-    def _gpu_write(self, rid: str, start: int, token_ids: list[int], table: list[int]) -> None:
-        state = self.s.requests[rid]
-        assert len(table) == -(-(start + len(token_ids)) // BLOCK)
+    def _gpu_write(self, rid: str, start: int, token_ids: list[int], table: list[int], step_id: int) -> None:
+        state = self.s.requests.get(rid)
+        if state is None or not state.in_flight or state.in_flight[0][0] != step_id:
+            # Ended while in flight: the device computes the chunk anyway. Its blocks may be free
+            # (or another's by now, but nobody else's step has run on them since: steps run in order).
+            for k in range(len(token_ids)):
+                pos = start + k
+                if pos // BLOCK < len(table):
+                    self.kv[(table[pos // BLOCK], pos % BLOCK)] = -7
+            return
+        assert len(table) >= -(-(start + len(token_ids)) // BLOCK)
+        if token_ids == [PENDING_TOKEN]:  # built ahead: the step before sampled its input
+            assert start < len(state.all_token_ids), "a decode ran before its input was sampled"
+            token_ids = [state.all_token_ids[start]]
         for pos in range(start):  # everything before the chunk must already be this request's KV
             assert self.kv.get((table[pos // BLOCK], pos % BLOCK)) == state.all_token_ids[pos], (rid, pos)
         assert token_ids == state.all_token_ids[start:start + len(token_ids)]
@@ -199,10 +243,11 @@ class SchedulerMachine(RuleBasedStateMachine):
     def teardown(self) -> None:
         """Whatever happened, the remaining requests all finish (no deadlock, no livelock)."""
         for _ in range(300):
-            if self.in_flight is not None:
+            while self.in_flight:
                 self.update(0, 0)
             if self.s.is_idle():
                 break
+            self._settle()
             self.schedule()
             assert self.in_flight is not None, "work left but nothing schedulable"
         assert self.s.is_idle() and self.s.kv.pool.num_used == 0
@@ -232,6 +277,7 @@ class TieredSchedulerMachine(CachingSchedulerMachine):
         self.host: dict[int, list[int | None]] = {}  # host slot -> its tokens
         self.disk: dict[bytes, list[int | None]] = {}  # block hash -> its tokens
         self.disk_jobs: list[KvDiskRequest] = []
+        self._deferred_ops: KvTransferOps | None = None
 
     @rule(i=st.integers(0, 50), max_tokens=st.integers(1, 3))
     def resend(self, i: int, max_tokens: int) -> None:
@@ -256,10 +302,24 @@ class TieredSchedulerMachine(CachingSchedulerMachine):
     def _run_ops(self, batch: StepBatch) -> None:
         if batch.kv_ops is None:
             return
+        if not batch.kv_ops.fence:
+            # The copies run beside the forward: take the worst order, the forward first.
+            self._deferred_ops = batch.kv_ops
+            return
+        self._copy(batch.kv_ops)
+
+    def _after_writes(self, batch: StepBatch) -> None:
+        if self._deferred_ops is not None:
+            ops, self._deferred_ops = self._deferred_ops, None
+            assert not ops.loads, "loads are always a fence"
+            self._copy(ops)
+
+    def _copy(self, ops: KvTransferOps) -> None:
         event("tier copies")
-        for block, slot in batch.kv_ops.offloads:
+        batch_ops = ops
+        for block, slot in batch_ops.offloads:
             self.host[slot] = [self.kv.get((block, i)) for i in range(BLOCK)]
-        for slot, block in batch.kv_ops.loads:
+        for slot, block in batch_ops.loads:
             event("loaded from host")
             for i, tok in enumerate(self.host[slot]):
                 self.kv[(block, i)] = tok
@@ -289,10 +349,9 @@ class TieredSchedulerMachine(CachingSchedulerMachine):
             tiers.on_disk_done(KvDiskDone(job.kind, job.block_hash, job.slot, ok, 64 if ok else 0, 1000))
             self.s.check()
 
-    def teardown(self) -> None:
-        for _ in range(50):  # let every fetch land so that no request waits on one forever
+    def _settle(self) -> None:
+        for _ in range(50):  # let every fetch land, also those started during the teardown
             self.disk_io([0, 0, 0, 0], fail=4)
-        super().teardown()
 
 
 _settings = settings(max_examples=200, stateful_step_count=40, deadline=None)
