@@ -1,8 +1,12 @@
 """ModelRunner: executes one StepBatch (stage inputs, forward, sample) and keeps per-request state.
 
 It owns the model, the KV pool and what the sampler needs per request (prompt + output ids for
-penalties, a private random generator for seeded sampling). Synchronous: the GpuStage calls
-`execute` from its worker thread. An exception in the forward propagates (the step failed: the
+penalties, a private random generator for seeded sampling). Synchronous, in two halves so that
+the host never holds the device up between steps: `launch` queues a step's work on the device
+and returns at once; `complete` waits for its sampled ids (the step's one host sync) and turns
+them into a StepResult. The GpuStage launches step N+1 before it completes step N; a decode of
+step N+1 built before step N was sampled (PENDING_TOKEN) reads its input from step N's sampled
+ids on the device. `execute` is both halves at once. An exception in the forward propagates (the step failed: the
 engine is broken); a failure while sampling one request only fails that request.
 
 A step, on CPU and GPU alike: the sampled rows are looked up and their uniforms drawn first; the
@@ -31,9 +35,11 @@ from gpu_stage.layer_ops import get_layer_ops
 from gpu_stage.memory_profile import profile_step
 from gpu_stage.model.llama import LlamaForCausalLM
 from gpu_stage.model_source import ModelSource
-from gpu_stage.sampler import Sampler, SamplingRow, SamplingTensors, draw_uniforms
+from gpu_stage.sampler import PendingSample, Sampler, SamplerOutput, SamplingRow, SamplingTensors, draw_uniforms
 from gpu_stage.step_inputs import StagedStep, StepInputs
-from stages.messages import NewRequestData, SampledToken, ScheduledChunk, StepBatch, StepResult
+from stages.messages import (
+    PENDING_TOKEN, NewRequestData, SampledToken, ScheduledChunk, StepBatch, StepResult,
+)
 from stages.sampling import SamplingParams
 
 log = logging.getLogger("ttft.gpu")
@@ -47,6 +53,19 @@ class RequestState:
     prompt_token_ids: list[int]
     output_token_ids: list[int]
     generator: torch.Generator
+
+
+@dataclass
+class LaunchedStep:
+    """A step queued on the device: what `complete` needs to turn it into a StepResult."""
+
+    result: StepResult  # `failed` already holds the requests that failed before sampling
+    rows: list[SamplingRow]
+    request_ids: list[str]
+    pending: PendingSample | None  # the batch's sampling, in flight
+    outputs: list[tuple[SamplerOutput, list[int]]]  # sampled already (a row-by-row retry)
+    started_ns: int
+    copies_done: torch.cuda.Event | None = None  # the step's tier copies (they may outlast it)
 
 
 class ModelRunner:
@@ -87,6 +106,9 @@ class ModelRunner:
         self.inputs = StepInputs(max_num_batched_tokens, max_num_seqs, -(-self.max_model_len // block_size),
                                  block_size, self.device)
         self.requests: dict[str, RequestState] = {}
+        # The last launched step's sampled ids on the device and each request's row in them:
+        # where the next step's PENDING_TOKEN inputs come from.
+        self._last_sampled: tuple[torch.Tensor, dict[str, int]] | None = None
         self._seed_source = random.Random(seed)
         # Test hooks: raise from the first to fail the whole step, from the second (called with
         # each sampled request's id) to fail that request only.
@@ -111,31 +133,93 @@ class ModelRunner:
                                           max_num_batched_tokens, self.max_model_len, prefill_graph_sizes)
             self.graphs.capture()
 
-    @torch.inference_mode()
     def execute(self, batch: StepBatch) -> StepResult:
+        return self.complete(self.launch(batch))
+
+    @torch.inference_mode()
+    def launch(self, batch: StepBatch) -> LaunchedStep:
+        """Queue the step on the device (on CPU: compute it) without waiting for its result."""
         t0 = time.perf_counter_ns()
         if self.fault_injector is not None:
             self.fault_injector(batch)
         self._check_limits(batch)
+        copies_done = None
         if batch.kv_ops is not None and self.kv_transfer is not None:
-            self.kv_transfer.run(batch.kv_ops)  # before the forward that overwrites or reads them
+            copies_done = self.kv_transfer.run(batch.kv_ops)  # queued before the forward
         for request_id in batch.finished_ids:
             self.requests.pop(request_id, None)
         for new in batch.new_requests:
             self.requests[new.request_id] = self._new_state(new)
-        result = StepResult(batch.step_id, [])
+        launched = LaunchedStep(StepResult(batch.step_id, []), [], [], None, [], t0, copies_done)
         if batch.chunks:
-            rows, logit_rows, request_ids = self._sampling_rows(batch, result)
+            rows, logit_rows, request_ids = self._sampling_rows(batch, launched.result)
             shape = self.graphs.shape_for(batch.chunks) if self.graphs is not None else None
-            staged = self.inputs.stage(batch.chunks, rows, draw_uniforms(rows), self.config.vocab_size, shape)
+            staged = self.inputs.stage(batch.chunks, rows, draw_uniforms(rows), self.config.vocab_size, shape,
+                                       feed=self._feed(batch))
             logits = self.graphs.replay(shape) if shape is not None else self._forward(staged, self.kv_cache)
+            launched.rows, launched.request_ids = rows, request_ids
             if rows:
                 if shape is None or not shape.decode:  # logits has one row per sampled chunk
                     rank = _sampled_rank(batch.chunks)
                     logit_rows = [rank[i] for i in logit_rows]
-                self._sample(logits, logit_rows, rows, request_ids, staged.sampling, result)
-        result.duration_ns = time.perf_counter_ns() - t0
+                self._start_sampling(logits, logit_rows, staged.sampling, launched)
+        self._last_sampled = None
+        if launched.pending is not None or launched.outputs:
+            rows_of = {rid: j for j, rid in enumerate(launched.request_ids)}
+            self._last_sampled = (self._sampled_ids(launched), rows_of)
+        return launched
+
+    def _sampled_ids(self, launched: LaunchedStep) -> torch.Tensor:
+        """The step's sampled ids on the device, one per row (a row-by-row retry has them on the
+        host already; its failed rows read 0: the scheduler drops what follows them)."""
+        if launched.pending is not None:
+            return launched.pending.token_ids
+        ids = [0] * len(launched.rows)
+        for out, group in launched.outputs:
+            for k, j in enumerate(group):
+                ids[j] = out.token_ids[k]
+        return torch.tensor(ids, dtype=torch.int32).to(self.device)
+
+    def complete(self, launched: LaunchedStep) -> StepResult:
+        """Wait for a launched step's sampled ids and record them (per request)."""
+        result, rows, request_ids = launched.result, launched.rows, launched.request_ids
+        outputs = launched.outputs
+        if launched.pending is not None:
+            try:
+                outputs = [(self.sampler.finish(launched.pending), list(range(len(rows))))]
+            except Exception as exc:  # the copy back failed: every sampled row of the step fails
+                for request_id in request_ids:
+                    result.failed[request_id] = f"sampling failed: {type(exc).__name__}: {exc}"
+                outputs = []
+        for out, group in outputs:
+            for k, j in enumerate(group):
+                request_id = request_ids[j]
+                if k in out.errors:
+                    result.failed[request_id] = out.errors[k]
+                    continue
+                token_id = out.token_ids[k]
+                rows[j].output_token_ids.append(token_id)
+                result.sampled.append(SampledToken(request_id, token_id, out.logprobs[k], out.top_logprobs[k]))
+        if launched.copies_done is not None:
+            launched.copies_done.synchronize()  # the scheduler reads "step done" as "copies done"
+        result.duration_ns = time.perf_counter_ns() - launched.started_ns
         return result
+
+    def _feed(self, batch: StepBatch) -> tuple[list[int], list[int], torch.Tensor] | None:
+        """Where the PENDING_TOKEN inputs of this step come from: the rows of the previous step's
+        sampled ids (a request missing there failed in that step: its input stays 0, and the
+        scheduler drops what this step computes for it)."""
+        dst, src = [], []
+        offset = 0
+        last = self._last_sampled
+        for chunk in batch.chunks:
+            if chunk.token_ids[0] == PENDING_TOKEN:
+                row = last[1].get(chunk.request_id) if last is not None else None
+                if row is not None:
+                    dst.append(offset)
+                    src.append(row)
+            offset += len(chunk.token_ids)
+        return (dst, src, last[0]) if dst else None
 
     def warmup(self, num_tokens: int = 16) -> None:
         """Prefill and decode steps over the first blocks, before any request owns them: compiles
@@ -208,34 +292,24 @@ class ModelRunner:
             request_ids.append(chunk.request_id)
         return rows, chunk_index, request_ids
 
-    def _sample(self, logits: torch.Tensor, logit_rows: list[int], rows: list[SamplingRow], request_ids: list[str],
-                tensors: SamplingTensors | None, result: StepResult) -> None:
+    def _start_sampling(self, logits: torch.Tensor, logit_rows: list[int], tensors: SamplingTensors | None,
+                        launched: LaunchedStep) -> None:
+        rows, request_ids = launched.rows, launched.request_ids
         if logit_rows == list(range(len(rows))):
             logits = logits[: len(rows)]
         else:  # a failed request or an unsampled chunk in between: gather (rare)
             logits = logits[torch.tensor(logit_rows, device=logits.device)]
         try:
-            outputs = [self.sampler(logits, rows, tensors)]
-            groups = [list(range(len(rows)))]
+            launched.pending = self.sampler.start(logits, rows, tensors)
         except Exception:
-            # Find the culprit: sample each row alone; only the rows that still fail are failed.
-            outputs, groups = [], []
+            # Find the culprit: sample each row alone, waiting for each (rare); only the rows that
+            # still fail are failed. No pending ids: the next step feeds none from this one.
             for j in range(len(rows)):
                 try:
                     one = tensors.select(j) if tensors is not None else None
-                    outputs.append(self.sampler(logits[j : j + 1], rows[j : j + 1], one))
-                    groups.append([j])
+                    launched.outputs.append((self.sampler(logits[j : j + 1], rows[j : j + 1], one), [j]))
                 except Exception as exc:
-                    result.failed[request_ids[j]] = f"sampling failed: {type(exc).__name__}: {exc}"
-        for out, group in zip(outputs, groups):
-            for k, j in enumerate(group):
-                request_id = request_ids[j]
-                if k in out.errors:
-                    result.failed[request_id] = out.errors[k]
-                    continue
-                token_id = out.token_ids[k]
-                rows[j].output_token_ids.append(token_id)
-                result.sampled.append(SampledToken(request_id, token_id, out.logprobs[k], out.top_logprobs[k]))
+                    launched.result.failed[request_ids[j]] = f"sampling failed: {type(exc).__name__}: {exc}"
 
     def _profile_num_blocks(self, utilization: float, graph_reserve_bytes: int) -> int:
         """Run the largest step against a temporary pool; the KV pool gets what is left."""

@@ -104,24 +104,46 @@ class SamplingTensors:
                                self.need_top_p, self.need_min_p)
 
 
+@dataclass
+class PendingSample:
+    """A sampled batch whose results are still on their way to the host: `token_ids` stays on the
+    device (the next step may read its inputs from it), `packed` lands in a pinned buffer when
+    `event` has passed (None: on the host already)."""
+
+    token_ids: torch.Tensor  # [R] int32, on the logits' device
+    packed: torch.Tensor  # int32: ids [R] | ok [R] | chosen logprob bits [R] | top ids [R*k] | top bits [R*k]
+    event: object | None
+    num_rows: int
+    logprob_ks: list[int | None]  # per row: None (no logprobs) or how many alternatives
+    max_k: int
+
+
 class Sampler:
+    # Landing buffers for the device-to-host copies: one per step that may be in flight, so the
+    # copy of step N+1 never overwrites results of step N the host has not read yet.
+    NUM_HOST_BUFFERS = 2
+
     def __init__(self, eos_token_ids: Iterable[int] = ()) -> None:
         self.eos_token_ids = tuple(sorted(set(eos_token_ids)))
-        self._host: torch.Tensor | None = None  # pinned landing buffer of the one D2H copy (CUDA)
-        self._event = None
+        self._host: list[torch.Tensor | None] = [None] * self.NUM_HOST_BUFFERS  # pinned (CUDA)
+        self._turn = 0
 
     def __call__(self, logits: torch.Tensor, rows: list[SamplingRow],
                  tensors: SamplingTensors | None = None) -> SamplerOutput:
-        """logits [B, vocab] (any float dtype) -> one token per row. `tensors`: the rows' staged
-        parameters (drawn and built here when None). On a GPU the only host sync is the single
-        device-to-host copy of the packed results (ids, ok flags and, when asked, logprobs)."""
+        """logits [B, vocab] (any float dtype) -> one token per row, waiting for the result."""
+        return self.finish(self.start(logits, rows, tensors))
+
+    def start(self, logits: torch.Tensor, rows: list[SamplingRow],
+              tensors: SamplingTensors | None = None) -> PendingSample:
+        """Queue the sampling of one token per row and the single device-to-host copy of the packed
+        results (ids, ok flags and, when asked, logprobs); no host sync. `tensors`: the rows'
+        staged parameters (drawn and built here when None)."""
         assert logits.shape[0] == len(rows)
         if tensors is None:
             tensors = SamplingTensors.build(rows, logits.device, logits.shape[1])
-        num_rows = len(rows)
         logits = logits.to(torch.float32)  # [B, V]
-        want_logprobs = [r.params.logprobs is not None for r in rows]
-        raw_logprobs = torch.log_softmax(logits, dim=-1) if any(want_logprobs) else None
+        ks = [r.params.logprobs for r in rows]
+        raw_logprobs = torch.log_softmax(logits, dim=-1) if any(k is not None for k in ks) else None
         logits = self._ban_stop_ids(logits, rows)
         logits = apply_penalties(logits, rows)
 
@@ -132,46 +154,54 @@ class Sampler:
             sampled, row_ok = _sample(logits, tensors)
             tokens = torch.where(tensors.greedy, tokens, sampled)
             ok = ok & (tensors.greedy | row_ok)
-        parts = [tokens.to(torch.int32), ok.to(torch.int32)]
+        token_ids = tokens.to(torch.int32)
+        parts = [token_ids, ok.to(torch.int32)]
         max_k = 0
         if raw_logprobs is not None:
-            max_k = max(r.params.logprobs or 0 for r in rows)
+            max_k = max(k or 0 for k in ks)
             parts.append(raw_logprobs.gather(1, tokens[:, None])[:, 0].view(torch.int32))  # float bits
             if max_k:
                 top_v, top_i = raw_logprobs.topk(max_k, dim=-1)  # [B, k]
                 parts += [top_i.to(torch.int32).reshape(-1), top_v.reshape(-1).view(torch.int32)]
-        packed = self._to_host(torch.cat(parts)).numpy()
+        packed, event = self._copy_to_host(torch.cat(parts))
+        return PendingSample(token_ids, packed, event, len(rows), ks, max_k)
 
+    def finish(self, pending: PendingSample) -> SamplerOutput:
+        """Wait for the copy (the step's one host sync) and unpack it."""
+        if pending.event is not None:
+            pending.event.synchronize()
+        packed = pending.packed.numpy()
+        num_rows, max_k = pending.num_rows, pending.max_k
         token_list: list[int] = packed[:num_rows].tolist()
         errors = {i: "logits are not finite: no token can be sampled"
                   for i, g in enumerate(packed[num_rows : 2 * num_rows].tolist()) if not g}
         lps: list[float | None] = [None] * num_rows
         tops: list[list[tuple[int, float]] | None] = [None] * num_rows
-        if raw_logprobs is not None:
+        if packed.shape[0] > 2 * num_rows:
             chosen = packed[2 * num_rows : 3 * num_rows].view(np.float32).tolist()
             end = 3 * num_rows + num_rows * max_k
             top_i = packed[3 * num_rows : end].reshape(num_rows, max_k).tolist()
             top_v = packed[end : end + num_rows * max_k].view(np.float32).reshape(num_rows, max_k).tolist()
-            for i, row in enumerate(rows):
-                if want_logprobs[i]:
-                    k = row.params.logprobs or 0
+            for i, k in enumerate(pending.logprob_ks):
+                if k is not None:
                     lps[i] = chosen[i]
                     tops[i] = list(zip(top_i[i][:k], top_v[i][:k])) if k else []
         return SamplerOutput(token_list, lps, tops, errors)
 
-    def _to_host(self, packed: torch.Tensor) -> torch.Tensor:
-        """The one device-to-host copy: into a persistent pinned buffer, then wait for it."""
+    def _copy_to_host(self, packed: torch.Tensor) -> tuple[torch.Tensor, object | None]:
+        """The one device-to-host copy, into the next persistent pinned buffer; not waited for."""
         if packed.device.type != "cuda":
-            return packed
+            return packed, None
         n = packed.numel()
-        if self._host is None or self._host.numel() < n:
-            self._host = torch.empty(max(n, 4096), dtype=torch.int32, pin_memory=True)
-            self._event = torch.cuda.Event()
-        host = self._host[:n]
-        host.copy_(packed, non_blocking=True)
-        self._event.record()
-        self._event.synchronize()
-        return host
+        self._turn = (self._turn + 1) % self.NUM_HOST_BUFFERS
+        host = self._host[self._turn]
+        if host is None or host.numel() < n:
+            host = self._host[self._turn] = torch.empty(max(n, 4096), dtype=torch.int32, pin_memory=True)
+        view = host[:n]
+        view.copy_(packed, non_blocking=True)
+        event = torch.cuda.Event()
+        event.record()
+        return view, event
 
     def _ban_stop_ids(self, logits: torch.Tensor, rows: list[SamplingRow]) -> torch.Tensor:
         """Rows below min_tokens may not end: their eos and stop_token_ids get -inf."""

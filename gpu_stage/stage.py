@@ -1,22 +1,35 @@
-"""GpuStage: runs each step on one dedicated worker thread, so the event loop never waits on the
-model. A failed step becomes a StepResult with `error` set: the scheduler turns it into an engine
-failure (every in-flight request gets an error, /health goes 503)."""
+"""GpuStage: runs the model on two dedicated threads, so the event loop never waits on it and the
+device never waits for the host between steps.
+
+    launcher:  takes each StepBatch as it arrives and queues its work on the device (runner.launch)
+    completer: waits for each launched step's sampled ids, in launch order (runner.complete), and
+               hands the StepResult to the scheduler
+
+With async scheduling the scheduler sends step N+1 while step N runs, so the launcher queues it
+behind step N on the device before step N's result has reached the host. The scheduler bounds the
+steps in flight (MAX_STEPS_IN_FLIGHT), which bounds both thread queues. A failed step becomes a
+StepResult with `error` set: the scheduler turns it into an engine failure (every in-flight request
+gets an error, /health goes 503).
+"""
 from __future__ import annotations
 
 import asyncio
 import logging
+import queue
+import threading
 import time
 import traceback
-from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
-from gpu_stage.model_runner import ModelRunner
+from gpu_stage.model_runner import LaunchedStep, ModelRunner
 from stages.channel import Channel, ChannelClosed
 from stages.messages import StepBatch, StepResult
 from stages.stage import Stage
 
 log = logging.getLogger("ttft.gpu")
+
+_STOP = None
 
 
 class GpuStage(Stage[StepBatch]):
@@ -26,29 +39,64 @@ class GpuStage(Stage[StepBatch]):
         super().__init__("gpu", inbox_size)
         self.runner = runner
         self.result_inbox = result_inbox
-        self.busy_ns = 0
-        # OpenMP thread counts are per calling thread: set it on the worker that runs the model.
-        init = (lambda: torch.set_num_threads(cpu_threads)) if cpu_threads else None
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ttft-gpu", initializer=init)
+        self.busy_ns = 0  # device-side time of the steps, overlaps not counted twice
+        self._cpu_threads = cpu_threads
+        self._launches: queue.SimpleQueue[StepBatch | None] = queue.SimpleQueue()
+        self._completions: queue.SimpleQueue[LaunchedStep | StepResult | None] = queue.SimpleQueue()
+        self._loop: asyncio.AbstractEventLoop | None = None
 
-    def _execute(self, batch: StepBatch) -> StepResult:
-        t0 = time.perf_counter_ns()
-        try:
-            result = self.runner.execute(batch)
-        except Exception as exc:  # the whole step failed: the engine is broken
-            log.error("model step %d failed:\n%s", batch.step_id, traceback.format_exc())
-            result = StepResult(batch.step_id, [], error=f"{type(exc).__name__}: {exc}")
-        result.duration_ns = time.perf_counter_ns() - t0
-        return result
+    def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        for target, name in ((self._launch_loop, "ttft-gpu-launch"), (self._complete_loop, "ttft-gpu-complete")):
+            threading.Thread(target=target, name=name, daemon=True).start()
+        super().start()
 
     async def handle(self, batch: StepBatch) -> None:
-        loop = asyncio.get_running_loop()
-        result = await loop.run_in_executor(self._executor, self._execute, batch)
-        self.busy_ns += result.duration_ns
-        try:
-            await self.result_inbox.put(result)
-        except ChannelClosed:
-            pass  # shutting down: the scheduler is gone, and so is whoever waited for this step
+        self._launches.put(batch)
 
     async def on_stop(self) -> None:
-        self._executor.shutdown(wait=False, cancel_futures=True)
+        self._launches.put(_STOP)  # the launcher passes it on to the completer after the last step
+
+    # -- threads -------------------------------------------------------------------------------
+    def _launch_loop(self) -> None:
+        if self._cpu_threads:  # OpenMP thread counts are per calling thread: the one running the model
+            torch.set_num_threads(self._cpu_threads)
+        if self.runner.device.type == "cuda":
+            torch.cuda.set_device(self.runner.device)
+        while (batch := self._launches.get()) is not _STOP:
+            try:
+                self._completions.put(self.runner.launch(batch))
+            except Exception as exc:  # the whole step failed: the engine is broken
+                log.error("model step %d failed:\n%s", batch.step_id, traceback.format_exc())
+                self._completions.put(StepResult(batch.step_id, [], error=f"{type(exc).__name__}: {exc}"))
+        self._completions.put(_STOP)
+
+    def _complete_loop(self) -> None:
+        last_done_ns = 0
+        while (item := self._completions.get()) is not _STOP:
+            if isinstance(item, StepResult):  # failed at launch
+                result, started_ns = item, time.perf_counter_ns()
+            else:
+                started_ns = item.started_ns
+                try:
+                    result = self.runner.complete(item)
+                except Exception as exc:
+                    log.error("model step %d failed:\n%s", item.result.step_id, traceback.format_exc())
+                    result = StepResult(item.result.step_id, [], error=f"{type(exc).__name__}: {exc}")
+            done_ns = time.perf_counter_ns()
+            # The step's own time: from its launch, or from the previous step's end when it was
+            # queued behind it on the device (the cost model learns step times from this).
+            result.duration_ns = done_ns - max(started_ns, last_done_ns)
+            last_done_ns = done_ns
+            assert self._loop is not None
+            try:
+                self._loop.call_soon_threadsafe(self._deliver, result)
+            except RuntimeError:  # the loop is closed: nobody waits for this step any more
+                return
+
+    def _deliver(self, result: StepResult) -> None:
+        self.busy_ns += result.duration_ns
+        try:
+            self.result_inbox.force_put(result)  # bounded by the scheduler's steps in flight
+        except ChannelClosed:
+            pass  # shutting down: the scheduler is gone, and so is whoever waited for this step

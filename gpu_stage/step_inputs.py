@@ -4,8 +4,8 @@ device with ONE host-to-device copy into a persistent device buffer; the model r
 Packed, int32, 16-byte aligned segments (floats stored as their bits):
     input_ids [T] | positions [T] | slot_mapping [T] | cu_seqlens_q [B+1] | seq_lens [B] |
     logits_indices [S] | block_tables [B, W] | sampling: greedy, temperature, top_k, top_p, min_p,
-    uniform [R each]
-The offsets are a function of (T, B, W, S, R) alone. A CUDA graph captured for a bucket therefore
+    uniform [R each] | feed_dst, feed_src [F each]
+The offsets are a function of (T, B, W, S, R) alone (the feed segments come last). A CUDA graph captured for a bucket therefore
 reads the same device addresses at every replay of that bucket: staging a step with the bucket's
 `GraphShape` (rows padded up to it, block tables W_max wide) lands it exactly where the graph looks.
 
@@ -16,6 +16,11 @@ table row (the null block 0, which the scheduler never hands out); extra tokens 
 Two pinned buffers alternate, each guarded by an event recorded after its copy, so packing step N+1
 never overwrites memory that step N's copy may still be reading. On CPU the views are the host
 buffer itself and nothing is copied.
+
+Feeds (async scheduling): a decode built before its input token was sampled carries
+PENDING_TOKEN. Its input is taken on the device from the previous step's sampled ids:
+input_ids[feed_dst[i]] = previous_ids[feed_src[i]], right after the copy, so no host value is
+needed. (On CPU the same indexing runs on the host buffer.)
 """
 from __future__ import annotations
 
@@ -66,10 +71,12 @@ class Layout:
         return buf[start : start + length]
 
 
-def make_layout(num_tokens: int, num_seqs: int, width: int, num_logits: int, num_rows: int) -> Layout:
+def make_layout(num_tokens: int, num_seqs: int, width: int, num_logits: int, num_rows: int,
+                num_feeds: int = 0) -> Layout:
     sizes = [("input_ids", num_tokens), ("positions", num_tokens), ("slot_mapping", num_tokens),
              ("cu_seqlens_q", num_seqs + 1), ("seq_lens", num_seqs), ("logits_indices", num_logits),
-             ("block_tables", num_seqs * width)] + [(name, num_rows) for name in _SAMPLING]
+             ("block_tables", num_seqs * width)] + [(name, num_rows) for name in _SAMPLING] + [
+             ("feed_dst", num_feeds), ("feed_src", num_feeds)]
     offsets, pos = {}, 0
     for name, n in sizes:
         offsets[name] = (pos, n)
@@ -98,7 +105,7 @@ class StepInputs:
         self.max_blocks_per_seq = max_blocks_per_seq
         # Sized for the largest step; a graph shape pads tokens to at most max(max_num_tokens, B).
         capacity = make_layout(max(max_num_tokens, max_num_seqs), max_num_seqs, max_blocks_per_seq,
-                               max_num_seqs, max_num_seqs).size
+                               max_num_seqs, max_num_seqs, max_num_seqs).size
         cuda = self.device.type == "cuda"
         self._host = [torch.zeros(capacity, dtype=torch.int32, pin_memory=cuda) for _ in range(2 if cuda else 1)]
         self._events: list = [None] * len(self._host)
@@ -107,10 +114,13 @@ class StepInputs:
         self.capacity = capacity
 
     def stage(self, chunks: Sequence[Chunk], rows: Sequence[SamplingRow] = (), uniforms: Sequence[float] = (),
-              vocab_size: int = 0, shape: GraphShape | None = None, max_seq_len_hint: int | None = None) -> StagedStep:
+              vocab_size: int = 0, shape: GraphShape | None = None, max_seq_len_hint: int | None = None,
+              feed: tuple[list[int], list[int], torch.Tensor] | None = None) -> StagedStep:
         """Pack, copy once, return device views. `rows`/`uniforms`: the sampled rows' parameters
         (see sampler.draw_uniforms). `max_seq_len_hint` replaces the metadata's max_seq_len
-        (graphs: the longest context the graph must serve, so its plan depends on the bucket only)."""
+        (graphs: the longest context the graph must serve, so its plan depends on the bucket only).
+        `feed`: (token indices, rows of the ids tensor, the previous step's sampled ids on the
+        device) for inputs that are PENDING_TOKEN; a pending input with no feed reads token 0."""
         bs = self.block_size
         num_seqs = len(chunks)
         q_lens = np.fromiter((len(c.token_ids) for c in chunks), np.int64, num_seqs)
@@ -133,7 +143,8 @@ class StepInputs:
             logits_rows = np.arange(lay_b)
         else:
             logits_rows = np.array([cu[i + 1] - 1 for i, c in enumerate(chunks) if c.sample] or [0])
-        layout = make_layout(lay_t, lay_b, lay_w, len(logits_rows), len(rows))
+        num_feeds = len(feed[0]) if feed else 0
+        layout = make_layout(lay_t, lay_b, lay_w, len(logits_rows), len(rows), num_feeds)
         assert layout.size <= self.capacity, "step larger than the limits the buffers were sized for"
         host = self._next_host()
         arr = host.numpy()
@@ -145,6 +156,7 @@ class StepInputs:
         ids = seg("input_ids")
         ids[:num_tokens] = np.fromiter(chain.from_iterable(c.token_ids for c in chunks), np.int32, num_tokens)
         ids[num_tokens:] = 0
+        ids[ids < 0] = 0  # PENDING_TOKEN: filled in from `feed` below (or left 0: dropped anyway)
         seq_of_token = np.repeat(np.arange(num_seqs), q_lens)  # [T]
         positions = np.arange(num_tokens) - cu[seq_of_token] + starts[seq_of_token]
         seg("positions")[:num_tokens] = positions
@@ -171,11 +183,17 @@ class StepInputs:
             seg("top_p").view(np.float32)[:] = top_p
             seg("min_p").view(np.float32)[:] = min_p
             seg("uniform").view(np.float32)[:] = uniforms
+        if num_feeds:
+            seg("feed_dst")[:] = feed[0]
+            seg("feed_src")[:] = feed[1]
         buf = self._copy(host, layout.size)
 
         def view(name: str) -> torch.Tensor:
             return layout.view(buf, name)
 
+        if num_feeds:
+            input_ids = view("input_ids")
+            input_ids[view("feed_dst").long()] = feed[2][view("feed_src").long()]
         meta = AttentionMetadata(
             cu_seqlens_q=view("cu_seqlens_q"), seq_lens=view("seq_lens"),
             block_tables=view("block_tables").view(lay_b, lay_w), slot_mapping=view("slot_mapping"),

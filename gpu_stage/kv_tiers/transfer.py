@@ -2,9 +2,11 @@
 
 On CUDA the copies run on their own stream: it first waits for the compute stream (the blocks
 to offload were written by earlier steps), then copies every offload (device -> host) and every
-load (host -> device) in that order, and the compute stream waits for it before the forward that
-may overwrite an offloaded block or read a loaded one. No host sync: the host learns the copies
-are done when the step's result arrives. On CPU the same copies are plain memcpys.
+load (host -> device) in that order. If the ops are a `fence`, the compute stream waits for them
+before the forward that may overwrite an offloaded block or read a loaded one; otherwise (early
+offloads of cached blocks only) they run beside it. No host sync here: `run` returns an event the
+runner waits for before it reports the step done, so the host learns the copies are done when the
+step's result arrives. On CPU the same copies are plain memcpys.
 Consecutive blocks going to consecutive slots are copied as one run.
 """
 from __future__ import annotations
@@ -37,15 +39,20 @@ class KvTransfer:
         self.stream = torch.cuda.Stream(self.kv.device) if self.cuda else None
         self.num_blocks_moved = 0
 
-    def run(self, ops: KvTransferOps) -> None:
+    def run(self, ops: KvTransferOps) -> torch.cuda.Event | None:
+        """Queue the copies; the event (CUDA) passes when they are done."""
         if self.stream is None:
             self._copy(ops)
-            return
+            return None
         compute = torch.cuda.current_stream(self.kv.device)
         self.stream.wait_stream(compute)
         with torch.cuda.stream(self.stream):
             self._copy(ops)
-        compute.wait_stream(self.stream)
+            done = torch.cuda.Event()
+            done.record()
+        if ops.fence:
+            compute.wait_event(done)
+        return done
 
     def _copy(self, ops: KvTransferOps) -> None:
         non_blocking = self.cuda

@@ -1,4 +1,5 @@
-"""Test support for GPU runner tests: a tiny model source and a greedy driver through execute()."""
+"""Test support for runner tests: a tiny model source, a greedy driver through execute(), and the
+real Scheduler driving a runner the way the GpuStage does (`serve`)."""
 from __future__ import annotations
 
 import torch
@@ -6,8 +7,13 @@ from tiny_hf_models import model_config
 
 from gpu_stage.model_runner import ModelRunner
 from gpu_stage.model_source import ModelSource
-from stages.messages import NewRequestData, ScheduledChunk, StepBatch
+from collections import deque
+
+from scheduler.config import SchedulerConfig
+from scheduler.scheduler import Scheduler
+from stages.messages import PENDING_TOKEN, GenerateRequest, NewRequestData, ScheduledChunk, StepBatch
 from stages.sampling import SamplingParams
+from stages.trace import RequestTrace
 
 
 class TinyTokenizer:
@@ -48,3 +54,32 @@ def make_runner(source: ModelSource, dtype: torch.dtype = torch.float32, **kwarg
                 attention_backend="triton", max_model_len=256)
     args.update(kwargs)
     return ModelRunner(source, "cuda", dtype, **args)
+
+
+def serve(runner: ModelRunner, requests: list[tuple[str, list[int], SamplingParams]], async_scheduling: bool,
+          eos: int = 1) -> tuple[dict[str, list[int]], int]:
+    """The real Scheduler driving the runner as the GpuStage does: with async scheduling, step N+1
+    is launched before step N completes (its decodes read PENDING_TOKEN inputs from step N's
+    sampled ids on the device). Returns each request's tokens and how many inputs were pending."""
+    s = Scheduler(SchedulerConfig(num_blocks=runner.kv_cache.num_blocks, block_size=runner.block_size,
+                                  max_num_seqs=runner.max_num_seqs, max_num_batched_tokens=16,
+                                  max_model_len=runner.max_model_len, eos_token_ids=frozenset({eos}),
+                                  async_scheduling=async_scheduling))
+    for rid, prompt, params in requests:
+        assert s.add_request(GenerateRequest(rid, prompt, params, RequestTrace(rid))) is None
+    outputs: dict[str, list[int]] = {rid: [] for rid, _, _ in requests}
+    in_flight: deque = deque()
+    num_pending = 0
+    while s.has_work() or in_flight:
+        while s.has_work() and len(in_flight) < 2 and (not in_flight or s.can_schedule_ahead()):
+            batch = s.schedule()
+            if batch is None:
+                break
+            num_pending += sum(c.token_ids == [PENDING_TOKEN] for c in batch.chunks)
+            in_flight.append((batch, runner.launch(batch)))
+        batch, launched = in_flight.popleft()
+        for event in s.update(batch, runner.complete(launched)):
+            assert event.error is None
+            outputs[event.request_id] += event.token_ids
+        s.check()
+    return outputs, num_pending

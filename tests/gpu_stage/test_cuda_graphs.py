@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from gpu_runner_helpers import greedy, make_runner, source_from_hf
+from gpu_runner_helpers import greedy, make_runner, serve, source_from_hf
 from tiny_hf_models import hf_model
 
 from stages.messages import ScheduledChunk
@@ -81,3 +81,18 @@ def test_memory_profile_sizes_the_pool(source) -> None:
     assert runner.kv_cache.num_blocks > 1000
     assert runner.kv_cache.num_bytes < 0.3 * total
     assert greedy(runner, "r", list(range(2, 20)), 4, first_block=runner.kv_cache.num_blocks - 10)
+
+
+def test_steps_launched_ahead_with_graphs_give_the_same_tokens(source) -> None:
+    """Async scheduling on the device: decodes replayed as graphs whose input ids are filled in
+    from the previous step's sampled ids (never seen by the host) give the same tokens."""
+    from stages.sampling import SamplingParams
+
+    gen = torch.Generator().manual_seed(3)
+    reqs = [(f"r{i}", torch.randint(2, 400, (n,), generator=gen).tolist(),
+             SamplingParams(max_tokens=20, temperature=0.0 if i % 2 else 0.8, seed=i, ignore_eos=True))
+            for i, n in enumerate([5, 31, 12, 47])]
+    ahead, num_pending = serve(make_runner(source), reqs, async_scheduling=True)
+    plain, _ = serve(make_runner(source), reqs, async_scheduling=False)
+    assert num_pending > 20
+    assert ahead == plain

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 import pytest
 import torch
+from gpu_runner_helpers import serve
 from tiny_hf_models import hf_model, model_config
 
 from gpu_stage.model_runner import ModelRunner
@@ -184,3 +185,16 @@ def test_limits_and_partial_prefill(source: ModelSource) -> None:
     assert chunked == one_shot.sampled[0].token_id
     runner.warmup()  # runs without touching request state
     assert set(runner.requests) == {"p"}
+
+
+def test_steps_launched_ahead_of_their_inputs_give_the_same_tokens(source: ModelSource) -> None:
+    """Greedy, seeded top_p / top_k and penalised requests: the same tokens whether each step is
+    built after the previous result or launched ahead of it with its inputs fed on the device."""
+    reqs = [(r.request_id, r.prompt, r.params) for r in _requests()]
+    ahead, num_pending = serve(_runner(source), reqs, async_scheduling=True, eos=EOS)
+    one_at_a_time, none_pending = serve(_runner(source), reqs, async_scheduling=False, eos=EOS)
+    assert num_pending > 10 and none_pending == 0
+    assert ahead == one_at_a_time
+    for req in _requests():  # each reply ran to its end: EOS or max_tokens
+        out = ahead[req.request_id]
+        assert out[-1] == EOS or len(out) == req.params.max_tokens, (req.request_id, out)
