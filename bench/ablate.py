@@ -44,6 +44,7 @@ class Ablation:
 ABLATIONS: tuple[Ablation, ...] = (
     Ablation("full", (), "every optimization on"),
     Ablation("no-cuda-graphs", ("--enforce-eager",), "no CUDA graphs (eager launches)", gpu_only=True),
+    Ablation("no-async-scheduling", ("--no-async-scheduling",), "each step built after the last result"),
     Ablation("no-chunked-prefill", ("--no-enable-chunked-prefill",), "whole prompts in one step"),
     Ablation("no-prefix-caching", ("--no-enable-prefix-caching",), "no KV reuse across requests"),
     Ablation("fcfs", ("--scheduler-policy", "fcfs"), "lanes off: vLLM V1's arrival order"),

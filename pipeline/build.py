@@ -107,7 +107,7 @@ def build_model(cfg: EngineConfig) -> BuiltModel:
         prefill_step_tokens=cfg.prefill_step_tokens,
         eos_token_ids=frozenset(tok.eos_token_ids), policy=cfg.scheduler_policy,
         enable_prefix_caching=cfg.enable_prefix_caching, shadow=cfg.shadow,
-        chunked_prefill=cfg.enable_chunked_prefill,
+        chunked_prefill=cfg.enable_chunked_prefill, async_scheduling=cfg.async_scheduling,
     ), tiers=tiers.config if tiers else None, disk_blocks=tiers.disk_blocks if tiers else ())
     template = ChatTemplate(
         tok.chat_template, bos_token=getattr(tok, "bos_token", None), eos_token=getattr(tok, "eos_token", None)

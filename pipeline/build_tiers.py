@@ -70,7 +70,7 @@ def build_tiers(cfg: EngineConfig, runner: ModelRunner) -> BuiltTiers | None:
     on_gpu = kv.device.type == "cuda"
     num_params = sum(p.numel() for p in runner.model.parameters())
     config = TierConfig(num_host_blocks=num_host, num_disk_blocks=num_disk, block_nbytes=block_nbytes,
-                        disk_parallelism=cfg.kv_disk_threads,
+                        disk_parallelism=cfg.kv_disk_threads, offload_on_cache=cfg.kv_offload_early,
                         recompute_s_per_token=2 * num_params / (GPU_FLOPS if on_gpu else CPU_FLOPS))
     log.info("KV tiers: host %d blocks (%.2f GiB%s), disk %s", num_host, host_pool.num_bytes / 2**30,
              ", pinned" if host_pool.pinned else "",

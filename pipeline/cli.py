@@ -44,6 +44,8 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
                    help="off: every prompt prefilled whole in one step (needs --max-num-batched-tokens >= "
                         "--max-model-len); for ablations")
     p.add_argument("--scheduler-policy", choices=["lanes", "fcfs"], default=d.scheduler_policy)
+    p.add_argument("--async-scheduling", action=argparse.BooleanOptionalAction, default=d.async_scheduling,
+                   help="build the next decode step while one runs (off: one step in flight)")
     p.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=d.enable_prefix_caching)
     p.add_argument("--no-shadow", dest="shadow", action="store_false", help="admit without arrival-time KV reservation")
     p.add_argument("--kv-host-gb", type=float, default=d.kv_host_gb,
@@ -51,6 +53,9 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kv-disk-path", default=d.kv_disk_path,
                    help="directory of the disk KV tier (block files; kept across restarts)")
     p.add_argument("--kv-disk-gb", type=float, default=d.kv_disk_gb, help="disk KV tier size in GiB")
+    p.add_argument("--kv-offload-early", action=argparse.BooleanOptionalAction, default=d.kv_offload_early,
+                   help="copy each cached block to the host tier at once, beside later steps (off: only "
+                        "when the device pool evicts it)")
     p.add_argument("--request-timeout-s", type=float, default=None)
     p.add_argument("--stream-stall-timeout-s", type=float, default=d.stream_stall_timeout_s)
     p.add_argument("--shutdown-grace-s", type=float, default=d.shutdown_grace_s)
@@ -87,8 +92,9 @@ def config_from_args(a: argparse.Namespace) -> EngineConfig:
         body_read_timeout_s=a.body_read_timeout_s, max_connections=a.max_connections,
         limits=limits, cpu_threads=a.cpu_threads, scheduler_policy=a.scheduler_policy,
         enable_prefix_caching=a.enable_prefix_caching, shadow=a.shadow,
-        kv_host_gb=a.kv_host_gb, kv_disk_path=a.kv_disk_path, kv_disk_gb=a.kv_disk_gb,
+        kv_host_gb=a.kv_host_gb, kv_disk_path=a.kv_disk_path, kv_disk_gb=a.kv_disk_gb, kv_offload_early=a.kv_offload_early,
         enable_chunked_prefill=a.enable_chunked_prefill,
+        async_scheduling=a.async_scheduling,
     )
 
 

@@ -35,6 +35,9 @@ class EngineConfig:
     # max_model_len (the scheduler refuses to start otherwise).
     enable_chunked_prefill: bool = True
     scheduler_policy: str = "lanes"  # lanes | fcfs (vLLM V1's arrival order)
+    # While a decode step runs, build and send the next one, its inputs filled in on the device
+    # (scheduler/config.py): no host turn-around between decode steps.
+    async_scheduling: bool = True
     enable_prefix_caching: bool = True
     shadow: bool = True  # reserve each request's predicted KV footprint at arrival
     # KV tiers below the device pool (prefix caching must be on): host memory (pinned on a GPU)
@@ -43,6 +46,9 @@ class EngineConfig:
     kv_disk_path: str | None = None
     kv_disk_gb: float = 16.0
     kv_disk_threads: int = 4
+    # Copy each block to host memory as soon as it is cached, beside later steps (False: only
+    # when the device pool evicts it, in the step that reuses it).
+    kv_offload_early: bool = True
     # Channel and buffer bounds (every queue is bounded).
     scheduler_inbox_size: int = 4096
     gpu_inbox_size: int = 2

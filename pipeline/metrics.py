@@ -111,6 +111,8 @@ class _EngineGauges:
         yield GaugeMetricFamily("ttft_kv_reserved_blocks", "Blocks reserved at arrival for waiting requests",
                                 value=st.num_reserved_blocks)
         yield CounterMetricFamily("ttft_preemptions", "Preemptions (by recompute)", value=st.num_preemptions)
+        yield CounterMetricFamily("ttft_decodes_ahead", "Decodes built before their input token was sampled "
+                                  "(async scheduling)", value=st.num_decodes_ahead)
         yield CounterMetricFamily("ttft_kv_evictions", "Cached blocks evicted from the device pool",
                                   value=st.num_evictions)
         yield GaugeMetricFamily("ttft_prefix_cache_hit_rate", "Prompt tokens served from the prefix cache "

@@ -62,7 +62,8 @@ async def test_same_tokens_from_device_host_disk_and_recompute(tmp_path: Path) -
         for i, p in enumerate(prompts):
             cold[i] = (await ask(plain, p))[0]
     # 40 device blocks hold three 13-block prompts; 20 host slots hold one and a half more.
-    async with Engine(config(tmp_path / "kv", host_blocks=20)) as engine:
+    # Offload on eviction, so that where each block is follows the cascade exactly.
+    async with Engine(config(tmp_path / "kv", host_blocks=20, kv_offload_early=False)) as engine:
         for i, p in enumerate(prompts):
             assert (await ask(engine, p))[0] == cold[i]
             await settle(engine)
@@ -166,3 +167,20 @@ async def test_the_fetch_starts_at_arrival_and_overlaps_the_wait(tmp_path: Path,
         assert done <= marks["first_scheduled"]  # landed while it waited for the seat
         assert (done - started) / 1e6 >= 150  # the injected latency was there, and hidden
         assert info["wait_ns"] == 0
+
+
+async def test_early_offload_has_every_cached_block_in_host_and_the_same_tokens() -> None:
+    """--kv-offload-early (the default): a block is copied to host as soon as it is cached, so an
+    evicted prefix comes back from host memory with no copy in the step that evicted it."""
+    prompts = docs(5)
+    async with Engine(config(None, host_blocks=-1, enable_prefix_caching=False)) as plain:
+        cold = [(await ask(plain, p))[0] for p in prompts]
+    async with Engine(config(None, host_blocks=80)) as engine:
+        tiers = engine.built.scheduler.tiers
+        for i, p in enumerate(prompts):
+            assert (await ask(engine, p))[0] == cold[i]
+        assert len(tiers.host) == 5 * 12  # every full prompt block (200 tokens: 12 of 16)
+        tokens, info = await ask(engine, prompts[0])  # evicted from the 40-block device pool
+        assert tokens == cold[0] and hit(info) == {"host": 12, "disk": 0}
+        assert tiers.stats.bytes["d2h"] == 5 * 12 * BLOCK_NBYTES  # each block copied down once
+        engine.built.scheduler.check()

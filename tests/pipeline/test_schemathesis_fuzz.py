@@ -102,7 +102,9 @@ def test_fuzz_every_operation(fuzz_server):
                 response = case.call(base_url=fuzz_server.base_url, timeout=TIMEOUT_S)
                 stats[(path, mode.value, response.status_code)] += 1
                 try:
-                    case.validate_response(response, checks=CHECKS)
+                    # 413 (a body over --max-body-bytes) is a rejection schemathesis does not list.
+                    checks = CHECKS if response.status_code != 413 else CHECKS[:-1]
+                    case.validate_response(response, checks=checks)
                 except (AssertionError, FailureGroup) as exc:
                     # Collected, not raised: one bug must not hide the others (no shrinking, but
                     # schemathesis' message carries a curl line that reproduces it).

@@ -208,3 +208,40 @@ def test_tiers_start_from_what_the_disk_holds() -> None:
                   disk_blocks=a)
     s.add_request(make_req("a", 12, 100))
     assert [(j[0], j[1]) for j in disk_jobs(s)] == [("read", a[0]), ("read", a[1])]
+
+
+def test_offload_on_cache_copies_beside_the_forward_and_fences_only_a_reuse_in_progress() -> None:
+    """With offload_on_cache (the engine's mode) a block goes to host as soon as it is cached,
+    in a batch whose forward does not wait for it (fence False); evicting it later costs no copy
+    and no wait, unless its copy may still be running, which fences the step that reuses it."""
+    from dataclasses import replace
+
+    from stages.messages import SampledToken, StepResult
+
+    s = Scheduler(SchedulerConfig(num_blocks=5, block_size=4, enable_prefix_caching=True, policy="fcfs",
+                                  prior_output_tokens=1, max_num_batched_tokens=64),
+                  tiers=replace(TierConfig(num_host_blocks=8, block_nbytes=BLOCK_NBYTES), offload_on_cache=True))
+    a = hashes(12, 100)
+    s.add_request(make_req("a", 12, 100))
+    first = step(s)  # a's 3 blocks are cached when the step is done
+    assert first.kv_ops is None
+    s.add_request(make_req("b", 4, 200))  # 1 block: no eviction
+    batch = step(s)
+    assert batch.kv_ops is not None and not batch.kv_ops.fence
+    assert batch.kv_ops.offloads == [(1, 0), (2, 1), (3, 2)] and batch.kv_ops.loads == []
+    assert host_view(s)[:3] == [(a[0], 0), (a[1], 1), (a[2], 2)]  # then b's block, queued
+    # c needs 3 blocks: a's ready host copies make the evictions free (no copy, no fence); the
+    # step carries only b's early offload.
+    s.add_request(make_req("c", 12, 300))
+    batch = step(s)
+    assert batch.kv_ops is not None and not batch.kv_ops.fence
+    assert batch.kv_ops.offloads == [(4, 3)]
+    assert s.tiers is not None and s.tiers.stats.evictions["host"] == 0
+    # d evicts c's blocks while their copies ride d's own step, not done yet: its forward
+    # would overwrite them, so it waits for the copies (fence).
+    s.add_request(make_req("d", 12, 400))
+    batch = s.schedule()
+    assert batch is not None and batch.kv_ops is not None and batch.kv_ops.fence
+    assert [slot for _, slot in batch.kv_ops.offloads] == [4, 5, 6]
+    s.update(batch, StepResult(batch.step_id, [SampledToken("d", 7)]))
+    s.check()
