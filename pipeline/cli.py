@@ -45,7 +45,8 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
                         "--max-model-len); for ablations")
     p.add_argument("--scheduler-policy", choices=["lanes", "fcfs"], default=d.scheduler_policy)
     p.add_argument("--async-scheduling", action=argparse.BooleanOptionalAction, default=d.async_scheduling,
-                   help="build the next decode step while one runs (off: one step in flight)")
+                   help="build the next decode step just before the running one ends, its inputs fed on "
+                        "the device (default: on a GPU)")
     p.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=d.enable_prefix_caching)
     p.add_argument("--no-shadow", dest="shadow", action="store_false", help="admit without arrival-time KV reservation")
     p.add_argument("--kv-host-gb", type=float, default=d.kv_host_gb,

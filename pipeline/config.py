@@ -36,8 +36,9 @@ class EngineConfig:
     enable_chunked_prefill: bool = True
     scheduler_policy: str = "lanes"  # lanes | fcfs (vLLM V1's arrival order)
     # While a decode step runs, build and send the next one, its inputs filled in on the device
-    # (scheduler/config.py): no host turn-around between decode steps.
-    async_scheduling: bool = True
+    # (scheduler/config.py): no host turn-around between decode steps. None: on a GPU only (on
+    # CPU the model runs on the host cores the scheduler would overlap with: measured no gain).
+    async_scheduling: bool | None = None
     enable_prefix_caching: bool = True
     shadow: bool = True  # reserve each request's predicted KV footprint at arrival
     # KV tiers below the device pool (prefix caching must be on): host memory (pinned on a GPU)
@@ -82,6 +83,8 @@ class EngineConfig:
             self.long_prefill_threshold = max(1, self.max_num_batched_tokens // 2)
         if self.prefill_step_tokens is None:
             self.prefill_step_tokens = 768 if self.resolved_device() == "cuda" else 0
+        if self.async_scheduling is None:
+            self.async_scheduling = self.resolved_device() == "cuda"
 
     def resolved_dtype(self) -> str:
         if self.dtype != "auto":

@@ -1,18 +1,23 @@
 """SchedulerStage: the actor around the synchronous Scheduler.
 
 It absorbs every waiting message (new requests, aborts, step results), then, if no step is in
-flight, asks the core for the next step and sends it to the GPU stage. Results come back through
-the same inbox, so one task owns the scheduler and no lock is needed.
+flight, asks the core for the next step and sends it to the GPU stage. With async scheduling,
+while decode steps are in flight it builds the next one just before the device is expected to
+finish them (StepClock), so the device does not wait for the host and requests that arrive in
+the meantime still join it. Results and the clock's ticks come back through the same inbox, so
+one task owns the scheduler and no lock is needed.
 """
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections import deque
 from typing import Callable, Union
 
 from scheduler.scheduler import OVERLOADED, Scheduler
-from stages.channel import Channel
+from scheduler.step_clock import StepClock
+from stages.channel import Channel, ChannelClosed
 from stages.messages import (
     MAX_STEPS_IN_FLIGHT, Abort, GenerateRequest, KvDiskDone, KvDiskRequest, StepBatch, StepEvents, StepResult, TokenEvent,
 )
@@ -21,7 +26,11 @@ from stages.trace import host_clock_ns
 
 log = logging.getLogger("ttft.scheduler")
 
-SchedulerMessage = Union[GenerateRequest, Abort, StepResult, KvDiskDone]
+class AheadDue:
+    """The StepClock's tick: time to build the next step ahead (handled in after_burst)."""
+
+
+SchedulerMessage = Union[GenerateRequest, Abort, StepResult, KvDiskDone, AheadDue]
 RECLAIM_BLOCKS_PER_STEP = 256
 
 
@@ -45,6 +54,8 @@ class SchedulerStage(Stage[SchedulerMessage]):
         self.in_flight: deque[tuple[StepBatch, int]] = deque()
         self.num_steps = 0
         self.last_step_ns = 0  # wall time of the last step (sent to result), for metrics
+        self.clock = StepClock()
+        self._timer: asyncio.TimerHandle | None = None
         self._pending_events: list[TokenEvent] = []
 
     async def handle(self, msg: SchedulerMessage) -> None:
@@ -64,6 +75,8 @@ class SchedulerStage(Stage[SchedulerMessage]):
             event = self.scheduler.abort(msg.request_id, msg.reason)
             if event is not None:
                 self._pending_events.append(event)
+        elif isinstance(msg, AheadDue):
+            pass  # after_burst builds the step
         elif isinstance(msg, KvDiskDone):
             assert self.scheduler.tiers is not None
             self.scheduler.tiers.on_disk_done(msg)
@@ -73,7 +86,9 @@ class SchedulerStage(Stage[SchedulerMessage]):
     def _on_result(self, result: StepResult) -> None:
         assert self.in_flight and self.in_flight[0][0].step_id == result.step_id, "result for no step in flight"
         batch, sent_ns = self.in_flight.popleft()
-        self.last_step_ns = time.perf_counter_ns() - sent_ns
+        now_ns = time.perf_counter_ns()
+        self.last_step_ns = now_ns - sent_ns
+        self.clock.on_result(now_ns, result.duration_ns, batch.num_tokens == len(batch.chunks), len(self.in_flight))
         if result.error is not None:
             self.scheduler.fail_all(result.error)  # frees every block; the streams get the error
             self.on_engine_error(result.error)
@@ -101,14 +116,22 @@ class SchedulerStage(Stage[SchedulerMessage]):
         # The next step goes out first: the GPU stage wakes before the emitter, so the model runs
         # step N+1 while this step's tokens are detokenized and written to their sockets. With
         # async scheduling, a decode step in flight gets its successor now, not after its result.
-        while self.scheduler.has_work() and len(self.in_flight) < MAX_STEPS_IN_FLIGHT and (
-                not self.in_flight or self.scheduler.can_schedule_ahead()):
+        while self.scheduler.has_work() and len(self.in_flight) < MAX_STEPS_IN_FLIGHT:
+            now_ns = time.perf_counter_ns()
+            if self.in_flight:
+                if not self.scheduler.can_schedule_ahead():
+                    break
+                due_ns = self.clock.ahead_due_ns()
+                if now_ns < due_ns:
+                    self._wake_at(due_ns - now_ns)
+                    break
             t0 = host_clock_ns()
             batch = self.scheduler.schedule()
             if batch is None:
                 break
             self._charge(batch, host_clock_ns() - t0)
-            self.in_flight.append((batch, time.perf_counter_ns()))
+            self.in_flight.append((batch, now_ns))
+            self.clock.on_sent(now_ns)
             self.num_steps += 1
             await self.gpu_inbox.put(batch)
         if self._pending_events:
@@ -119,6 +142,23 @@ class SchedulerStage(Stage[SchedulerMessage]):
             # that admission never pays for it.
             self.scheduler.reclaim(max_blocks=RECLAIM_BLOCKS_PER_STEP)
         self._send_disk_jobs()
+
+    def _wake_at(self, delay_ns: int) -> None:
+        """Tick after `delay_ns` (one timer at a time; a new due time replaces the old one)."""
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = asyncio.get_running_loop().call_later(delay_ns / 1e9, self._tick)
+
+    def _tick(self) -> None:
+        self._timer = None
+        try:
+            self.inbox.force_put(AheadDue())
+        except ChannelClosed:
+            pass
+
+    async def on_stop(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
 
     def _send_disk_jobs(self) -> None:
         tiers = self.scheduler.tiers

@@ -49,7 +49,7 @@ async def test_same_tokens_with_and_without_async_scheduling() -> None:
 
 
 async def test_abort_and_stop_while_two_steps_are_in_flight() -> None:
-    config = EngineConfig(model="dummy:tiny", num_kv_blocks=200, max_model_len=256)
+    config = EngineConfig(model="dummy:tiny", num_kv_blocks=200, max_model_len=256, async_scheduling=True)
     async with Engine(config) as engine:
         long = SamplingParams(max_tokens=200, temperature=0.0, ignore_eos=True)
         task = asyncio.create_task(collect(engine, prompts(1)[0], long))

@@ -1,0 +1,33 @@
+"""StepClock: the next decode step is due `lead_ns` before the steps in flight are expected to end,
+chained from the last result with the last measured decode-step time."""
+from __future__ import annotations
+
+from scheduler.step_clock import StepClock
+
+MS = 1_000_000
+
+
+def test_before_any_measurement_a_step_is_due_at_once() -> None:
+    clock = StepClock(lead_ns=1 * MS)
+    clock.on_sent(100 * MS)
+    assert clock.ahead_due_ns() <= 100 * MS
+
+
+def test_due_just_before_the_decode_steps_in_flight_end() -> None:
+    clock = StepClock(lead_ns=1 * MS)
+    clock.on_result(100 * MS, 8 * MS, decode_only=True, num_left=0)  # measured: 8 ms a decode step
+    clock.on_sent(101 * MS)  # starts at once: expected to end at 109
+    assert clock.ahead_due_ns() == 108 * MS
+    clock.on_sent(108 * MS)  # built ahead: queued behind it, expected to end at 117
+    assert clock.ahead_due_ns() == 116 * MS
+    clock.on_result(110 * MS, 9 * MS, decode_only=True, num_left=1)  # the first ended late; 9 ms now
+    assert clock.ahead_due_ns() == 118 * MS
+
+
+def test_a_prefill_result_does_not_teach_the_decode_time() -> None:
+    clock = StepClock(lead_ns=1 * MS)
+    clock.on_result(0, 6 * MS, decode_only=True, num_left=0)
+    clock.on_result(50 * MS, 45 * MS, decode_only=False, num_left=0)
+    assert clock.decode_step_ns == 6 * MS
+    clock.on_sent(50 * MS)
+    assert clock.ahead_due_ns() == 55 * MS
