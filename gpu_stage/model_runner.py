@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 import random
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 import torch
@@ -38,7 +38,7 @@ from gpu_stage.model_source import ModelSource
 from gpu_stage.sampler import PendingSample, Sampler, SamplerOutput, SamplingRow, SamplingTensors, draw_uniforms
 from gpu_stage.step_inputs import StagedStep, StepInputs
 from stages.messages import (
-    PENDING_TOKEN, NewRequestData, SampledToken, ScheduledChunk, StepBatch, StepResult,
+    PENDING_TOKEN, KvTransferOps, NewRequestData, SampledToken, ScheduledChunk, StepBatch, StepResult,
 )
 from stages.sampling import SamplingParams
 
@@ -65,7 +65,7 @@ class LaunchedStep:
     pending: PendingSample | None  # the batch's sampling, in flight
     outputs: list[tuple[SamplerOutput, list[int]]]  # sampled already (a row-by-row retry)
     started_ns: int
-    copies_done: torch.cuda.Event | None = None  # the step's tier copies (they may outlast it)
+    copies_done: list = field(default_factory=list)  # events of tier copies reported with it
 
 
 class ModelRunner:
@@ -106,6 +106,10 @@ class ModelRunner:
         self.inputs = StepInputs(max_num_batched_tokens, max_num_seqs, -(-self.max_model_len // block_size),
                                  block_size, self.device)
         self.requests: dict[str, RequestState] = {}
+        # Early tier copies (launch_transfer): the last one's event, which every step that admits a
+        # request waits for, and those not yet reported with a step.
+        self._early_copies: list = []
+        self._last_early_copy = None
         # The last launched step's sampled ids on the device and each request's row in them:
         # where the next step's PENDING_TOKEN inputs come from.
         self._last_sampled: tuple[torch.Tensor, dict[str, int]] | None = None
@@ -143,9 +147,11 @@ class ModelRunner:
         if self.fault_injector is not None:
             self.fault_injector(batch)
         self._check_limits(batch)
-        copies_done = None
+        copies_done, self._early_copies = self._early_copies, []
+        if batch.admits and self._last_early_copy is not None:
+            torch.cuda.current_stream(self.device).wait_event(self._last_early_copy)  # its hits may be loading
         if batch.kv_ops is not None and self.kv_transfer is not None:
-            copies_done = self.kv_transfer.run(batch.kv_ops)  # queued before the forward
+            copies_done.append(self.kv_transfer.run(batch.kv_ops))  # queued before the forward
         for request_id in batch.finished_ids:
             self.requests.pop(request_id, None)
         for new in batch.new_requests:
@@ -180,6 +186,15 @@ class ModelRunner:
                 ids[j] = out.token_ids[k]
         return torch.tensor(ids, dtype=torch.int32).to(self.device)
 
+    def launch_transfer(self, ops: KvTransferOps) -> None:
+        """Start early tier copies now (KvTierManager.take_early_ops); the next step launched
+        reports them done, and every step that admits a request waits for them first."""
+        assert self.kv_transfer is not None, "tier copies without a host tier"
+        event = self.kv_transfer.run(ops)
+        self._early_copies.append(event)
+        if event is not None:
+            self._last_early_copy = event
+
     def complete(self, launched: LaunchedStep) -> StepResult:
         """Wait for a launched step's sampled ids and record them (per request)."""
         result, rows, request_ids = launched.result, launched.rows, launched.request_ids
@@ -200,8 +215,9 @@ class ModelRunner:
                 token_id = out.token_ids[k]
                 rows[j].output_token_ids.append(token_id)
                 result.sampled.append(SampledToken(request_id, token_id, out.logprobs[k], out.top_logprobs[k]))
-        if launched.copies_done is not None:
-            launched.copies_done.synchronize()  # the scheduler reads "step done" as "copies done"
+        for copies in launched.copies_done:
+            if copies is not None:
+                copies.synchronize()  # the scheduler reads "step done" as "copies done"
         result.duration_ns = time.perf_counter_ns() - launched.started_ns
         return result
 

@@ -1,7 +1,8 @@
 """GpuStage: runs the model on two dedicated threads, so the event loop never waits on it and the
 device never waits for the host between steps.
 
-    launcher:  takes each StepBatch as it arrives and queues its work on the device (runner.launch)
+    launcher:  takes each StepBatch as it arrives and queues its work on the device (runner.launch),
+               and early tier copies (runner.launch_transfer)
     completer: waits for each launched step's sampled ids, in launch order (runner.complete), and
                hands the StepResult to the scheduler
 
@@ -24,7 +25,7 @@ import torch
 
 from gpu_stage.model_runner import LaunchedStep, ModelRunner
 from stages.channel import Channel, ChannelClosed
-from stages.messages import StepBatch, StepResult
+from stages.messages import KvTransferOps, StepBatch, StepResult
 from stages.stage import Stage
 
 log = logging.getLogger("ttft.gpu")
@@ -32,7 +33,7 @@ log = logging.getLogger("ttft.gpu")
 _STOP = None
 
 
-class GpuStage(Stage[StepBatch]):
+class GpuStage(Stage[StepBatch | KvTransferOps]):
     def __init__(
         self, runner: ModelRunner, result_inbox: Channel, inbox_size: int, cpu_threads: int | None = None
     ) -> None:
@@ -41,7 +42,7 @@ class GpuStage(Stage[StepBatch]):
         self.result_inbox = result_inbox
         self.busy_ns = 0  # device-side time of the steps, overlaps not counted twice
         self._cpu_threads = cpu_threads
-        self._launches: queue.SimpleQueue[StepBatch | None] = queue.SimpleQueue()
+        self._launches: queue.SimpleQueue[StepBatch | KvTransferOps | None] = queue.SimpleQueue()
         self._completions: queue.SimpleQueue[LaunchedStep | StepResult | None] = queue.SimpleQueue()
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -51,7 +52,7 @@ class GpuStage(Stage[StepBatch]):
             threading.Thread(target=target, name=name, daemon=True).start()
         super().start()
 
-    async def handle(self, batch: StepBatch) -> None:
+    async def handle(self, batch: StepBatch | KvTransferOps) -> None:
         self._launches.put(batch)
 
     async def on_stop(self) -> None:
@@ -64,6 +65,13 @@ class GpuStage(Stage[StepBatch]):
         if self.runner.device.type == "cuda":
             torch.cuda.set_device(self.runner.device)
         while (batch := self._launches.get()) is not _STOP:
+            if isinstance(batch, KvTransferOps):  # early tier copies: reported with the next step
+                try:
+                    self.runner.launch_transfer(batch)
+                except Exception as exc:
+                    log.error("tier copies failed:\n%s", traceback.format_exc())
+                    self._completions.put(StepResult(-1, [], error=f"{type(exc).__name__}: {exc}"))
+                continue
             try:
                 self._completions.put(self.runner.launch(batch))
             except Exception as exc:  # the whole step failed: the engine is broken

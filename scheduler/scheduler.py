@@ -243,6 +243,7 @@ class Scheduler:
         req.status = RequestStatus.RUNNING
         bisect.insort(self.running, req, key=lambda r: r.arrival_seq)
         step.add(req, num_new)
+        step.admits = True
         return True
 
     def _grow(self, req: RequestState, num_total_tokens: int) -> bool:
@@ -328,6 +329,8 @@ class Scheduler:
             self.running.remove(req)
         else:
             self.waiting.remove(req)
+        if req.in_flight and self.tiers is not None:  # its steps in flight write past the computed
+            self.tiers.mark_dirty(req.block_ids[req.num_computed_tokens // self._block_size:], req.in_flight_step)
         self.kv.free(req)
         self.shadow.release(req)
         if self.tiers is not None:
@@ -352,6 +355,10 @@ class Scheduler:
         )
 
     # -- introspection -----------------------------------------------------------------------
+    @property
+    def next_step_id(self) -> int:
+        return self._next_step_id
+
     def has_work(self) -> bool:
         return bool(self.requests)
 

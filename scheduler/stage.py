@@ -19,7 +19,7 @@ from scheduler.scheduler import OVERLOADED, Scheduler
 from scheduler.step_clock import StepClock
 from stages.channel import Channel, ChannelClosed
 from stages.messages import (
-    MAX_STEPS_IN_FLIGHT, Abort, GenerateRequest, KvDiskDone, KvDiskRequest, StepBatch, StepEvents, StepResult, TokenEvent,
+    MAX_STEPS_IN_FLIGHT, Abort, KvTransferOps, GenerateRequest, KvDiskDone, KvDiskRequest, StepBatch, StepEvents, StepResult, TokenEvent,
 )
 from stages.stage import Stage
 from stages.trace import host_clock_ns
@@ -38,7 +38,7 @@ class SchedulerStage(Stage[SchedulerMessage]):
     def __init__(
         self,
         scheduler: Scheduler,
-        gpu_inbox: Channel[StepBatch],
+        gpu_inbox: Channel[StepBatch | KvTransferOps],
         emitter_inbox: Channel[StepEvents],
         inbox_size: int,
         on_engine_error: Callable[[str], None],
@@ -84,6 +84,11 @@ class SchedulerStage(Stage[SchedulerMessage]):
             raise TypeError(f"scheduler got {type(msg).__name__}")
 
     def _on_result(self, result: StepResult) -> None:
+        if result.step_id < 0:  # early tier copies failed: the device is in an unknown state
+            assert result.error is not None
+            self.scheduler.fail_all(result.error)
+            self.on_engine_error(result.error)
+            return
         assert self.in_flight and self.in_flight[0][0].step_id == result.step_id, "result for no step in flight"
         batch, sent_ns = self.in_flight.popleft()
         now_ns = time.perf_counter_ns()
@@ -113,6 +118,9 @@ class SchedulerStage(Stage[SchedulerMessage]):
 
     async def after_burst(self) -> None:
         self._send_disk_jobs()  # reads started by arrivals go out before anything else
+        tiers = self.scheduler.tiers
+        if tiers is not None and (early := tiers.take_early_ops(self.scheduler.next_step_id)) is not None:
+            await self.gpu_inbox.put(early)  # loads for new arrivals start now, beside the steps
         # The next step goes out first: the GPU stage wakes before the emitter, so the model runs
         # step N+1 while this step's tokens are detokenized and written to their sockets. With
         # async scheduling, a decode step in flight gets its successor now, not after its result.

@@ -16,6 +16,7 @@ class StepBuilder:
         self.num_first_prefill_tokens = 0
         self.num_preempted = 0
         self.preempted_ids: set[str] = set()  # preempted during this step: not readmitted in it
+        self.admits = False  # a request is admitted (first chunk after a wait) in this step
 
     def add(self, req: RequestState, num_tokens: int) -> None:
         """Schedule positions [computed, computed + num_tokens) of `req`; its blocks cover them."""
@@ -53,7 +54,7 @@ class StepBuilder:
         self.budget_left -= 1
 
     def build(self, finished_ids: list[str]) -> StepBatch:
-        return StepBatch(self.step_id, self.new_requests, self.chunks, finished_ids)
+        return StepBatch(self.step_id, self.new_requests, self.chunks, finished_ids, admits=self.admits)
 
 
 

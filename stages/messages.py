@@ -1,6 +1,6 @@
 """The messages that cross stages. Nouns for what travels; each is owned by its receiver once sent.
 
-    ingress   --GenerateRequest/Abort-->  scheduler  --StepBatch-->  gpu
+    ingress   --GenerateRequest/Abort-->  scheduler  --StepBatch, KvTransferOps (early)-->  gpu
     gpu       --StepResult------------->  scheduler  --StepEvents--> emitter
     emitter   --RequestOutput---------->  the request's own output stream (read by HTTP / embedder)
     emitter   --Abort(reason="stop")--->  scheduler   (a stop string ended the reply)
@@ -71,6 +71,9 @@ class StepBatch:
     chunks: list[ScheduledChunk]
     finished_ids: list[str] = field(default_factory=list)  # the runner may drop their state
     kv_ops: KvTransferOps | None = None  # tier copies to run before this step's forward
+    # A request is admitted in this step: its first chunk may read blocks loaded by early tier
+    # copies, so the forward waits for those (decode-only steps do not).
+    admits: bool = False
 
     @property
     def num_tokens(self) -> int:
@@ -151,6 +154,10 @@ class KvTransferOps:
     # overwrite a block whose copy to host is still running (evicted and reused). False (only
     # early offloads of cached blocks): the copies run beside the forward.
     fence: bool = True
+    # Whether the copies first wait for the steps already queued on the device (they may still
+    # write a block loaded into here, or have written one offloaded from here). False only for
+    # early loads into blocks no step in flight writes (KvTierManager.take_early_ops).
+    wait_compute: bool = True
 
     def __bool__(self) -> bool:
         return bool(self.offloads or self.loads)

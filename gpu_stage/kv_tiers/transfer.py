@@ -1,7 +1,8 @@
 """KvTransfer: runs a batch's tier copies (device pool <-> host slots) before its forward.
 
 On CUDA the copies run on their own stream: it first waits for the compute stream (the blocks
-to offload were written by earlier steps), then copies every offload (device -> host) and every
+to offload were written by earlier steps; unless `wait_compute` is off: early loads into blocks
+no queued step writes), then copies every offload (device -> host) and every
 load (host -> device) in that order. If the ops are a `fence`, the compute stream waits for them
 before the forward that may overwrite an offloaded block or read a loaded one; otherwise (early
 offloads of cached blocks only) they run beside it. No host sync here: `run` returns an event the
@@ -45,7 +46,8 @@ class KvTransfer:
             self._copy(ops)
             return None
         compute = torch.cuda.current_stream(self.kv.device)
-        self.stream.wait_stream(compute)
+        if ops.wait_compute:
+            self.stream.wait_stream(compute)
         with torch.cuda.stream(self.stream):
             self._copy(ops)
             done = torch.cuda.Event()

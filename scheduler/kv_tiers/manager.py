@@ -78,6 +78,7 @@ class KvTierManager:
         self._version = 0  # bumped whenever a block becomes fetchable: prefetch again then
         self._seen_version: dict[str, int] = {}
         self._fence = False  # the next batch may overwrite a block whose offload is not done
+        self._dirty: dict[int, int] = {}  # freed block -> last step in flight that may write it
         pool.on_evict = self._on_device_evict
         if config.offload_on_cache:
             pool.on_cached = self._on_cached
@@ -111,18 +112,47 @@ class KvTierManager:
 
     # -- batches -------------------------------------------------------------------------------
     def take_ops(self, step_id: int) -> KvTransferOps | None:
-        """The copies queued since the last batch, to ride with batch `step_id`."""
-        if not self._ops:
+        """The copies queued since the last batch, to ride with batch `step_id` (also when there
+        are none but the batch must wait for copies already running: a fence alone)."""
+        if not self._ops and not self._fence:
             return None
-        ops, self._ops = self._ops, KvTransferOps()
+        ops = self._take(step_id)
         ops.fence, self._fence = self._fence or bool(ops.loads), False
-        self._in_flight[step_id] = _InFlight(self._ops_ready, self._ops_sources, self._ops_infos)
+        return ops
+
+    def take_early_ops(self, next_step_id: int) -> KvTransferOps | None:
+        """Loads queued since the last batch (and the offloads before them), to start now, on
+        their own, rather than with the next batch: they overlap the steps before the request's
+        admission. They wait for the steps in flight only if a target block may still be
+        written by one (`wait_compute`); the batches that admit requests wait for them. Their
+        completion is reported with batch `next_step_id` (the next one built)."""
+        if not self._ops.loads:
+            return None
+        ops = self._take(next_step_id)
+        ops.fence = False
+        ops.wait_compute = any(block in self._dirty for _, block in ops.loads)
+        return ops
+
+    def mark_dirty(self, block_ids: Iterable[int], until_step: int) -> None:
+        """Blocks freed while step `until_step` (or one before it) may still write them: a load
+        into one of them must wait for that step."""
+        for block in block_ids:
+            self._dirty[block] = max(until_step, self._dirty.get(block, -1))
+
+    def _take(self, step_id: int) -> KvTransferOps:
+        ops, self._ops = self._ops, KvTransferOps()
+        done = self._in_flight.setdefault(step_id, _InFlight([], [], []))
+        done.ready_slots += self._ops_ready
+        done.load_slots += self._ops_sources
+        done.load_infos += self._ops_infos
         self._ops_ready, self._ops_sources, self._ops_infos = [], [], []
         return ops
 
     def on_step_done(self, step_id: int) -> None:
         """A batch's copies have completed (its step did): offloaded slots are ready, load
         sources free to go; ready slots are written to disk in the background."""
+        if self._dirty:
+            self._dirty = {b: s for b, s in self._dirty.items() if s > step_id}
         done = self._in_flight.pop(step_id, None)
         if done is None:
             return

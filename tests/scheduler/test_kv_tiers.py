@@ -8,7 +8,7 @@ from scheduler.config import SchedulerConfig
 from scheduler.kv_tiers.config import TierConfig
 from scheduler.prefix_cache import extend_block_hashes
 from scheduler.scheduler import Scheduler
-from stages.messages import GenerateRequest, KvDiskDone
+from stages.messages import GenerateRequest, KvDiskDone, SampledToken, StepResult
 from stages.sampling import SamplingParams
 from stages.trace import RequestTrace
 from fake_step import run_step as step
@@ -216,8 +216,6 @@ def test_offload_on_cache_copies_beside_the_forward_and_fences_only_a_reuse_in_p
     and no wait, unless its copy may still be running, which fences the step that reuses it."""
     from dataclasses import replace
 
-    from stages.messages import SampledToken, StepResult
-
     s = Scheduler(SchedulerConfig(num_blocks=5, block_size=4, enable_prefix_caching=True, policy="fcfs",
                                   prior_output_tokens=1, max_num_batched_tokens=64),
                   tiers=replace(TierConfig(num_host_blocks=8, block_nbytes=BLOCK_NBYTES), offload_on_cache=True))
@@ -245,3 +243,34 @@ def test_offload_on_cache_copies_beside_the_forward_and_fences_only_a_reuse_in_p
     assert [slot for _, slot in batch.kv_ops.offloads] == [4, 5, 6]
     s.update(batch, StepResult(batch.step_id, [SampledToken("d", 7)]))
     s.check()
+
+
+def test_early_loads_start_at_arrival_and_wait_only_for_blocks_a_step_in_flight_writes() -> None:
+    """The loads prefetch queues at arrival are taken on their own (take_early_ops), without a
+    fence, reported done with the next batch; a load into a block freed while a step that
+    writes it is in flight waits for the steps queued first (wait_compute)."""
+    s = make_sched(host=8)  # 4 usable device blocks
+    a = hashes(12, 100)
+    s.add_request(make_req("a", 12, 100))
+    step(s)  # a's 3 blocks cached on the device
+    s.add_request(make_req("b", 14, 200, max_tokens=3))
+    step(s)  # b's prefill takes all 4 blocks: a's go to host; b keeps running
+    assert host_view(s) == [(a[2], 0), (a[1], 1), (a[0], 2)]
+    running = s.schedule()  # b's decode at position 14, in its 4th block: in flight
+    assert running is not None and [c.request_id for c in running.chunks] == ["b"]
+    b_blocks = list(s.requests["b"].block_ids)
+    s.abort("b")  # b's 4th block goes back to the free list while `running` may still write it
+    s.add_request(make_req("a2", 12, 100))  # a's first two blocks come back from host
+    tiers = s.tiers
+    assert tiers is not None
+    early = tiers.take_early_ops(s.next_step_id)
+    # b's cached 3rd block (device block 2) is evicted for a load: copied out first, same stream.
+    assert early is not None and not early.fence and early.offloads == [(2, 3)]
+    assert early.loads == [(2, 1), (1, 2)]
+    assert b_blocks[3] in [block for _, block in early.loads] and early.wait_compute
+    assert tiers.take_early_ops(s.next_step_id) is None  # taken once
+    s.update(running, StepResult(running.step_id, [SampledToken("b", 7)]))
+    assert not tiers._dirty  # the step that could write it is done
+    batch = step(s)  # admits a2: reports the early copies done, then a2's own chunk
+    assert batch.admits and [(c.request_id, c.start_pos) for c in batch.chunks] == [("a2", 8)]
+    assert s.is_idle() and s.kv.pool.num_used == 0

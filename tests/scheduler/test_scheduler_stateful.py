@@ -124,6 +124,7 @@ class SchedulerMachine(RuleBasedStateMachine):
             event("decode built ahead")
 
     def _launch(self) -> None:
+        self._before_launch()
         batch = self.s.schedule()
         self.s.check()
         if batch is None:
@@ -192,6 +193,9 @@ class SchedulerMachine(RuleBasedStateMachine):
 
     def _after_writes(self, batch: StepBatch) -> None:
         """After a step's forward: copies that ran beside it (tiers)."""
+
+    def _before_launch(self) -> None:
+        """Before a step is built: copies started on their own (tiers' early loads)."""
 
     def _run_ops(self, batch: StepBatch) -> None:
         assert batch.kv_ops is None  # no tiers here
@@ -278,6 +282,7 @@ class TieredSchedulerMachine(CachingSchedulerMachine):
         self.disk: dict[bytes, list[int | None]] = {}  # block hash -> its tokens
         self.disk_jobs: list[KvDiskRequest] = []
         self._deferred_ops: KvTransferOps | None = None
+        self._early: list[list] = []  # [ops, steps in flight it waits for]
 
     @rule(i=st.integers(0, 50), max_tokens=st.integers(1, 3))
     def resend(self, i: int, max_tokens: int) -> None:
@@ -308,7 +313,25 @@ class TieredSchedulerMachine(CachingSchedulerMachine):
             return
         self._copy(batch.kv_ops)
 
+    def _before_launch(self) -> None:
+        """Early loads start now. Unless they wait for the steps in flight, they run before
+        those steps write (the worst order): a load into a block one of them still writes
+        would be overwritten, and a later read would see it."""
+        ops = self.s.tiers.take_early_ops(self.s.next_step_id)
+        if ops is None:
+            return
+        event("early loads")
+        if ops.wait_compute and self.in_flight:
+            event("early loads wait for the steps in flight")
+            self._early.append([ops, len(self.in_flight)])
+        else:
+            self._copy(ops)
+
     def _after_writes(self, batch: StepBatch) -> None:
+        for entry in self._early:
+            entry[1] -= 1
+        while self._early and self._early[0][1] <= 0:
+            self._copy(self._early.pop(0)[0])
         if self._deferred_ops is not None:
             ops, self._deferred_ops = self._deferred_ops, None
             assert not ops.loads, "loads are always a fence"

@@ -1,5 +1,6 @@
-"""StepClock: the next decode step is due `lead_ns` before the steps in flight are expected to end,
-chained from the last result with the last measured decode-step time."""
+"""StepClock: the next decode step is due a lead (half a decode step, at least `lead_ns`) before
+the steps in flight are expected to end, chained from the last result with the last measured
+decode-step time."""
 from __future__ import annotations
 
 from scheduler.step_clock import StepClock
@@ -14,14 +15,17 @@ def test_before_any_measurement_a_step_is_due_at_once() -> None:
 
 
 def test_due_just_before_the_decode_steps_in_flight_end() -> None:
-    clock = StepClock(lead_ns=1 * MS)
-    clock.on_result(100 * MS, 8 * MS, decode_only=True, num_left=0)  # measured: 8 ms a decode step
-    clock.on_sent(101 * MS)  # starts at once: expected to end at 109
-    assert clock.ahead_due_ns() == 108 * MS
-    clock.on_sent(108 * MS)  # built ahead: queued behind it, expected to end at 117
-    assert clock.ahead_due_ns() == 116 * MS
-    clock.on_result(110 * MS, 9 * MS, decode_only=True, num_left=1)  # the first ended late; 9 ms now
+    clock = StepClock(lead_ns=3 * MS)
+    clock.on_result(100 * MS, 4 * MS, decode_only=True, num_left=0)  # measured: 4 ms a decode step
+    clock.on_sent(101 * MS)  # starts at once: expected to end at 105; lead 3 ms (the floor)
+    assert clock.ahead_due_ns() == 102 * MS
+    clock.on_result(105 * MS, 8 * MS, decode_only=True, num_left=0)  # 8 ms now: lead 4 ms (half)
+    clock.on_sent(106 * MS)  # expected to end at 114
+    assert clock.ahead_due_ns() == 110 * MS
+    clock.on_sent(110 * MS)  # built ahead: queued behind it, expected to end at 122
     assert clock.ahead_due_ns() == 118 * MS
+    clock.on_result(115 * MS, 10 * MS, decode_only=True, num_left=1)  # ended late; 10 ms now
+    assert clock.ahead_due_ns() == 120 * MS
 
 
 def test_a_prefill_result_does_not_teach_the_decode_time() -> None:
@@ -30,4 +34,4 @@ def test_a_prefill_result_does_not_teach_the_decode_time() -> None:
     clock.on_result(50 * MS, 45 * MS, decode_only=False, num_left=0)
     assert clock.decode_step_ns == 6 * MS
     clock.on_sent(50 * MS)
-    assert clock.ahead_due_ns() == 55 * MS
+    assert clock.ahead_due_ns() == 53 * MS
