@@ -107,6 +107,8 @@ if [ -n "$TIERS" ]; then
         if start_server "$DETAIL/server-$mode.log" $flags; then
             timeout 200 python3 -m bench --workload multi-turn --base-url http://127.0.0.1:8000 \
                 --result-dir "$DETAIL/multi-turn" --label "$mode" 2>&1 | tee "$OUTDIR/multi_turn_$mode.log" | tail -25
+            # where the returning turns' TTFT went, from the server's own traces (the last 1,000)
+            python3 -m bench.trace_edges http://127.0.0.1:8000 --min-prompt 2100 > "$OUTDIR/edges_$mode.json"
         else
             echo "server ($mode) did not start"; tail -20 "$DETAIL/server-$mode.log"
         fi
