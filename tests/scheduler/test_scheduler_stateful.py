@@ -131,6 +131,7 @@ class SchedulerMachine(RuleBasedStateMachine):
             assert self.s.is_idle() or self.s.has_work()
             return
         self.in_flight.append(batch)
+        self._launched(batch)
         if self.s.num_preemptions:
             event("preempted")
         if self.s.shadow.num_revoked:
@@ -145,6 +146,7 @@ class SchedulerMachine(RuleBasedStateMachine):
     @rule(eos_mask=st.integers(0, 7), fail_mask=st.integers(0, 31))
     def update(self, eos_mask: int, fail_mask: int) -> None:
         batch = self.in_flight.pop(0)
+        self._done(batch)
         self._run_ops(batch)
         for chunk in batch.chunks:
             self._gpu_write(chunk.request_id, chunk.start_pos, chunk.token_ids, chunk.block_table, batch.step_id)
@@ -196,6 +198,12 @@ class SchedulerMachine(RuleBasedStateMachine):
 
     def _before_launch(self) -> None:
         """Before a step is built: copies started on their own (tiers' early loads)."""
+
+    def _launched(self, batch: StepBatch) -> None:
+        """A step was sent to the device (tiers: check it against the copies still running)."""
+
+    def _done(self, batch: StepBatch) -> None:
+        """A step's result is in: its copies are done too."""
 
     def _run_ops(self, batch: StepBatch) -> None:
         assert batch.kv_ops is None  # no tiers here
@@ -271,7 +279,9 @@ class TieredSchedulerMachine(CachingSchedulerMachine):
     copies (offloads, then loads) before its chunks, and a fake disk completes the disk jobs in
     random order, some failing; `_gpu_write`'s check that every earlier position holds the
     request's own token then proves no prefix is ever served stale, and teardown that no request
-    waits forever. (Random runs reach host loads and disk writes; the rarer disk-read chains are
+    waits forever. Copies that are not a fence run beside the next steps on the device, so every
+    step is also checked at launch: it writes no block whose copy to host is still running unless
+    it is a fence. (Random runs reach host loads and disk writes; the rarer disk-read chains are
     driven directly in test_kv_tiers.py.)"""
 
     tiers = TierConfig(num_host_blocks=4, num_disk_blocks=10, block_nbytes=64)
@@ -283,6 +293,10 @@ class TieredSchedulerMachine(CachingSchedulerMachine):
         self.disk_jobs: list[KvDiskRequest] = []
         self._deferred_ops: KvTransferOps | None = None
         self._early: list[list] = []  # [ops, steps in flight it waits for]
+        # Device blocks being copied to host (offloads not yet reported done) -> the step whose
+        # result reports them done. On the device these copies run beside any step launched
+        # before that result, so only a fenced step may write such a block.
+        self._copying: dict[int, int] = {}
 
     @rule(i=st.integers(0, 50), max_tokens=st.integers(1, 3))
     def resend(self, i: int, max_tokens: int) -> None:
@@ -313,6 +327,23 @@ class TieredSchedulerMachine(CachingSchedulerMachine):
             return
         self._copy(batch.kv_ops)
 
+    def _launched(self, batch: StepBatch) -> None:
+        ops = batch.kv_ops
+        if ops is not None:
+            for block, _ in ops.offloads:
+                self._copying[block] = batch.step_id
+        fenced = ops is not None and ops.fence
+        for chunk in batch.chunks:
+            n = 1 if chunk.token_ids == [PENDING_TOKEN] else len(chunk.token_ids)
+            written = {chunk.block_table[p // BLOCK] for p in range(chunk.start_pos, chunk.start_pos + n)}
+            racing = written & set(self._copying)
+            assert fenced or not racing, f"step {batch.step_id} writes {racing} while their copies run"
+            if racing:
+                event("a fenced step writes a block being copied")
+
+    def _done(self, batch: StepBatch) -> None:
+        self._copying = {b: s for b, s in self._copying.items() if s > batch.step_id}
+
     def _before_launch(self) -> None:
         """Early loads start now. Unless they wait for the steps in flight, they run before
         those steps write (the worst order): a load into a block one of them still writes
@@ -321,6 +352,8 @@ class TieredSchedulerMachine(CachingSchedulerMachine):
         if ops is None:
             return
         event("early loads")
+        for block, _ in ops.offloads:  # reported done with the next step
+            self._copying[block] = self.s.next_step_id
         if ops.wait_compute and self.in_flight:
             event("early loads wait for the steps in flight")
             self._early.append([ops, len(self.in_flight)])
