@@ -6,44 +6,22 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
-import socket
-import subprocess
-import sys
-import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import httpx
 import pytest
 
+from bench.baselines.server_process import ServerProcess, free_port, start_server, ttft_serve_command
 from bench.cli import add_bench_arguments, run_bench
 
-ROOT = Path(__file__).resolve().parents[2]
 BLOCK = 16  # ttft serve's default block size
 SMALL = ["--workload", "multi-turn", "--conversations", "4", "--turns", "3", "--doc-len", "64",
          "--turn-len", "16", "--output-len", "8", "--vocab-size", "512", "--warmup", "1"]
 
 
-def _serve(log: Path, *flags: str) -> tuple[subprocess.Popen, str]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    proc = subprocess.Popen([sys.executable, "-m", "pipeline.cli", "serve", "--model", "dummy:tiny",
-                             "--port", str(port), *flags], cwd=ROOT, stdout=open(log, "wb"),
-                            stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        assert proc.poll() is None, log.read_text()
-        try:
-            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                return proc, url
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.1)
-    proc.kill()
-    raise RuntimeError(f"server not ready:\n{log.read_text()}")
+def _serve(log: Path, *flags: str) -> ServerProcess:
+    port = free_port()
+    return start_server(ttft_serve_command("dummy:tiny", port, list(flags)), port, log, ready_timeout_s=60)
 
 
 @pytest.fixture(scope="module")
@@ -53,10 +31,9 @@ def servers(tmp_path_factory):
     specs = [("roomy", ("--max-model-len", "1024")), ("capped", ("--max-model-len", "160", "--num-kv-blocks", "12"))]
     with ThreadPoolExecutor(2) as pool:  # start-up is mostly imports: in parallel they cost about one
         started = dict(zip([n for n, _ in specs], pool.map(lambda s: _serve(d / f"{s[0]}.log", *s[1]), specs)))
-    yield {name: url for name, (_, url) in started.items()}
-    for proc, _ in started.values():
-        proc.terminate()
-        proc.wait(20)
+    yield {name: server.base_url for name, server in started.items()}
+    for server in started.values():
+        server.stop(grace_s=20)
 
 
 def bench(url: str, tmp_path: Path, *flags: str) -> dict:
