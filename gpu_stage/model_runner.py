@@ -6,8 +6,8 @@ the host never holds the device up between steps: `launch` queues a step's work 
 and returns at once; `complete` waits for its sampled ids (the step's one host sync) and turns
 them into a StepResult. The GpuStage launches step N+1 before it completes step N; a decode of
 step N+1 built before step N was sampled (PENDING_TOKEN) reads its input from step N's sampled
-ids on the device. `execute` is both halves at once. An exception in the forward propagates (the step failed: the
-engine is broken); a failure while sampling one request only fails that request.
+ids on the device. `execute` is both halves at once. An exception in the forward propagates (the
+step failed: the engine is broken); a failure while sampling one request only fails that request.
 
 A step, on CPU and GPU alike: the sampled rows are looked up and their uniforms drawn first; the
 integer inputs and sampling parameters are packed into one pinned buffer and copied once

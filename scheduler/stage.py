@@ -19,12 +19,14 @@ from scheduler.scheduler import OVERLOADED, Scheduler
 from scheduler.step_clock import StepClock
 from stages.channel import Channel, ChannelClosed
 from stages.messages import (
-    MAX_STEPS_IN_FLIGHT, Abort, KvTransferOps, GenerateRequest, KvDiskDone, KvDiskRequest, StepBatch, StepEvents, StepResult, TokenEvent,
+    MAX_STEPS_IN_FLIGHT, Abort, GenerateRequest, KvDiskDone, KvDiskRequest, KvTransferOps, StepBatch, StepEvents,
+    StepResult, TokenEvent,
 )
 from stages.stage import Stage
 from stages.trace import host_clock_ns
 
 log = logging.getLogger("ttft.scheduler")
+
 
 class AheadDue:
     """The StepClock's tick: time to build the next step ahead (handled in after_burst)."""
@@ -56,6 +58,7 @@ class SchedulerStage(Stage[SchedulerMessage]):
         self.last_step_ns = 0  # wall time of the last step (sent to result), for metrics
         self.clock = StepClock()
         self._timer: asyncio.TimerHandle | None = None
+        self._timer_due_ns = 0
         self._pending_events: list[TokenEvent] = []
 
     async def handle(self, msg: SchedulerMessage) -> None:
@@ -131,7 +134,7 @@ class SchedulerStage(Stage[SchedulerMessage]):
                     break
                 due_ns = self.clock.ahead_due_ns()
                 if now_ns < due_ns:
-                    self._wake_at(due_ns - now_ns)
+                    self._wake_at(due_ns, now_ns)
                     break
             t0 = host_clock_ns()
             batch = self.scheduler.schedule()
@@ -151,11 +154,15 @@ class SchedulerStage(Stage[SchedulerMessage]):
             self.scheduler.reclaim(max_blocks=RECLAIM_BLOCKS_PER_STEP)
         self._send_disk_jobs()
 
-    def _wake_at(self, delay_ns: int) -> None:
-        """Tick after `delay_ns` (one timer at a time; a new due time replaces the old one)."""
+    def _wake_at(self, due_ns: int, now_ns: int) -> None:
+        """Tick at `due_ns` (one timer at a time). Every burst while a step runs asks again: the
+        timer is replaced only when the due time moved, not re-created per arrival."""
         if self._timer is not None:
+            if self._timer_due_ns == due_ns:
+                return
             self._timer.cancel()
-        self._timer = asyncio.get_running_loop().call_later(delay_ns / 1e9, self._tick)
+        self._timer_due_ns = due_ns
+        self._timer = asyncio.get_running_loop().call_later((due_ns - now_ns) / 1e9, self._tick)
 
     def _tick(self) -> None:
         self._timer = None
