@@ -5,6 +5,8 @@ reference) or Triton kernels (gpu_stage/kernels, fused and in place where that s
     add_rms_norm(x, residual, weight, eps)   -> (rms_norm(residual + x), residual + x)
     rope(q, k, cos, sin)                     -> (q, k) rotated (the Triton ops rotate in place)
     silu_and_mul(gate_up)                    -> silu(gate) * up
+    linear(x, weight, bias)                  -> x @ weight.T + bias
+    gate_up_silu(x, gate_up_weight)          -> silu_and_mul(linear(x, gate_up_weight))
 
 Callers use only the returned tensors: whether an op reused its input's memory is its own business.
 """
@@ -44,13 +46,20 @@ class TorchOps:
         gate, up = x.chunk(2, dim=-1)
         return F.silu(gate) * up
 
+    linear = staticmethod(F.linear)
+
+    @staticmethod
+    def gate_up_silu(x: torch.Tensor, gate_up_weight: torch.Tensor) -> torch.Tensor:
+        return TorchOps.silu_and_mul(F.linear(x, gate_up_weight))
+
 
 def get_layer_ops(name: str):
-    """'torch' or 'triton' (the latter needs triton, and a GPU unless TRITON_INTERPRET=1)."""
+    """'torch' or 'triton' (the latter needs triton, and a GPU unless TRITON_INTERPRET=1): a fresh
+    TritonOps per call, since it carries the model's measured gemv plan."""
     if name == "torch":
         return TorchOps
     if name == "triton":
         from gpu_stage.kernels.triton_ops import TritonOps
 
-        return TritonOps
+        return TritonOps()
     raise ValueError(f"unknown layer ops {name!r} (known: torch, triton)")

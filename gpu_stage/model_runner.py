@@ -130,6 +130,13 @@ class ModelRunner:
             num_blocks = self._profile_num_blocks(gpu_memory_utilization, graph_reserve_bytes if use_graphs else 0)
         self.kv_cache = KvCache(self.config, num_blocks, block_size, self.device, dtype)
         self.graphs: CudaGraphRunner | None = None
+        # One-row products (batch-1 decode): cuBLAS or the gemv kernel, whichever this GPU runs
+        # faster per weight shape; measured before the graphs capture the choice.
+        self.gemv_table: list[dict] = []
+        if cuda and attention_backend == "triton":
+            from gpu_stage.kernels.gemv_tuning import tune_gemv
+
+            self.gemv_table = tune_gemv(self.model, self.model.ops)
         if cuda:
             self.warmup()
         if use_graphs:

@@ -1,9 +1,19 @@
-"""TritonOps: the layer_ops interface backed by the Triton kernels of this package."""
+"""TritonOps: the layer_ops interface backed by the Triton kernels of this package.
+
+One instance per model: `gemv_plan` holds the one-row products that the gemv kernel runs faster
+than cuBLAS on this GPU (kernels/gemv_tuning.py fills it at start-up; empty: cuBLAS everywhere).
+"""
 from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
 
 from gpu_stage.kernels import activation as _activation
 from gpu_stage.kernels import rms_norm as _rms_norm
 from gpu_stage.kernels import rope as _rope
+from gpu_stage.kernels.gemv import gemv
+
+GemvKey = tuple[int, int, str]  # (weight rows, weight columns, "none" | "silu_mul")
 
 
 class TritonOps:
@@ -12,3 +22,18 @@ class TritonOps:
     add_rms_norm = staticmethod(_rms_norm.add_rms_norm)
     rope = staticmethod(_rope.rope_)
     silu_and_mul = staticmethod(_activation.silu_and_mul)
+
+    def __init__(self) -> None:
+        self.gemv_plan: dict[GemvKey, dict] = {}  # key -> the kernel config that won
+
+    def linear(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+        if x.shape[0] == 1 and (cfg := self.gemv_plan.get((weight.shape[0], weight.shape[1], "none"))):
+            return gemv(x, weight, bias, config=cfg)
+        return F.linear(x, weight, bias)
+
+    def gate_up_silu(self, x: torch.Tensor, gate_up_weight: torch.Tensor) -> torch.Tensor:
+        """silu(x @ gate.T) * (x @ up.T), gate_up_weight = [gate; up]."""
+        shape = gate_up_weight.shape
+        if x.shape[0] == 1 and (cfg := self.gemv_plan.get((shape[0], shape[1], "silu_mul"))):
+            return gemv(x, gate_up_weight, act="silu_mul", config=cfg)
+        return _activation.silu_and_mul(F.linear(x, gate_up_weight))

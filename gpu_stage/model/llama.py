@@ -8,9 +8,10 @@ Arithmetic follows transformers' LlamaForCausalLM (RMSNorm in float32, cos/sin c
 dtype) so logits match it within rounding.
 
 The residual add is carried into the next norm (`add_rms_norm`), so the Triton ops fuse the two
-into one kernel; with the torch ops the arithmetic is the same as h = h + out; norm(h). Norms, RoPE
-and SiLU-and-multiply go through `ops` (layer_ops.TorchOps or the Triton kernels), attention
-through `attention` (a backend module): the CPU path and the GPU path are the same model code.
+into one kernel; with the torch ops the arithmetic is the same as h = h + out; norm(h). Norms, RoPE,
+SiLU-and-multiply and the matrix products go through `ops` (layer_ops.TorchOps or the Triton
+kernels, whose one-row products may run in the gemv kernel), attention through `attention` (a
+backend module): the CPU path and the GPU path are the same model code.
 """
 from __future__ import annotations
 
@@ -86,7 +87,7 @@ class LlamaDecoderLayer(nn.Module):
             residual, x = h, ops.rms_norm(h, norm1.weight, norm1.eps)
         else:
             x, residual = ops.add_rms_norm(h, residual, norm1.weight, norm1.eps)
-        qkv = F.linear(x, self.qkv_weight, self.qkv_bias)  # [T, q_size + 2 * kv_size]
+        qkv = ops.linear(x, self.qkv_weight, self.qkv_bias)  # [T, q_size + 2 * kv_size]
         q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
         q, k = ops.rope(
             q.view(num_tokens, self.num_heads, self.head_dim),  # [T, H, D]
@@ -96,10 +97,10 @@ class LlamaDecoderLayer(nn.Module):
         v = v.view(num_tokens, self.num_kv_heads, self.head_dim)  # [T, Hkv, D]
         self.attention.store_kv(kv_layer, k, v, meta)
         attn = self.attention.forward(q, kv_layer, meta)  # [T, H, D]
-        out = F.linear(attn.reshape(num_tokens, self.q_size), self.o_weight, self.o_bias)
+        out = ops.linear(attn.reshape(num_tokens, self.q_size), self.o_weight, self.o_bias)
         x, residual = ops.add_rms_norm(out, residual, norm2.weight, norm2.eps)
-        gate_up = F.linear(x, self.gate_up_weight)  # [T, 2 * inter]
-        return F.linear(ops.silu_and_mul(gate_up), self.down_weight), residual  # [T, hidden] each
+        act = ops.gate_up_silu(x, self.gate_up_weight)  # [T, inter]
+        return ops.linear(act, self.down_weight), residual  # [T, hidden] each
 
 
 class LlamaForCausalLM(nn.Module):
@@ -109,7 +110,7 @@ class LlamaForCausalLM(nn.Module):
         device: torch.device | str = "cpu",
         dtype: torch.dtype = torch.float32,
         attention: ModuleType = torch_backend,
-        ops=TorchOps,  # layer_ops.TorchOps or kernels.triton_ops.TritonOps
+        ops=TorchOps,  # layer_ops.TorchOps or a kernels.triton_ops.TritonOps instance
     ) -> None:
         super().__init__()
         c = config
@@ -146,7 +147,7 @@ class LlamaForCausalLM(nn.Module):
         else:  # only the sampled rows need the last residual add
             h = self.ops.add_rms_norm(h[logits_indices], residual[logits_indices], norm.weight, norm.eps)[0]
         head = self.embed_weight if self.lm_head_weight is None else self.lm_head_weight
-        return F.linear(h, head).float()  # [S, vocab]
+        return self.ops.linear(h, head).float()  # [S, vocab]
 
     @torch.no_grad()
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:

@@ -214,3 +214,100 @@ def test_attention_kernels_write_every_real_row() -> None:
         out = torch.full_like(q, float("nan"))
         decode_attention(q, kv_layer, meta.seq_lens, meta.block_tables, DecodeWorkspace(2, 4, 16, splits, DEVICE), out=out)
         assert _rel(out, ref) < 1e-5
+
+
+# --- one-row products -------------------------------------------------------------------------------
+
+def _gemv_tol(dtype: torch.dtype, roundings: int) -> float:
+    # Triton's interpreter truncates float32 -> bf16 (the GPU rounds to nearest): up to one bf16
+    # ulp (2^-8 relative) per rounding on the way, so a looser bound there only.
+    if dtype == torch.bfloat16 and DEVICE == "cpu":
+        return roundings * 2 ** -7
+    return TOL[dtype]
+
+
+@pytest.mark.parametrize("n,k,bias", [(12, 40, True), (24, 64, False), (7, 33, False)]
+                         + [pytest.param(6144, 4096, True, marks=pytest.mark.gpu),
+                            pytest.param(4096, 14336, False, marks=pytest.mark.gpu)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_gemv_equals_linear(n: int, k: int, bias: bool, dtype: torch.dtype) -> None:
+    from gpu_stage.kernels.gemv import GPU_CONFIGS, gemv
+
+    gen = _gen(n * k)
+    x, w = _randn(1, k, gen=gen, dtype=dtype), _randn(n, k, gen=gen, dtype=dtype)
+    b = _randn(n, gen=gen, dtype=dtype) if bias else None
+    ref = torch.nn.functional.linear(x.float(), w.float(), None if b is None else b.float()).to(dtype)
+    for cfg in GPU_CONFIGS if DEVICE == "cuda" else [None]:
+        out = gemv(x, w, b, config=cfg)
+        assert out.shape == (1, n) and out.dtype == dtype
+        assert _rel(out, ref) < _gemv_tol(dtype, 1)
+
+
+@pytest.mark.parametrize("inter,k", [(6, 40), (10, 64)] + [pytest.param(14336, 4096, marks=pytest.mark.gpu)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_gemv_fused_silu_mul_equals_linear_then_activation(inter: int, k: int, dtype: torch.dtype) -> None:
+    from gpu_stage.kernels.gemv import GPU_CONFIGS, gemv
+
+    gen = _gen(inter + k)
+    x, w = _randn(1, k, gen=gen, dtype=dtype), _randn(2 * inter, k, gen=gen, dtype=dtype) / 4
+    ref = TorchOps.silu_and_mul(torch.nn.functional.linear(x.float(), w.float()).to(dtype))
+    for cfg in GPU_CONFIGS if DEVICE == "cuda" else [None]:
+        out = gemv(x, w, act="silu_mul", config=cfg)
+        assert out.shape == (1, inter)
+        assert _rel(out, ref) < _gemv_tol(dtype, 3)
+
+
+def test_triton_ops_route_one_row_products_by_plan() -> None:
+    """Only one-row products of a planned shape go to the gemv kernel; the rest stay F.linear."""
+    from gpu_stage.kernels.gemv import INTERPRETER_CONFIG
+    from gpu_stage.kernels.triton_ops import TritonOps
+
+    gen = _gen(5)
+    w, x1, x3 = _randn(8, 32, gen=gen), _randn(1, 32, gen=gen), _randn(3, 32, gen=gen)
+    ops = TritonOps()
+    calls = []
+    import gpu_stage.kernels.triton_ops as triton_ops_mod
+
+    real = triton_ops_mod.gemv
+    triton_ops_mod.gemv = lambda *a, **kw: calls.append(kw) or real(*a, **kw)
+    try:
+        ops.linear(x1, w)  # not planned: cuBLAS / torch
+        ops.gemv_plan[(8, 32, "none")] = dict(INTERPRETER_CONFIG)
+        ops.linear(x3, w)  # planned, but three rows
+        assert not calls
+        out = ops.linear(x1, w)
+        assert len(calls) == 1 and _rel(out, x1 @ w.T) < 1e-5
+        ops.gemv_plan[(8, 32, "silu_mul")] = dict(INTERPRETER_CONFIG)
+        out = ops.gate_up_silu(x1, w)
+        assert len(calls) == 2 and calls[1]["act"] == "silu_mul"
+        assert _rel(out, TorchOps.gate_up_silu(x1, w)) < 1e-5
+    finally:
+        triton_ops_mod.gemv = real
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(DEVICE != "cuda", reason="times kernels with CUDA events")
+def test_tune_gemv_plans_only_measured_winners() -> None:
+    from gpu_stage.kernels.gemv import GPU_CONFIGS
+    from gpu_stage.kernels.gemv_tuning import MIN_GAIN, tune_gemv
+    from gpu_stage.kernels.triton_ops import TritonOps
+    from gpu_stage.attention import get_attention_backend
+    from gpu_stage.model.llama import LlamaForCausalLM
+    from gpu_stage.model_config import ModelConfig
+
+    cfg = ModelConfig(architecture="llama", vocab_size=32000, hidden_size=2048, intermediate_size=5632, num_layers=4, num_heads=16,
+                      num_kv_heads=4, head_dim=128, rms_norm_eps=1e-5, rope_theta=10000.0,
+                      max_position_embeddings=2048, tie_word_embeddings=False)
+    ops = TritonOps()
+    model = LlamaForCausalLM(cfg, DEVICE, torch.bfloat16, get_attention_backend("triton"), ops)
+    for p in model.parameters():
+        p.normal_(0, 0.02)
+    rows = tune_gemv(model, ops)
+    assert len(rows) == 5
+    for row in rows:
+        key = tuple(row["shape"])
+        if row["chosen"] == "gemv":
+            assert ops.gemv_plan[key] in GPU_CONFIGS
+            assert min(row["gemv_us"].values()) < row["cublas_us"] * (1 - MIN_GAIN)
+        else:
+            assert key not in ops.gemv_plan
