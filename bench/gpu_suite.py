@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from bench.cli import add_bench_arguments, run_bench
+from bench.trace_edges import summarize as summarize_edges
 
 
 def bench_args(base_url: str, out: Path, label: str, *extra: str) -> argparse.Namespace:
@@ -44,6 +45,9 @@ async def run_scenarios(base_url: str, out: Path, quick: bool) -> dict:
         t0 = time.perf_counter()
         res = await run_bench(bench_args(base_url, out, label, *extra))
         m = res["metrics"]
+        # Where this scenario's TTFT went, edge by edge, from the server's traces of its requests.
+        traces = fetch_json(f"{base_url}/debug/traces?limit={m['completed']}")["traces"]
+        summary.setdefault("ttft_edges", {})[label] = summarize_edges(traces)
         print(f"{label}: ttft p50 {m['median_ttft_ms']:.2f} ms, itl p50 {m['median_itl_ms']:.2f} ms, "
               f"{m['completed']} ok / {m['failed']} failed in {time.perf_counter() - t0:.1f} s", flush=True)
         return m
@@ -87,7 +91,7 @@ def main() -> None:
     summary.update(asyncio.run(run_scenarios(a.base_url, out, a.quick)))
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     lines = ["| figure | value |", "|---|---|"] + [f"| {k} | {v:.3f} |" if isinstance(v, float) else f"| {k} | {v} |"
-                                                  for k, v in summary.items()]
+                                                  for k, v in summary.items() if not isinstance(v, dict)]
     (out / "summary.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
