@@ -161,7 +161,7 @@ if [ -z "$SKIP_SERVER" ]; then
         kill -0 $SERVER 2>/dev/null || break
         sleep 1
     done
-    grep -E "ready|KV|graph|warm|ERROR|Error" "$DETAIL/server.log" | tail -10
+    grep -E "ready|KV|graph|warm|one-row product|ERROR|Error" "$DETAIL/server.log" | tail -16
     EXTRA=$(python3 - "$DETAIL" <<'EOF'
 import json, sys, glob, subprocess
 extra = {"gpu_name": subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],

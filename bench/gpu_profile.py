@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import torch
+from torch.autograd import DeviceType
 from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -18,13 +19,37 @@ from gpu_stage.loaders import load_model_source  # noqa: E402
 from gpu_stage.model_runner import ModelRunner  # noqa: E402
 
 
-def report(prof, label: str, wall_ms: float) -> None:
-    events = [e for e in prof.key_averages() if e.device_time_total > 0]
+def report(prof, label: str, wall_ms: float, runs: int) -> None:
+    # Kernels only: CPU-side ops also carry the device time of the kernels they launched.
+    events = [e for e in prof.key_averages() if e.device_type == DeviceType.CUDA and e.device_time_total > 0]
     events.sort(key=lambda e: e.device_time_total, reverse=True)
-    total = sum(e.device_time_total for e in events) / 1e3
-    print(f"\n== {label}: wall {wall_ms:.2f} ms, device {total:.2f} ms (sum of kernel times)")
-    for e in events[:14]:
-        print(f"  {e.device_time_total / 1e3:8.2f} ms  {e.count:5d}x  {e.key[:90]}")
+    total = sum(e.device_time_total for e in events) / 1e3 / runs
+    print(f"\n== {label}: wall {wall_ms:.2f} ms, kernels {total:.2f} ms per run")
+    for e in events[:16]:
+        print(f"  {e.device_time_total / 1e3 / runs:8.3f} ms  {e.count / runs:6.1f}x  {e.key[:90]}")
+    idle_report(prof, runs)
+
+
+def idle_report(prof, runs: int) -> None:
+    """The device's idle time between its kernels, and the largest gaps with their neighbours:
+    what the host (launches, Python, syncs) costs beyond the kernels."""
+    kernels = sorted((e.time_range.start, e.time_range.end, e.name) for e in prof.events()
+                     if e.device_type == DeviceType.CUDA)
+    if not kernels:
+        return
+    gaps, busy, end = [], 0.0, kernels[0][0]
+    prev = ""
+    for start, stop, name in kernels:
+        if start > end:
+            gaps.append((start - end, prev, name))
+        busy += max(0.0, stop - max(start, end))
+        end, prev = max(end, stop), name
+    span = (end - kernels[0][0]) / 1e3
+    idle = sum(g for g, _, _ in gaps) / 1e3
+    print(f"  device span {span / runs:.2f} ms per run: busy {busy / 1e3 / runs:.2f}, idle {idle / runs:.2f} "
+          f"in {len(gaps) / runs:.0f} gaps per run")
+    for gap, before, after in sorted(gaps, reverse=True)[:8]:
+        print(f"    gap {gap:8.1f} us  after {before[:45]}  before {after[:45]}")
 
 
 def main() -> None:
@@ -39,12 +64,12 @@ def main() -> None:
         t0 = time.perf_counter()
         bench.prefill_ms(2048, 1)
         wall = (time.perf_counter() - t0) * 1e3 / 3
-    report(prof, "prefill 2048 (3 runs, wall per run)", wall)
+    report(prof, "prefill 2048 (3 runs, wall per run)", wall, 3)
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         t0 = time.perf_counter()
         bench.decode_ms(1, 2048, 10)
         wall = (time.perf_counter() - t0) * 1e3 / 13
-    report(prof, "decode b1 (13 steps, wall per step)", wall)
+    report(prof, "decode b1 (13 steps, wall per step)", wall, 13)
 
 
 if __name__ == "__main__":

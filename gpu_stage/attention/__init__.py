@@ -1,4 +1,4 @@
-"""Paged attention backends. Each provides `store_kv(kv_layer, k, v, meta)` and
+"""Paged attention backends. Each provides `store_kv(kv_layer, k, v, meta)`, `rope_store_kv(...)` and
 `forward(q, kv_layer, meta)`; `torch_backend` is the CPU path and the reference for GPU kernels,
 `triton_backend` the GPU path (Triton kernels; on CPU only under TRITON_INTERPRET=1)."""
 from types import ModuleType

@@ -1,7 +1,9 @@
 """Reference paged attention in plain torch: the CPU path, and the oracle for GPU kernels.
 
-Interface (a Triton backend provides the same two functions):
+Interface (a Triton backend provides the same functions):
     store_kv(kv_layer, k, v, meta)   write the step's new K/V into the paged cache
+    rope_store_kv(kv_layer, q, k, v, cos, sin, meta, ops)
+                                     RoPE on q and k (ops.rope), then store_kv; -> (q, k) rotated
     forward(q, kv_layer, meta)       causal attention of the new queries over each sequence's context
 
 `kv_layer` is one layer's view of the pool, [num_blocks, 2, block_size, num_kv_heads, head_dim].
@@ -72,6 +74,14 @@ def store_kv(kv_layer: torch.Tensor, k: torch.Tensor, v: torch.Tensor, meta: Att
     num_tokens = k.shape[0]
     rows.index_copy_(0, plan.store_k_rows, k.reshape(num_tokens, -1))
     rows.index_copy_(0, plan.store_k_rows + plan.v_delta, v.reshape(num_tokens, -1))
+
+
+def rope_store_kv(kv_layer: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cos: torch.Tensor,
+                  sin: torch.Tensor, meta: AttentionMetadata, ops) -> tuple[torch.Tensor, torch.Tensor]:
+    """q [T, H, D], k/v [T, Hkv, D]: rotate q and k with ops.rope, store k and v; -> (q, k)."""
+    q, k = ops.rope(q, k, cos, sin)
+    store_kv(kv_layer, k, v, meta)
+    return q, k
 
 
 def forward(q: torch.Tensor, kv_layer: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:

@@ -1,6 +1,8 @@
 """Paged attention with Triton kernels: the GPU path. Same interface as torch_backend:
 
     store_kv(kv_layer, k, v, meta)   write the step's new K/V into the paged cache (slot_mapping)
+    rope_store_kv(kv_layer, q, k, v, cos, sin, meta, ops)
+                                     RoPE and the store in one kernel (the Triton rope's arithmetic)
     forward(q, kv_layer, meta)       causal attention of the new queries over each sequence's context
 
 A step's plan (decode-only or general, the split count and the split-K workspace) is made once from
@@ -21,6 +23,7 @@ from gpu_stage.kernels import decode_attention as decode_mod
 from gpu_stage.kernels import interpreting
 from gpu_stage.kernels.kv_store import store_kv as _store_kv
 from gpu_stage.kernels.prefill_attention import prefill_attention
+from gpu_stage.kernels.rope import rope_store_kv_
 
 INTERPRETER_NUM_SMS = 4  # small, so that CPU tests exercise several splits
 
@@ -74,6 +77,15 @@ def store_kv(kv_layer: torch.Tensor, k: torch.Tensor, v: torch.Tensor, meta: Att
     """k, v [T, num_kv_heads, head_dim] -> the cache slots of meta.slot_mapping."""
     _store_kv(kv_layer, k, v, meta.slot_mapping)
     meta.fresh_kv = (k, v)
+
+
+def rope_store_kv(kv_layer: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cos: torch.Tensor,
+                  sin: torch.Tensor, meta: AttentionMetadata, ops=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """q [T, H, D], k/v [T, Hkv, D] -> (q, k) rotated in place, k and v stored: one launch. `ops`
+    is not used: the fused kernel does the Triton rope's arithmetic (the same roundings as torch's)."""
+    rope_store_kv_(q, k, v, cos, sin, kv_layer, meta.slot_mapping)
+    meta.fresh_kv = (k, v)
+    return q, k
 
 
 def forward(q: torch.Tensor, kv_layer: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:

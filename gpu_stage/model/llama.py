@@ -89,13 +89,13 @@ class LlamaDecoderLayer(nn.Module):
             x, residual = ops.add_rms_norm(h, residual, norm1.weight, norm1.eps)
         qkv = ops.linear(x, self.qkv_weight, self.qkv_bias)  # [T, q_size + 2 * kv_size]
         q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
-        q, k = ops.rope(
+        q, k = self.attention.rope_store_kv(
+            kv_layer,
             q.view(num_tokens, self.num_heads, self.head_dim),  # [T, H, D]
             k.view(num_tokens, self.num_kv_heads, self.head_dim),  # [T, Hkv, D]
-            cos, sin,
+            v.view(num_tokens, self.num_kv_heads, self.head_dim),  # [T, Hkv, D]
+            cos, sin, meta, ops,
         )
-        v = v.view(num_tokens, self.num_kv_heads, self.head_dim)  # [T, Hkv, D]
-        self.attention.store_kv(kv_layer, k, v, meta)
         attn = self.attention.forward(q, kv_layer, meta)  # [T, H, D]
         out = ops.linear(attn.reshape(num_tokens, self.q_size), self.o_weight, self.o_bias)
         x, residual = ops.add_rms_norm(out, residual, norm2.weight, norm2.eps)

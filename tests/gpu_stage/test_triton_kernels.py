@@ -188,6 +188,41 @@ def test_rope_in_place_on_strided_qkv(tokens: int, heads: int, kv_heads: int, he
     assert torch.equal(qkv[:, (heads + kv_heads) * head_dim :], v_before)  # v untouched
 
 
+@pytest.mark.parametrize("tokens,heads,kv_heads,head_dim", [(7, 4, 2, 16), (5, 6, 3, 32)]
+                         + [pytest.param(64, 32, 8, 128, marks=pytest.mark.gpu)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_rope_store_kv_equals_rope_then_store(tokens: int, heads: int, kv_heads: int, head_dim: int,
+                                              dtype: torch.dtype) -> None:
+    """The fused kernel: q and k rotated in place exactly as rope_, the rotated k and v in the same
+    cache slots as store_kv (a negative slot skipped), nothing else written."""
+    from gpu_stage.model_config import ModelConfig
+    from gpu_stage.rope import RotaryEmbedding
+
+    gen = _gen(tokens * heads)
+    config = ModelConfig("llama", 10, heads * head_dim, 8, 1, heads, kv_heads, head_dim)
+    cos, sin = RotaryEmbedding(config, DEVICE).cos_sin(torch.arange(3, 3 + tokens, device=DEVICE), dtype)
+    qkv = _randn(tokens, (heads + 2 * kv_heads) * head_dim, gen=gen, dtype=dtype)
+    block_size = 4
+    pool = _randn(-(-tokens // block_size) * 2 + 2, 2, 2, block_size, kv_heads, head_dim, gen=gen, dtype=dtype)
+    slots = torch.randperm(pool.shape[0] * block_size - block_size, generator=gen)[:tokens] + block_size
+    slots[1] = -1
+    slots = slots.to(torch.int32).to(DEVICE)
+    results = []
+    for fused in (False, True):
+        buf, cache = qkv.clone(), pool.clone()
+        q, k, v = buf.split([heads * head_dim, kv_heads * head_dim, kv_heads * head_dim], dim=-1)
+        q, k, v = (x.view(tokens, -1, head_dim) for x in (q, k, v))
+        if fused:
+            out_q, out_k = rope.rope_store_kv_(q, k, v, cos, sin, cache[:, 1], slots)
+        else:
+            out_q, out_k = rope.rope_(q, k, cos, sin)
+            store_kv(cache[:, 1], out_k, v, slots)
+        assert out_q.data_ptr() == q.data_ptr()
+        results.append((buf, cache))
+    assert torch.equal(results[0][0], results[1][0])  # q and k rotated identically in place, v untouched
+    assert torch.equal(results[0][1], results[1][1])  # the same slots, the same values, layer 0 untouched
+
+
 @pytest.mark.parametrize("rows,inter", [(5, 24), (2, 1500)] + [pytest.param(512, 14336, marks=pytest.mark.gpu)])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_silu_and_mul(rows: int, inter: int, dtype: torch.dtype) -> None:
