@@ -27,13 +27,12 @@ class TritonOps:
         self.gemv_plan: dict[GemvKey, dict] = {}  # key -> the kernel config that won
 
     def linear(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-        if x.shape[0] == 1 and (cfg := self.gemv_plan.get((weight.shape[0], weight.shape[1], "none"))):
+        if x.shape[0] == 1 and x.stride(1) == 1 and (cfg := self.gemv_plan.get((*weight.shape, "none"))):
             return gemv(x, weight, bias, config=cfg)
         return F.linear(x, weight, bias)
 
     def gate_up_silu(self, x: torch.Tensor, gate_up_weight: torch.Tensor) -> torch.Tensor:
         """silu(x @ gate.T) * (x @ up.T), gate_up_weight = [gate; up]."""
-        shape = gate_up_weight.shape
-        if x.shape[0] == 1 and (cfg := self.gemv_plan.get((shape[0], shape[1], "silu_mul"))):
+        if x.shape[0] == 1 and x.stride(1) == 1 and (cfg := self.gemv_plan.get((*gate_up_weight.shape, "silu_mul"))):
             return gemv(x, gate_up_weight, act="silu_mul", config=cfg)
         return _activation.silu_and_mul(F.linear(x, gate_up_weight))
