@@ -180,6 +180,8 @@ EOF
 )
     timeout 420 python3 -m bench.gpu_suite --out "$DETAIL/suite" --extra "$EXTRA" $QUICK 2>&1 | tee "$OUTDIR/suite.log" | tail -30
     cp "$DETAIL/suite/summary.json" "$DETAIL/suite/summary.md" "$OUTDIR/" 2>/dev/null
+    # floors from the measured ceilings, each figure as a ratio to its floor, the targets table
+    [ -f "$OUTDIR/summary.json" ] && python3 -m bench.floors "$OUTDIR/summary.json"
     kill -TERM $SERVER 2>/dev/null; sleep 3; kill -9 $SERVER 2>/dev/null
     tail -30 "$DETAIL/server.log" > "$OUTDIR/server_tail.log"
 fi
