@@ -3,7 +3,7 @@
 For every distinct weight shape (q/k/v, o, gate_up with its activation, down, lm_head) this times
 cuBLAS (F.linear, plus the activation kernel for gate_up) and each gemv config on the model's own
 weights, cycling over several layers so that the 50 MB L2 does not hold the matrix being read (a
-decode step reads each weight once). A config enters the plan only where it beats cuBLAS by
+decode step reads each weight once), in a CUDA graph (as the decode steps run). A config enters the plan only where it beats cuBLAS by
 MIN_GAIN; the rest stay on cuBLAS. Runs before the CUDA graphs are captured, which then bake the
 choice in.
 """
@@ -26,15 +26,21 @@ REPEATS = 20
 
 
 def _time_us(fn: Callable[[int], object], num_weights: int) -> float:
-    """Mean microseconds per call of fn(i), i cycling over the weights (CUDA events)."""
-    for i in range(num_weights):  # compile / warm up
+    """Mean device microseconds per call of fn(i), i cycling over the weights. The calls are
+    replayed from a CUDA graph, as decode steps are: timed from Python, a Triton launch's host
+    cost (tens of us) would hide the kernel's own time."""
+    for i in range(num_weights):  # compile and warm up outside the capture
         fn(i)
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     torch.cuda.synchronize()
-    start.record()
-    for r in range(REPEATS):
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
         for i in range(num_weights):
             fn(i)
+    graph.replay()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(REPEATS):
+        graph.replay()
     end.record()
     end.synchronize()
     return start.elapsed_time(end) * 1e3 / (REPEATS * num_weights)
