@@ -27,6 +27,8 @@ GPU_CONFIGS: tuple[dict, ...] = (
     {"BLOCK_N": 8, "BLOCK_K": 512, "num_warps": 4, "num_stages": 4},
     {"BLOCK_N": 16, "BLOCK_K": 256, "num_warps": 4, "num_stages": 4},
     {"BLOCK_N": 8, "BLOCK_K": 1024, "num_warps": 8, "num_stages": 3},
+    {"BLOCK_N": 2, "BLOCK_K": 2048, "num_warps": 8, "num_stages": 3},
+    {"BLOCK_N": 4, "BLOCK_K": 512, "num_warps": 4, "num_stages": 6},
 )
 INTERPRETER_CONFIG = {"BLOCK_N": 4, "BLOCK_K": 16, "num_warps": 4, "num_stages": 1}
 
