@@ -145,7 +145,7 @@ fi
 
 if [ -n "$PROFILE" ]; then
     echo "== profile"
-    timeout 240 python3 bench/gpu_profile.py 2>&1 | tail -40 > "$OUTDIR/profile.log"
+    timeout 240 python3 bench/gpu_profile.py 2>&1 | grep -v Warning | tail -80 > "$OUTDIR/profile.log"
     cat "$OUTDIR/profile.log"
 fi
 
