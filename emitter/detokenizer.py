@@ -52,7 +52,14 @@ class IncrementalDetokenizer:
         if self._skip_special_tokens and tok.is_special(token_id):
             return ""
         data = tok.token_bytes(token_id)
-        return self._decode(data) if data else ""
+        if not data:
+            return ""
+        # _decode, inline (once per token of every stream).
+        if self._pending:
+            data = self._pending + data
+        text, num_used = utf_8_decode(data, "replace", False)
+        self._pending = data[num_used:] if num_used < len(data) else b""
+        return text
 
     def _decode(self, data: bytes) -> str:
         if self._pending:
