@@ -287,6 +287,7 @@ class Scheduler:
         failed = result.failed
         requests = self.requests
         step_id = batch.step_id
+        caching, block_size = self._caching, self._block_size
         events: list[TokenEvent] = []
         for chunk in batch.chunks:
             req = requests.get(chunk.request_id)
@@ -305,18 +306,16 @@ class Scheduler:
                 self._retire(req, "error", failure)
                 events.append(self._event(req, [], None))
                 continue
-            self._advance(req, len(chunk.token_ids))
+            # Advance the computed tokens (inline: once per request per step).
+            before = req.num_computed_tokens
+            after = req.num_computed_tokens = before + len(chunk.token_ids)
+            if before < req.num_prompt_tokens <= after:  # the first crossing is the one traced
+                req.request.trace.mark("prefill_done")
+            if caching and after // block_size > req.num_hashed_blocks:
+                self.kv.cache_computed(req)  # only when a block has just been completed
             if token is not None:
                 events.append(self._append_token(req, token))
         return events
-
-    def _advance(self, req: RequestState, num_tokens: int) -> None:
-        before = req.num_computed_tokens
-        after = req.num_computed_tokens = before + num_tokens
-        if before < req.num_prompt_tokens <= after:  # the first crossing is the one traced
-            req.request.trace.mark("prefill_done")
-        if self._caching and after // self._block_size > req.num_hashed_blocks:
-            self.kv.cache_computed(req)  # only when a block has just been completed
 
     def _append_token(self, req: RequestState, token: SampledToken) -> TokenEvent:
         token_id = token.token_id

@@ -51,7 +51,9 @@ class StepBuilder:
         token_ids = req.all_token_ids[start:]
         assert len(token_ids) == 1, req
         self.chunks.append(ScheduledChunk(req.request_id, token_ids, start, req.block_ids, True))
-        _mark_in_flight(req, self.step_id, 1, False)
+        req.in_flight.append((self.step_id, 1, False))  # _mark_in_flight, inline
+        req.in_flight_step = self.step_id
+        req.num_in_flight_tokens += 1
         self.budget_left -= 1
 
     def add_ahead(self, req: RequestState) -> None:
@@ -61,7 +63,9 @@ class StepBuilder:
         start = req.num_computed_tokens + req.num_in_flight_tokens
         assert start == len(req.all_token_ids), req  # the step in flight samples the next token
         self.chunks.append(ScheduledChunk(req.request_id, [PENDING_TOKEN], start, req.block_ids, True))
-        _mark_in_flight(req, self.step_id, 1, True)
+        req.in_flight.append((self.step_id, 1, True))  # _mark_in_flight, inline
+        req.in_flight_step = self.step_id
+        req.num_in_flight_tokens += 1
         self.budget_left -= 1
 
     def build(self, finished_ids: list[str]) -> StepBatch:
