@@ -138,6 +138,12 @@ class StepHarness:
             pass
 
 
+def max_tokens_for(num_seqs: int, context: int, num_steps: int) -> int:
+    """Room for `num_steps` decodes after the prefills, and for the tokens early prompts decode
+    while later ones prefill (2048-token steps): no request ends while it is timed."""
+    return num_steps + 2 * (num_seqs * context // 2048 + 16)
+
+
 def measure(tok: Any, num_seqs: int, context: int, steps: int, warmup: int, repeat: int,
             async_scheduling: bool) -> dict[str, Any]:
     """Per-step figures for one N and one async setting (see the module docstring)."""
@@ -145,9 +151,8 @@ def measure(tok: Any, num_seqs: int, context: int, steps: int, warmup: int, repe
     medians: dict[str, list[float]] = {phase: [] for phase in PHASES}
     digest = hashlib.sha256()
     for rep in range(repeat):
-        # Early prompts decode while later ones prefill (2048-token steps): room for that too.
-        max_tokens = warmup + steps + 2 * (num_seqs * context // 2048 + 16)
-        h = StepHarness(tok, num_seqs, context, max_tokens, async_scheduling, seed=rep)
+        h = StepHarness(tok, num_seqs, context, max_tokens_for(num_seqs, context, warmup + steps),
+                        async_scheduling, seed=rep)
         h.prefill()
         for _ in range(warmup):
             h.step()
@@ -170,26 +175,35 @@ def measure(tok: Any, num_seqs: int, context: int, steps: int, warmup: int, repe
     return row
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.host_step_cost", description=__doc__.split("\n")[0])
+def add_size_args(p: argparse.ArgumentParser) -> None:
+    """The options this benchmark and its paired A/B (host_step_cost_ab.py) share."""
     p.add_argument("--seqs", type=int, nargs="+", default=[8, 64])
     p.add_argument("--context", type=int, default=2048)
     p.add_argument("--steps", type=int, default=256, help="timed steps per repeat")
     p.add_argument("--warmup", type=int, default=32)
-    p.add_argument("--repeat", type=int, default=5)
     p.add_argument("--tokenizer", choices=["smollm2", "dummy"], default="smollm2")
     p.add_argument("--out", type=Path, default=None)
+
+
+def write_report(report: dict[str, Any], out: Path | None) -> None:
+    """The report as JSON on stdout, and in `out` if given."""
+    text = json.dumps(report, indent=2)
+    print(text)
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(text + "\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.host_step_cost", description=__doc__.split("\n")[0])
+    add_size_args(p)
+    p.add_argument("--repeat", type=int, default=5)
     a = p.parse_args(argv)
     tok = load_tokenizer(a.tokenizer)
     rows = [measure(tok, n, a.context, a.steps, a.warmup, a.repeat, async_on)
             for n in a.seqs for async_on in (False, True)]
-    report = {"context": a.context, "steps": a.steps, "warmup": a.warmup, "repeat": a.repeat,
-              "tokenizer": a.tokenizer, "block_size": BLOCK_SIZE, "rows": rows}
-    text = json.dumps(report, indent=2)
-    print(text)
-    if a.out is not None:
-        a.out.parent.mkdir(parents=True, exist_ok=True)
-        a.out.write_text(text + "\n")
+    write_report({"context": a.context, "steps": a.steps, "warmup": a.warmup, "repeat": a.repeat,
+                  "tokenizer": a.tokenizer, "block_size": BLOCK_SIZE, "rows": rows}, a.out)
     return 0
 
 
