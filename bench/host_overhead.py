@@ -48,6 +48,18 @@ def load_tokenizer(kind: str) -> Any:
     return load_model_source(None).tokenizer
 
 
+def fake_result(batch: Any, output_ids: list[int], num_sampled: dict[str, int]) -> StepResult:
+    """The GPU's part: each sampling chunk's request gets the next id of `output_ids` (counted in
+    `num_sampled`), so the outputs replay real text."""
+    sampled = []
+    for c in batch.chunks:
+        if c.sample:
+            n = num_sampled.get(c.request_id, 0)
+            num_sampled[c.request_id] = n + 1
+            sampled.append(SampledToken(c.request_id, output_ids[n % len(output_ids)]))
+    return StepResult(batch.step_id, sampled)
+
+
 class Harness:
     """One scheduler, and per request its emitter and chunker, as the stages hold them."""
 
@@ -79,13 +91,7 @@ class Harness:
         self.frames: dict[str, int] = {}
 
     def fake_result(self, batch: Any) -> StepResult:
-        sampled = []
-        for c in batch.chunks:
-            if c.sample:
-                n = self.num_sampled.get(c.request_id, 0)
-                self.num_sampled[c.request_id] = n + 1
-                sampled.append(SampledToken(c.request_id, self.output_ids[n % len(self.output_ids)]))
-        return StepResult(batch.step_id, sampled)
+        return fake_result(batch, self.output_ids, self.num_sampled)
 
     def step(self, t: dict[str, int]) -> int:
         """One step through every host stage; adds ns per stage to `t`; returns #events."""

@@ -16,8 +16,25 @@ from __future__ import annotations
 
 from codecs import utf_8_decode
 from typing import Iterable
+from weakref import WeakKeyDictionary
 
 from ingress.tokenizer import Tokenizer
+
+# Token id -> its text, for the tokens whose bytes are whole characters (most of them): what
+# push_one returns for such a token whenever no partial character is pending, the same for every
+# stream of one tokenizer. So the streams share one table per tokenizer and skip_special_tokens
+# setting; it fills as tokens are first seen and holds at most the vocabulary.
+_TEXTS: WeakKeyDictionary[Tokenizer, tuple[dict[int, str], dict[int, str]]] = WeakKeyDictionary()
+
+
+def _text_table(tokenizer: Tokenizer, skip_special_tokens: bool) -> dict[int, str]:
+    try:
+        tables = _TEXTS.get(tokenizer)
+        if tables is None:
+            tables = _TEXTS[tokenizer] = ({}, {})
+    except TypeError:  # a tokenizer that cannot be weakly referenced: a table for this stream only
+        return {}
+    return tables[skip_special_tokens]
 
 
 class IncrementalDetokenizer:
@@ -27,13 +44,14 @@ class IncrementalDetokenizer:
     the new ones: exactly what the codecs module's incremental UTF-8 decoder does, minus its
     Python-level wrapper (this runs once per token of every stream)."""
 
-    __slots__ = ("_tokenizer", "_skip_special_tokens", "_pending", "_finished")
+    __slots__ = ("_tokenizer", "_skip_special_tokens", "_pending", "_finished", "_texts")
 
     def __init__(self, tokenizer: Tokenizer, skip_special_tokens: bool = True) -> None:
         self._tokenizer = tokenizer
         self._skip_special_tokens = skip_special_tokens
         self._pending = b""  # the first bytes of a character still incomplete (0 to 3)
         self._finished = False
+        self._texts = _text_table(tokenizer, skip_special_tokens)
 
     def push(self, token_ids: Iterable[int]) -> str:
         """The text completed by these tokens (may be "" while a character is still partial)."""
@@ -48,11 +66,28 @@ class IncrementalDetokenizer:
     def push_one(self, token_id: int) -> str:
         """`push((token_id,))` without the generator: the per-token hot path."""
         assert not self._finished, "push after finish"
+        pending = self._pending
+        if not pending:
+            text = self._texts.get(token_id)
+            if text is not None:
+                return text
         tok = self._tokenizer
         if self._skip_special_tokens and tok.is_special(token_id):
             return ""
         data = tok.token_bytes(token_id)
-        return self._decode(data) if data else ""
+        if not data:
+            return ""
+        # _decode, inline (once per token of every stream).
+        if pending:
+            data = pending + data
+        text, num_used = utf_8_decode(data, "replace", False)
+        if num_used < len(data):
+            self._pending = data[num_used:]
+        else:
+            self._pending = b""
+            if not pending:  # the token alone is whole characters: this text, every time
+                self._texts[token_id] = text
+        return text
 
     def _decode(self, data: bytes) -> str:
         if self._pending:

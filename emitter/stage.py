@@ -57,13 +57,14 @@ class EmitterStage(Stage[StepEvents]):
             entry = entries.get(event.request_id)
             if entry is None:
                 continue  # its reader is gone (disconnect): nothing to deliver
+            emitter, stream = entry.emitter, entry.stream
             t0 = clock_ns()
-            out = entry.emitter.on_event(event)
-            entry.stream.trace.add_host("emit", clock_ns() - t0)
+            out = emitter.on_event(event)
+            stream.trace.add_host("emit", clock_ns() - t0)
             if out is None:
                 continue
-            entry.stream.push(out)
-            if entry.emitter.stopped_by_string and event.finish_reason is None:
+            stream.push(out)
+            if emitter.stopped_by_string and event.finish_reason is None:
                 # The reply ended here; the scheduler still runs it: free its blocks now.
                 self.scheduler_inbox.force_put(Abort(event.request_id, reason="stop"))
             if out.finish_reason is not None:

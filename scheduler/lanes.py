@@ -37,16 +37,15 @@ that has computed the most, so it always progresses (no livelock).
 """
 from __future__ import annotations
 
+from operator import attrgetter
+
 from scheduler.config import SchedulerConfig
 from scheduler.policy import is_decode
 from scheduler.request_state import RequestState, RequestStatus
 from scheduler.step_builder import StepBuilder
 
 _DECODE, _PROMOTED, _SHORT, _LONG = 0, 1, 2, 3
-
-
-def _priority(req: RequestState) -> int:
-    return req.priority
+_priority = attrgetter("priority")  # a request's priority (lower runs first)
 
 
 class LanesPolicy:
@@ -101,7 +100,9 @@ class LanesPolicy:
                 decodes.append(req)
             else:
                 others.append(req)
-        if len(decodes) > 1 and any(r.priority != decodes[0].priority for r in decodes):
+        # (maps over an attrgetter: no Python frame per decode; a spurious True, NotImplemented
+        # for a priority that is not an int, would only cost a stable sort that changes nothing)
+        if len(decodes) > 1 and any(map(decodes[0].priority.__ne__, map(_priority, decodes))):
             decodes.sort(key=_priority)
         if others or waiting:
             others.extend(waiting)  # never decodes: not running

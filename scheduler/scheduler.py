@@ -43,6 +43,7 @@ class Scheduler:
         self._block_size = config.block_size
         self._caching = config.enable_prefix_caching
         self._eos_token_ids = config.eos_token_ids
+        self._max_model_len = config.max_model_len
         self.kv = KVManager(config)
         self.policy = policy or make_policy(config)
         self.predictor = OutputLengthPredictor(config.prior_output_tokens)
@@ -128,16 +129,23 @@ class Scheduler:
         admitting = len(self.running) < self.config.max_num_seqs
         waiting = list(self.waiting) if admitting and self.waiting else []
         ahead = self.can_schedule_ahead()
+        running_status, block_size = RequestStatus.RUNNING, self._block_size
         for req in self.policy.order(self.running, waiting, step.step_id):
             if step.budget_left <= 0:
                 break
             if step.num_prefill_tokens and not self.policy.admits_prefill(step) and not is_decode(req):
                 break  # decodes come first in every order: nobody after this one joins the step
-            if req.status is RequestStatus.RUNNING:
-                if not req.in_flight:
+            if req.status is running_status:
+                if req.in_flight:
+                    if ahead:
+                        self._schedule_ahead(req, step)
+                elif (len(req.all_token_ids) - req.num_computed_tokens == 1
+                      and req.num_computed_tokens < len(req.block_ids) * block_size):
+                    # The common decode, inline: one token (every policy's chunk is 1 here), its
+                    # slot already in the last block: no growth, no preemption.
+                    step.add_decode(req)
+                else:
                     self._schedule_running(req, step)
-                elif ahead:
-                    self._schedule_ahead(req, step)
             elif (not admitting or req.request_id in step.preempted_ids
                   or not self.shadow.admissible(req) or is_held(req, self._block_size)
                   or self._waits_for_fetch(req)):
@@ -172,13 +180,16 @@ class Scheduler:
         end the request by length, and the sampler needs no history the host has not seen yet
         (penalties; min_tokens still banning EOS). Never preempts: no room means no decode ahead."""
         params = req.params
+        num_tokens = len(req.all_token_ids)  # (once per request per step: no property calls)
+        num_output = num_tokens - req.num_prompt_tokens
         if (len(req.in_flight) != 1
-                or req.num_computed_tokens + req.num_in_flight_tokens != req.num_tokens
-                or req.num_output_tokens + 1 >= params.max_tokens
-                or req.num_tokens + 1 >= self.config.max_model_len
-                or params.needs_penalties or req.num_output_tokens < params.min_tokens):
+                or req.num_computed_tokens + req.num_in_flight_tokens != num_tokens
+                or num_output + 1 >= params.max_tokens
+                or num_tokens + 1 >= self._max_model_len
+                or params.needs_penalties or num_output < params.min_tokens):
             return
-        if self._grow(req, req.num_tokens + 1):
+        # Its slot in the last block (most steps: no growth), else grow by a block.
+        if num_tokens < len(req.block_ids) * self._block_size or self._grow(req, num_tokens + 1):
             step.add_ahead(req)
             self.num_decodes_ahead += 1
 
@@ -195,14 +206,10 @@ class Scheduler:
     def _schedule_running(self, req: RequestState, step: StepBuilder) -> None:
         """A decode takes 1 token, an unfinished prefill a chunk, shrunk to the blocks there are;
         if not even one token fits, preempt the policy's victim until it does."""
-        # Not in flight, so its last result is in: a running request always lacks a token.
+        # Not in flight, so its last result is in: a running request always lacks a token. (The
+        # common decode, whose slot is in its last block, never gets here: schedule() adds it.)
         num_uncomputed = len(req.all_token_ids) - req.num_computed_tokens
         assert num_uncomputed > 0, req
-        if num_uncomputed == 1 and req.num_computed_tokens < len(req.block_ids) * self._block_size:
-            # The common decode: one token (every policy's chunk is 1 here), its slot already in
-            # the last block: no growth, no preemption.
-            step.add(req, 1)
-            return
         num_new = self.policy.chunk_size(req, num_uncomputed, step)
         if num_new == 0:
             return  # the policy keeps it for a later step
@@ -280,14 +287,17 @@ class Scheduler:
         failed = result.failed
         requests = self.requests
         step_id = batch.step_id
+        caching, block_size = self._caching, self._block_size
         events: list[TokenEvent] = []
         for chunk in batch.chunks:
             req = requests.get(chunk.request_id)
-            if req is None or not req.in_flight or req.in_flight[0][0] != step_id:
+            if req is None:
+                continue
+            in_flight = req.in_flight
+            if not in_flight or in_flight[0][0] != step_id:
                 continue  # aborted (or ended) while its step was in flight: drop what it produced
-            _, num_tokens, _ = req.in_flight.pop(0)
-            req.num_in_flight_tokens -= num_tokens
-            req.in_flight_step = req.in_flight[-1][0] if req.in_flight else None
+            req.num_in_flight_tokens -= in_flight.pop(0)[1]
+            req.in_flight_step = in_flight[-1][0] if in_flight else None
             failure = failed.get(req.request_id) if failed else None
             token = sampled.get(req.request_id) if chunk.sample else None
             if failure is None and chunk.sample and token is None:
@@ -296,31 +306,39 @@ class Scheduler:
                 self._retire(req, "error", failure)
                 events.append(self._event(req, [], None))
                 continue
-            self._advance(req, len(chunk.token_ids))
+            # Advance the computed tokens (inline: once per request per step).
+            before = req.num_computed_tokens
+            after = req.num_computed_tokens = before + len(chunk.token_ids)
+            if before < req.num_prompt_tokens <= after:  # the first crossing is the one traced
+                req.request.trace.mark("prefill_done")
+            if caching and after // block_size > req.num_hashed_blocks:
+                self.kv.cache_computed(req)  # only when a block has just been completed
             if token is not None:
                 events.append(self._append_token(req, token))
         return events
 
-    def _advance(self, req: RequestState, num_tokens: int) -> None:
-        before = req.num_computed_tokens
-        after = req.num_computed_tokens = before + num_tokens
-        if before < req.num_prompt_tokens <= after:  # the first crossing is the one traced
-            req.request.trace.mark("prefill_done")
-        if self._caching and after // self._block_size > req.num_hashed_blocks:
-            self.kv.cache_computed(req)  # only when a block has just been completed
-
     def _append_token(self, req: RequestState, token: SampledToken) -> TokenEvent:
+        token_id = token.token_id
         token_ids = req.all_token_ids
-        token_ids.append(token.token_id)
+        token_ids.append(token_id)
         num_tokens = len(token_ids)
-        if num_tokens - req.num_prompt_tokens == 1:
+        num_output = num_tokens - req.num_prompt_tokens
+        if num_output == 1:
             req.request.trace.mark("first_token_sampled")
         if self._caching and num_tokens // self._block_size > len(req.block_hashes):
             self.kv.update_hashes(req)  # a block of known tokens just filled: hash it once
-        reason = finish_reason(req, token.token_id, self._eos_token_ids, self.config.max_model_len)
-        if reason is not None:
-            self._retire(req, reason, None)
-        return self._event(req, [token.token_id], token if req.params.logprobs is not None else None)
+        params = req.params
+        # finish_reason only for a token that may end the request: a stop id (before min_tokens
+        # too, and EOS even when ignored: it decides) or one that reaches a length limit.
+        if (num_output >= params.max_tokens or num_tokens >= self._max_model_len
+                or token_id in self._eos_token_ids or token_id in params.stop_token_ids):
+            reason = finish_reason(req, token_id, self._eos_token_ids, self._max_model_len)
+            if reason is not None:
+                self._retire(req, reason, None)
+        # _event's TokenEvent, inline (one per request per step).
+        return TokenEvent(req.request_id, [token_id], req.finish_reason,
+                          None if params.logprobs is None else [token], req.num_prompt_tokens,
+                          num_output, req.num_cached_tokens, req.error)
 
     def _retire(self, req: RequestState, reason: str, error: str | None) -> None:
         """The one exit: out of its queue, blocks and claim freed once, forgotten. Natural ends

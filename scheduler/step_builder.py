@@ -43,6 +43,19 @@ class StepBuilder:
                 self.num_first_prefill_tokens = num_tokens
             self.num_prefill_tokens += num_tokens
 
+    def add_decode(self, req: RequestState) -> None:
+        """`add(req, 1)` for a running request that lacks one token (its last): the bulk of every
+        step, so it skips what a decode never needs (first-schedule data, prefill counts)."""
+        assert self.budget_left >= 1 and not req.in_flight and req.was_scheduled
+        start = req.num_computed_tokens
+        token_ids = req.all_token_ids[start:]
+        assert len(token_ids) == 1, req
+        self.chunks.append(ScheduledChunk(req.request_id, token_ids, start, req.block_ids, True))
+        req.in_flight.append((self.step_id, 1, False))  # _mark_in_flight, inline
+        req.in_flight_step = self.step_id
+        req.num_in_flight_tokens += 1
+        self.budget_left -= 1
+
     def add_ahead(self, req: RequestState) -> None:
         """Schedule the decode after the one in flight: its input is the token that step samples
         (PENDING_TOKEN here, filled in on the device), at the position after the known tokens."""
@@ -50,7 +63,9 @@ class StepBuilder:
         start = req.num_computed_tokens + req.num_in_flight_tokens
         assert start == len(req.all_token_ids), req  # the step in flight samples the next token
         self.chunks.append(ScheduledChunk(req.request_id, [PENDING_TOKEN], start, req.block_ids, True))
-        _mark_in_flight(req, self.step_id, 1, True)
+        req.in_flight.append((self.step_id, 1, True))  # _mark_in_flight, inline
+        req.in_flight_step = self.step_id
+        req.num_in_flight_tokens += 1
         self.budget_left -= 1
 
     def build(self, finished_ids: list[str]) -> StepBatch:

@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from operator import attrgetter
 
 from stages.sampling import SamplingParams
 from stages.trace import RequestTrace
@@ -64,6 +65,9 @@ class ScheduledChunk:
     sample: bool  # the chunk reaches the last known token: sample the next one
 
 
+_token_ids = attrgetter("token_ids")
+
+
 @dataclass(slots=True)
 class StepBatch:
     step_id: int
@@ -77,7 +81,8 @@ class StepBatch:
 
     @property
     def num_tokens(self) -> int:
-        return sum(len(c.token_ids) for c in self.chunks)
+        # map() over an attrgetter, not a generator: the stages ask several times per step.
+        return sum(map(len, map(_token_ids, self.chunks)))
 
 
 @dataclass(slots=True)

@@ -188,3 +188,30 @@ def test_push_one_is_push_of_one_token(smol, smol_id_pools, data, skip):
     for i in ids:
         assert a.push_one(i) == b.push((i,))
         assert a.num_pending_bytes == b.num_pending_bytes
+
+
+def test_streams_of_one_tokenizer_share_whole_character_texts_and_never_misuse_them(byte_tok):
+    """push_one serves a token's text from a table shared by the tokenizer's streams only when no
+    partial character is pending: a continuation byte seen alone (U+FFFD) still completes the
+    character another stream has pending."""
+    first, second = IncrementalDetokenizer(byte_tok), IncrementalDetokenizer(byte_tok)
+    assert [first.push_one(t) for t in (0x41, 0x80, 0x41)] == ["A", "\ufffd", "A"]
+    calls: list[int] = []
+    token_bytes = byte_tok.token_bytes
+    byte_tok.token_bytes = lambda t: calls.append(t) or token_bytes(t)
+    assert [second.push_one(t) for t in (0x41, 0xC3, 0x80, 0x80)] == ["A", "", "\u00c0", "\ufffd"]
+    assert calls == [0xC3, 0x80]  # "A" and the lone 0x80 came from the table
+    keep = IncrementalDetokenizer(byte_tok, skip_special_tokens=False)  # its own table
+    assert keep.push_one(byte_tok.EOS) == "<|endoftext|>" and first.push_one(byte_tok.EOS) == ""
+
+
+def test_a_tokenizer_without_weak_references_gets_a_table_per_stream(byte_tok):
+    class Slotted:
+        __slots__ = ()
+        is_special = staticmethod(byte_tok.is_special)
+        token_bytes = staticmethod(byte_tok.token_bytes)
+
+    tok = Slotted()
+    a, b = IncrementalDetokenizer(tok), IncrementalDetokenizer(tok)
+    assert a.push_one(0x41) == "A" and b.push_one(0x41) == "A"
+    assert a._texts == {0x41: "A"} and a._texts is not b._texts

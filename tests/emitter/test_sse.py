@@ -33,8 +33,9 @@ def test_payload_with_newlines_in_strings_stays_one_event():
 
 
 def test_a_raw_newline_in_a_payload_is_a_bug():
-    with pytest.raises(AssertionError):
-        sse_event(b'{"a":\n1}')
+    for payload in (b'{"a":\n1}', b'{"a":\r1}', b'{"a":1}\r\n'):
+        with pytest.raises(AssertionError):
+            sse_event(payload)
 
 
 def test_error_payload_has_the_openai_shape():
