@@ -99,11 +99,12 @@ stop_server() { kill -TERM $SERVER 2>/dev/null; sleep 3; kill -9 $SERVER 2>/dev/
 
 if [ -n "$TIERS" ]; then
     echo "== KV tiers: restore vs recompute, then multi-turn with and without the host tier"
-    timeout 150 python3 -m bench.kv_tier_restore --model dummy:llama-3.1-8b --device cuda --prefix-len 4096 \
-        2>&1 | tee "$OUTDIR/tier_restore.log" | tail -3
+    # TIERS_MODES="tiers" TIERS_RESTORE=0: only the multi-turn run with the host tier (a repeat)
+    [ "${TIERS_RESTORE:-1}" = 1 ] && timeout 150 python3 -m bench.kv_tier_restore --model dummy:llama-3.1-8b \
+        --device cuda --prefix-len 4096 2>&1 | tee "$OUTDIR/tier_restore.log" | tail -3
     # 64 conversations x (2,048 + 8 x (256 + 128) + 128) tokens = 335,872: a quarter is 5,248 blocks.
     MT="--model dummy:llama-3.1-8b --device cuda --max-num-seqs 128 --max-num-batched-tokens 8192 --long-prefill-threshold 4096 --max-model-len 16384 --num-kv-blocks 5249"
-    for mode in tiers recompute; do
+    for mode in ${TIERS_MODES:-tiers recompute}; do
         flags=$MT
         [ "$mode" = tiers ] && flags="$MT --kv-host-gb 48"
         if start_server "$DETAIL/server-$mode.log" $flags; then
