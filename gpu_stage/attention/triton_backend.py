@@ -28,9 +28,12 @@ from gpu_stage.kernels.rope import rope_store_kv_
 INTERPRETER_NUM_SMS = 4  # small, so that CPU tests exercise several splits
 
 
-# Fresh prefills (no cached context) at least this long go to torch's flash SDPA, which beats our
-# general kernel there (measured on an H200: 0.107 vs 0.165 ms per layer at 2,048 tokens, 0.99 vs
-# 1.74 ms at 8,192). Shorter ones stay on Triton: they are captured in CUDA graphs.
+# Fresh prefills (no cached context) at least this long go to torch's flash SDPA (cuDNN on an
+# H200). It beat our general kernel by 1.5x when chosen (0.107 vs 0.165 ms per layer at 2,048
+# tokens, 0.99 vs 1.74 ms at 8,192). The kernel has since caught up at 2,048: 0.095 ms against
+# SDPA's 0.091 in the 2026-11-30 profile (bench/results/20261130-NVIDIA-H200/run-b-1229c10). SDPA
+# costs a host gap and an output copy per step, so re-measure before moving this line. Shorter
+# ones stay on Triton: they are captured in CUDA graphs.
 SDPA_MIN_TOKENS = 512
 
 
