@@ -131,12 +131,12 @@ class ModelRunner:
         self.kv_cache = KvCache(self.config, num_blocks, block_size, self.device, dtype)
         self.graphs: CudaGraphRunner | None = None
         # One-row products (batch-1 decode): cuBLAS or the gemv kernel, whichever this GPU runs
-        # faster per weight shape; measured before the graphs capture the choice.
-        self.gemv_table: list[dict] = []
-        if cuda and attention_backend == "triton":
+        # faster per weight shape inside a CUDA graph; measured before the graphs capture the
+        # choice. Eager steps keep cuBLAS: there a Triton launch's host cost outweighs the gain.
+        if use_graphs:
             from gpu_stage.kernels.gemv_tuning import tune_gemv
 
-            self.gemv_table = tune_gemv(self.model, self.model.ops)
+            tune_gemv(self.model, self.model.ops)
         if cuda:
             self.warmup()
         if use_graphs:

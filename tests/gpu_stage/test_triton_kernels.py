@@ -292,32 +292,27 @@ def test_gemv_fused_silu_mul_equals_linear_then_activation(inter: int, k: int, d
         assert _rel(out, ref) < _gemv_tol(dtype, 3)
 
 
-def test_triton_ops_route_one_row_products_by_plan() -> None:
+def test_triton_ops_route_one_row_products_by_plan(monkeypatch) -> None:
     """Only one-row products of a planned shape go to the gemv kernel; the rest stay F.linear."""
+    import gpu_stage.kernels.triton_ops as triton_ops_mod
     from gpu_stage.kernels.gemv import INTERPRETER_CONFIG
-    from gpu_stage.kernels.triton_ops import TritonOps
 
     gen = _gen(5)
     w, x1, x3 = _randn(8, 32, gen=gen), _randn(1, 32, gen=gen), _randn(3, 32, gen=gen)
-    ops = TritonOps()
+    ops = triton_ops_mod.TritonOps()
     calls = []
-    import gpu_stage.kernels.triton_ops as triton_ops_mod
-
     real = triton_ops_mod.gemv
-    triton_ops_mod.gemv = lambda *a, **kw: calls.append(kw) or real(*a, **kw)
-    try:
-        ops.linear(x1, w)  # not planned: cuBLAS / torch
-        ops.gemv_plan[(8, 32, "none")] = dict(INTERPRETER_CONFIG)
-        ops.linear(x3, w)  # planned, but three rows
-        assert not calls
-        out = ops.linear(x1, w)
-        assert len(calls) == 1 and _rel(out, x1 @ w.T) < 1e-5
-        ops.gemv_plan[(8, 32, "silu_mul")] = dict(INTERPRETER_CONFIG)
-        out = ops.gate_up_silu(x1, w)
-        assert len(calls) == 2 and calls[1]["act"] == "silu_mul"
-        assert _rel(out, TorchOps.gate_up_silu(x1, w)) < 1e-5
-    finally:
-        triton_ops_mod.gemv = real
+    monkeypatch.setattr(triton_ops_mod, "gemv", lambda *a, **kw: calls.append(kw) or real(*a, **kw))
+    ops.linear(x1, w)  # not planned: cuBLAS / torch
+    ops.gemv_plan[(8, 32, "none")] = dict(INTERPRETER_CONFIG)
+    ops.linear(x3, w)  # planned, but three rows
+    assert not calls
+    out = ops.linear(x1, w)
+    assert len(calls) == 1 and _rel(out, x1 @ w.T) < 1e-5
+    ops.gemv_plan[(8, 32, "silu_mul")] = dict(INTERPRETER_CONFIG)
+    out = ops.gate_up_silu(x1, w)
+    assert len(calls) == 2 and calls[1]["act"] == "silu_mul"
+    assert _rel(out, TorchOps.gate_up_silu(x1, w)) < 1e-5
 
 
 @pytest.mark.gpu
