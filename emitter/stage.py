@@ -13,7 +13,7 @@ from emitter.request_emitter import RequestEmitter
 from stages.channel import Channel
 from stages.messages import Abort, RequestOutput, StepEvents
 from stages.stage import Stage
-from stages.trace import host_clock_ns
+from stages.trace import cpu_clock_ns, host_clock_ns
 
 
 @dataclass(slots=True)
@@ -52,15 +52,16 @@ class EmitterStage(Stage[StepEvents]):
 
     async def handle(self, msg: StepEvents) -> None:
         entries = self._entries
-        clock_ns = host_clock_ns
+        c0, t0 = cpu_clock_ns(), host_clock_ns()
+        traces = []
+        finished: list[tuple[str, _Entry, RequestOutput]] = []
         for event in msg.events:
             entry = entries.get(event.request_id)
             if entry is None:
                 continue  # its reader is gone (disconnect): nothing to deliver
             emitter, stream = entry.emitter, entry.stream
-            t0 = clock_ns()
+            traces.append(stream.trace)
             out = emitter.on_event(event)
-            stream.trace.add_host("emit", clock_ns() - t0)
             if out is None:
                 continue
             stream.push(out)
@@ -68,7 +69,17 @@ class EmitterStage(Stage[StepEvents]):
                 # The reply ended here; the scheduler still runs it: free its blocks now.
                 self.scheduler_inbox.force_put(Abort(event.request_id, reason="stop"))
             if out.finish_reason is not None:
-                self._finish(event.request_id, entry, out)
+                entries.pop(event.request_id, None)
+                finished.append((event.request_id, entry, out))
+        if traces:
+            # The step's emit work (detokenize, hold-back, hand-off), shared evenly by its events:
+            # two clock reads per step, not per token (the CPU clock is a system call).
+            cpu_ns = (cpu_clock_ns() - c0) // len(traces)
+            wall_ns = (host_clock_ns() - t0) // len(traces)
+            for trace in traces:
+                trace.add_host("emit", cpu_ns, wall_ns)
+        for request_id, entry, out in finished:  # after the charge: their metrics see this step's share
+            self._finish(request_id, entry, out)
 
     def _finish(self, request_id: str, entry: _Entry, out: RequestOutput) -> None:
         self._entries.pop(request_id, None)

@@ -26,7 +26,7 @@ from ingress.schemas import (
 )
 from ingress.tokenizer import Tokenizer
 from stages.sampling import SamplingParams
-from stages.trace import RequestTrace, host_clock_ns
+from stages.trace import RequestTrace, cpu_clock_ns, host_clock_ns
 
 
 @dataclass(slots=True)
@@ -58,10 +58,10 @@ class IngressStage:
 
     def _parse(self, body: bytes, trace: RequestTrace, parse_request):
         """Bytes to a validated request: one orjson pass, then the schema (ApiError on bad input)."""
-        t0 = host_clock_ns()
+        c0, t0 = cpu_clock_ns(), host_clock_ns()
         req = parse_request(parse_json_body(body, self.limits), self.limits, self.tokenizer.vocab_size)
         trace.mark("parsed")
-        trace.add_host("parse", host_clock_ns() - t0)
+        trace.add_host("parse", cpu_clock_ns() - c0, host_clock_ns() - t0)
         return req
 
     async def prepare_completion(self, body: bytes, trace: RequestTrace) -> PreparedRequest:
@@ -102,11 +102,11 @@ class IngressStage:
             # Host work is the tokenizer's own run time in its thread; the wait for that thread
             # (a free core) is recorded apart, so that it can be told from work.
             t0 = time.perf_counter_ns()
-            ids, work_ns = await asyncio.get_running_loop().run_in_executor(self._pool, _timed, fn, arg)
+            ids, work_ns, wall_ns = await asyncio.get_running_loop().run_in_executor(self._pool, _timed, fn, arg)
             trace.info["tokenize_wall_ms"] = round((time.perf_counter_ns() - t0) / 1e6, 4)
         else:
-            ids, work_ns = _timed(fn, arg)
-        trace.add_host("tokenize", work_ns)
+            ids, work_ns, wall_ns = _timed(fn, arg)
+        trace.add_host("tokenize", work_ns, wall_ns)
         trace.mark("tokenized")
         return ids
 
@@ -122,12 +122,12 @@ class IngressStage:
         return PreparedRequest(req, ids, params)
 
 
-def _timed(fn, arg) -> tuple[list[int], int]:
-    """The tokenizer's own CPU time: in a worker thread it runs beside the model's thread, and its
-    wall time would count the waits for a core and for the interpreter lock as work."""
-    t0 = time.thread_time_ns()
+def _timed(fn, arg) -> tuple[list[int], int, int]:
+    """The tokenizer's own CPU time and its wall time: in a worker thread it runs beside the
+    model's thread, and its wall time counts the waits for a core and for the interpreter lock."""
+    c0, t0 = cpu_clock_ns(), host_clock_ns()
     ids = fn(arg)
-    return ids, time.thread_time_ns() - t0
+    return ids, cpu_clock_ns() - c0, host_clock_ns() - t0
 
 
 def _content_chars(message: dict) -> int:

@@ -23,7 +23,7 @@ from stages.messages import (
     StepResult, TokenEvent,
 )
 from stages.stage import Stage
-from stages.trace import host_clock_ns
+from stages.trace import cpu_clock_ns, host_clock_ns
 
 log = logging.getLogger("ttft.scheduler")
 
@@ -65,9 +65,9 @@ class SchedulerStage(Stage[SchedulerMessage]):
         if isinstance(msg, StepResult):
             self._on_result(msg)
         elif isinstance(msg, GenerateRequest):
-            t0 = host_clock_ns()
+            c0, t0 = cpu_clock_ns(), host_clock_ns()
             error = self.scheduler.add_request(msg)
-            msg.trace.add_host("schedule", host_clock_ns() - t0)
+            msg.trace.add_host("schedule", cpu_clock_ns() - c0, host_clock_ns() - t0)
             if error is not None:  # the engine checks these first: a safety net, not a path
                 status = 503 if error == OVERLOADED else 400
                 self._pending_events.append(
@@ -101,13 +101,13 @@ class SchedulerStage(Stage[SchedulerMessage]):
             self.scheduler.fail_all(result.error)  # frees every block; the streams get the error
             self.on_engine_error(result.error)
             return
-        t0 = host_clock_ns()
+        c0, t0 = cpu_clock_ns(), host_clock_ns()
         self._pending_events.extend(self.scheduler.update(batch, result))
-        self._charge(batch, host_clock_ns() - t0)
+        self._charge(batch, cpu_clock_ns() - c0, host_clock_ns() - t0)
         if self.scheduler.tiers is not None:  # recompute cost, for the wait-or-recompute choice
             self.scheduler.tiers.cost.observe_step(batch.num_tokens, result.duration_ns / 1e9)
 
-    def _charge(self, batch: StepBatch, duration_ns: int) -> None:
+    def _charge(self, batch: StepBatch, cpu_ns: int, wall_ns: int) -> None:
         """Share a step's host cost among its requests by their tokens in the step (a prefill
         chunk's block hashing is its own request's work, not its neighbours')."""
         num_tokens = batch.num_tokens
@@ -117,7 +117,8 @@ class SchedulerStage(Stage[SchedulerMessage]):
         for chunk in batch.chunks:
             state = requests.get(chunk.request_id)
             if state is not None:
-                state.request.trace.add_host("schedule", duration_ns * len(chunk.token_ids) // num_tokens)
+                n = len(chunk.token_ids)
+                state.request.trace.add_host("schedule", cpu_ns * n // num_tokens, wall_ns * n // num_tokens)
 
     async def after_burst(self) -> None:
         self._send_disk_jobs()  # reads started by arrivals go out before anything else
@@ -136,11 +137,11 @@ class SchedulerStage(Stage[SchedulerMessage]):
                 if now_ns < due_ns:
                     self._wake_at(due_ns, now_ns)
                     break
-            t0 = host_clock_ns()
+            c0, t0 = cpu_clock_ns(), host_clock_ns()
             batch = self.scheduler.schedule()
             if batch is None:
                 break
-            self._charge(batch, host_clock_ns() - t0)
+            self._charge(batch, cpu_clock_ns() - c0, host_clock_ns() - t0)
             self.in_flight.append((batch, now_ns))
             self.clock.on_sent(now_ns)
             self.num_steps += 1

@@ -3,11 +3,14 @@
 Times are `time.perf_counter_ns()` values (monotonic, ns). A stage marks an edge with
 `trace.mark("tokenized")`; the first mark of a name wins, so a retried edge keeps its first time.
 Host-side work that belongs to this request alone (parse, tokenize, schedule decision, emit) is also
-accumulated in `host_ns` by category, so that host overhead can be told apart from waiting. The
-intervals are short (microseconds, well under the interpreter's 5 ms switch interval), so the
-monotonic clock measures the work itself; it costs ~70 ns a read where a thread CPU clock costs
-~700 ns, which per token would be overhead of its own. (Tokenizing, which runs in a worker thread
-beside the model's, is timed with that thread's CPU clock instead: see ingress/stage.py.)
+accumulated by category, so that host overhead can be told apart from waiting, on two clocks:
+`host_ns` holds the work itself, `host_wall_ns` the wall time it spanned. Where the host shares
+its cores with the model (a CPU server: the model's threads take every core), a stage's wall time
+also counts the moments its thread waited for a core or for the interpreter lock while the model
+ran, which is waiting for model steps, not the request's own work. So sections that run once per
+step or per request (tokenize, add, schedule, a step's emit) read the thread's CPU clock for
+`host_ns`; that read is a system call (~0.8 us), too dear per token, so the per-token SSE framing
+and the parse (microseconds, on the event loop) are timed by the monotonic clock on both.
 """
 from __future__ import annotations
 
@@ -15,6 +18,7 @@ import time
 from dataclasses import dataclass, field
 
 host_clock_ns = time.perf_counter_ns
+cpu_clock_ns = time.thread_time_ns  # this thread's CPU time: a system call, read per step, not per token
 
 # The edges, in the order a request normally crosses them.
 EDGES: tuple[str, ...] = (
@@ -35,7 +39,8 @@ EDGES: tuple[str, ...] = (
 class RequestTrace:
     request_id: str
     marks_ns: dict[str, int] = field(default_factory=dict)
-    host_ns: dict[str, int] = field(default_factory=dict)
+    host_ns: dict[str, int] = field(default_factory=dict)  # own work (CPU time where measured)
+    host_wall_ns: dict[str, int] = field(default_factory=dict)  # the wall time that work spanned
     info: dict[str, object] = field(default_factory=dict)
     last_write_ns: int = 0  # when the last output was handed to the transport (for ITL)
 
@@ -43,8 +48,12 @@ class RequestTrace:
         if edge not in self.marks_ns:
             self.marks_ns[edge] = time.perf_counter_ns() if at_ns is None else at_ns
 
-    def add_host(self, category: str, duration_ns: int) -> None:
-        self.host_ns[category] = self.host_ns.get(category, 0) + duration_ns
+    def add_host(self, category: str, work_ns: int, wall_ns: int | None = None) -> None:
+        """Add host work: `work_ns` on the CPU (or the wall clock where that is all that was read),
+        `wall_ns` the wall time it spanned (the same when not given)."""
+        self.host_ns[category] = self.host_ns.get(category, 0) + work_ns
+        wall = work_ns if wall_ns is None else wall_ns
+        self.host_wall_ns[category] = self.host_wall_ns.get(category, 0) + wall
 
     def get_s(self, edge: str) -> float | None:
         ns = self.marks_ns.get(edge)
@@ -90,6 +99,7 @@ class RequestTrace:
             "request_id": self.request_id,
             "edges_ms": rel,
             "host_ms": {k: round(v / 1e6, 4) for k, v in self.host_ns.items()},
+            "host_wall_ms": {k: round(v / 1e6, 4) for k, v in self.host_wall_ns.items()},
             "info": info,
         }
 

@@ -34,6 +34,12 @@ async def test_generate_is_deterministic_and_traced():
         assert {"received", "queued", "first_scheduled", "first_token_sampled", "first_token_written",
                 "finished"} <= set(trace.marks_ns)
         assert trace.ttft_s() is not None and trace.ttft_s() > 0
+        # Host work on both clocks, part by part: CPU time never exceeds the wall time it spanned
+        # (the emitter shares a step's readings evenly, rounding down on both).
+        assert {"tokenize", "schedule", "emit"} <= set(trace.host_ns)
+        assert trace.host_ns.keys() == trace.host_wall_ns.keys()
+        assert all(0 < trace.host_ns[k] for k in ("schedule", "emit"))
+        assert all(trace.host_ns[k] <= trace.host_wall_ns[k] + 10_000 for k in trace.host_ns)
         events = traces_to_perfetto(engine.traces)["traceEvents"]
         assert any(e["ph"] == "X" and e["name"] == "one" for e in events)
         text = engine.metrics.render().decode()

@@ -19,6 +19,16 @@ def test_host_work_accumulates_by_category():
     t.add_host("parse", 1_000)
     assert t.host_ns == {"emit": 5_000, "parse": 1_000} and t.host_overhead_s() == 6e-6
     assert t.to_json()["host_ms"] == {"emit": 0.005, "parse": 0.001}
+    assert t.host_wall_ns == t.host_ns  # no wall time given: the work's own reading
+
+
+def test_host_work_keeps_cpu_and_wall_time_apart():
+    t = RequestTrace("r")
+    t.add_host("schedule", 1_000, wall_ns=4_000)  # the thread waited 3 us for a core
+    t.add_host("schedule", 2_000, wall_ns=2_500)
+    assert t.host_ns == {"schedule": 3_000} and t.host_wall_ns == {"schedule": 6_500}
+    assert t.host_overhead_s() == 3e-6
+    assert t.to_json()["host_wall_ms"] == {"schedule": 0.0065}
 
 
 def test_kv_tier_times_read_as_ms_since_received() -> None:
