@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from ingress.chat_template import ChatTemplate
 from ingress.errors import ApiError, bad_request
+from ingress.field_checks import check_token_ids
 from ingress.limits import IngressLimits
 from ingress.parser import parse_json_body
 from ingress.schemas import (
@@ -80,11 +81,13 @@ class IngressStage:
         return self._finish(req, ids, trace)
 
     async def encode_prompt(self, prompt: str | list[int], trace: RequestTrace) -> list[int]:
-        """For embedders: text (with the model's BOS rule; long text off the loop) or ids as they are."""
+        """For embedders: text (with the model's BOS rule; long text off the loop) or ids, checked
+        against the vocabulary as the HTTP routes check them (an id past the embedding table would
+        fail the model's step, and with it every request in that step)."""
         if isinstance(prompt, str):
             return await self._run(trace, len(prompt), self._encode_text, prompt)
         trace.mark("tokenized")
-        return list(prompt)
+        return check_token_ids("prompt", list(prompt), self.tokenizer.vocab_size, allow_empty=True)
 
     def _encode_text(self, text: str) -> list[int]:
         return self.tokenizer.encode(text, add_special_tokens=True)

@@ -78,3 +78,14 @@ async def test_context_window_is_checked_for_embedders_too():
         with pytest.raises(ApiError) as err:
             await collect(engine, [5] * 600)
         assert err.value.code == "context_length_exceeded"
+
+
+async def test_token_ids_past_the_vocabulary_are_refused_and_the_engine_serves_on():
+    async with Engine(config()) as engine:
+        vocab = engine.tokenizer.vocab_size
+        with pytest.raises(ApiError) as bad:
+            await collect(engine, [1, vocab])
+        assert bad.value.status == 400 and bad.value.param == "prompt[1]"
+        with pytest.raises(ApiError):
+            await collect(engine, [-1, 2])
+        assert (await collect(engine, [1, vocab - 1]))[-1].finish_reason == "length"
