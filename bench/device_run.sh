@@ -11,6 +11,7 @@
 #               (bench/baselines/suite.py): OUTDIR/baseline_summary.json/.md. Under 8 minutes.
 #   --ablate:   instead, `ttft bench --ablate`: the reference workload with one optimization off
 #               at a time (bench/ablate.py): OUTDIR/ablation.json/.md. Under 8 minutes.
+#   PDL_AB=1:   also time the runner's steps (CUDA graphs) with programmatic dependent launch off.
 #   --tiers:    instead, the KV tiers: `ttft bench --workload multi-turn` (64 conversations, a
 #               device pool of a quarter of the working set) with a 48 GiB host tier and without
 #               (recompute), and bench/kv_tier_restore.py (a 4,096-token prefix from host memory
@@ -142,6 +143,11 @@ if [ -z "$SKIP_KERNELS" ]; then
     tail -25 "$OUTDIR/kernels.log"
     timeout 300 python3 bench/gpu_prefill.py --out "$DETAIL/prefill" --quick 2>&1 | tail -40 > "$OUTDIR/prefill.log"
     tail -25 "$OUTDIR/prefill.log"
+    if [ "${PDL_AB:-0}" = 1 ]; then  # the same runner steps with programmatic dependent launch off
+        TTFT_PDL=0 timeout 150 python3 bench/gpu_prefill.py --out "$DETAIL/prefill-nopdl" --quick \
+            --configs triton+graphs 2>&1 | tail -6 > "$OUTDIR/prefill_nopdl.log"
+        tail -4 "$OUTDIR/prefill_nopdl.log"
+    fi
 fi
 
 if [ -n "$PROFILE" ]; then

@@ -9,11 +9,17 @@ import torch
 import triton
 import triton.language as tl
 
+from gpu_stage.kernels.pdl import pdl_args
+
 BLOCK = 1024
 
 
 @triton.jit
-def _silu_and_mul_kernel(x_ptr, out_ptr, stride_x, stride_o, num_cols, BLOCK: tl.constexpr):
+def _silu_and_mul_kernel(x_ptr, out_ptr, stride_x, stride_o, num_cols, BLOCK: tl.constexpr,
+                         USE_PDL: tl.constexpr):
+    if USE_PDL:  # see pdl.py
+        tl.extra.cuda.gdc_launch_dependents()
+        tl.extra.cuda.gdc_wait()
     row = tl.program_id(0).to(tl.int64)
     cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     mask = cols < num_cols
@@ -34,6 +40,6 @@ def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
     assert x.stride(-1) == 1
     block = min(BLOCK, 1 << max(0, num_cols - 1).bit_length())
     _silu_and_mul_kernel[(num_rows, triton.cdiv(num_cols, block))](
-        x, out, x.stride(0), out.stride(0), num_cols, BLOCK=block, num_warps=4,
+        x, out, x.stride(0), out.stride(0), num_cols, BLOCK=block, num_warps=4, **pdl_args(x),
     )
     return out

@@ -21,6 +21,7 @@ import triton.language as tl
 
 from gpu_stage.kernels import interpreting, next_pow2
 from gpu_stage.kernels.common import dot_flags, mma
+from gpu_stage.kernels.pdl import pdl_args
 
 LOG2E = 1.4426950408889634
 GPU_CONFIG = {"BLOCK_N": 64, "num_warps": 4, "num_stages": 2}
@@ -43,7 +44,11 @@ def _decode_kernel(
     block_size, num_heads,
     GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_H: tl.constexpr,
     BLOCK_N: tl.constexpr, NUM_SPLITS: tl.constexpr, IEEE: tl.constexpr, UPCAST: tl.constexpr,
+    USE_PDL: tl.constexpr,
 ):
+    if USE_PDL:  # see pdl.py: every program waits, also a split past the end of its sequence
+        tl.extra.cuda.gdc_launch_dependents()
+        tl.extra.cuda.gdc_wait()
     seq = tl.program_id(0).to(tl.int64)
     kv_head = tl.program_id(1)
     split = tl.program_id(2)
@@ -96,7 +101,11 @@ def _decode_kernel(
 def _reduce_kernel(
     part_out_ptr, part_lse_ptr, out_ptr, stride_o_t, stride_o_h, num_heads,
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, NUM_SPLITS: tl.constexpr, BLOCK_S: tl.constexpr,
+    USE_PDL: tl.constexpr,
 ):
+    if USE_PDL:  # see pdl.py
+        tl.extra.cuda.gdc_launch_dependents()
+        tl.extra.cuda.gdc_wait()
     seq = tl.program_id(0).to(tl.int64)
     head = tl.program_id(1)
     s = tl.arange(0, BLOCK_S)
@@ -150,12 +159,12 @@ def decode_attention(
         kv_layer.stride(0), kv_layer.stride(1), kv_layer.stride(2), kv_layer.stride(3),
         block_tables.stride(0), block_size, num_heads,
         GROUP=group, HEAD_DIM=head_dim, BLOCK_D=block_d, BLOCK_H=max(16, next_pow2(group)),
-        BLOCK_N=cfg.pop("BLOCK_N"), NUM_SPLITS=num_splits, **dot_flags(q.dtype), **cfg,
+        BLOCK_N=cfg.pop("BLOCK_N"), NUM_SPLITS=num_splits, **dot_flags(q.dtype), **cfg, **pdl_args(q),
     )
     if num_splits > 1:
         _reduce_kernel[(num_seqs, num_heads)](
             workspace.part_out, workspace.part_lse, out, out.stride(0), out.stride(1), num_heads,
             HEAD_DIM=head_dim, BLOCK_D=block_d, NUM_SPLITS=num_splits, BLOCK_S=next_pow2(num_splits),
-            num_warps=4,
+            num_warps=4, **pdl_args(q),
         )
     return out

@@ -21,6 +21,8 @@ import torch
 import triton
 import triton.language as tl
 
+from gpu_stage.kernels.pdl import pdl_args
+
 # Candidates timed per shape at start-up on the GPU (BLOCK_N, BLOCK_K, num_warps, num_stages).
 GPU_CONFIGS: tuple[dict, ...] = (
     {"BLOCK_N": 4, "BLOCK_K": 1024, "num_warps": 4, "num_stages": 4},
@@ -29,6 +31,10 @@ GPU_CONFIGS: tuple[dict, ...] = (
     {"BLOCK_N": 8, "BLOCK_K": 1024, "num_warps": 8, "num_stages": 3},
     {"BLOCK_N": 2, "BLOCK_K": 2048, "num_warps": 8, "num_stages": 3},
     {"BLOCK_N": 4, "BLOCK_K": 512, "num_warps": 4, "num_stages": 6},
+    {"BLOCK_N": 2, "BLOCK_K": 1024, "num_warps": 4, "num_stages": 4},
+    {"BLOCK_N": 1, "BLOCK_K": 2048, "num_warps": 4, "num_stages": 4},
+    {"BLOCK_N": 4, "BLOCK_K": 2048, "num_warps": 8, "num_stages": 3},
+    {"BLOCK_N": 2, "BLOCK_K": 512, "num_warps": 2, "num_stages": 6},
 )
 INTERPRETER_CONFIG = {"BLOCK_N": 4, "BLOCK_K": 16, "num_warps": 4, "num_stages": 1}
 
@@ -37,17 +43,32 @@ INTERPRETER_CONFIG = {"BLOCK_N": 4, "BLOCK_K": 16, "num_warps": 4, "num_stages":
 def _gemv_kernel(
     x_ptr, w_ptr, b_ptr, out_ptr, N, K, stride_w, half_rows,
     HAS_BIAS: tl.constexpr, SILU_MUL: tl.constexpr, EVEN_K: tl.constexpr,
-    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, USE_PDL: tl.constexpr,
 ):
     rn = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)  # output rows
     n_ok = rn < N
     rk = tl.arange(0, BLOCK_K)
     w_rows = w_ptr + rn.to(tl.int64)[:, None] * stride_w + rk[None, :]
-    acc = tl.zeros([BLOCK_N, BLOCK_K], tl.float32)
-    if SILU_MUL:  # rows n (gate) and n + I (up) of gate_up
-        w_up = w_rows + half_rows * stride_w
-        acc_up = tl.zeros([BLOCK_N, BLOCK_K], tl.float32)
-    for k in range(0, K, BLOCK_K):
+    w_up = w_rows + half_rows * stride_w  # SILU_MUL: rows n (gate) and n + I (up) of gate_up
+    # The first K tile of W is loaded before x: weights never change, so under PDL (pdl.py) these
+    # loads overlap the previous kernel's tail; x, its output, is read only after the wait.
+    if EVEN_K:
+        k_ok = rk < BLOCK_K
+        mask = n_ok[:, None]
+    else:
+        k_ok = rk < K
+        mask = n_ok[:, None] & k_ok[None, :]
+    w = tl.load(w_rows, mask=mask, other=0.0, eviction_policy="evict_first")
+    if SILU_MUL:
+        w2 = tl.load(w_up, mask=mask, other=0.0, eviction_policy="evict_first")
+    if USE_PDL:
+        tl.extra.cuda.gdc_launch_dependents()
+        tl.extra.cuda.gdc_wait()
+    x = tl.load(x_ptr + rk, mask=k_ok, other=0.0).to(tl.float32)
+    acc = w.to(tl.float32) * x[None, :]
+    if SILU_MUL:
+        acc_up = w2.to(tl.float32) * x[None, :]
+    for k in range(BLOCK_K, K, BLOCK_K):
         if EVEN_K:
             x = tl.load(x_ptr + k + rk).to(tl.float32)
             mask = n_ok[:, None]
@@ -87,6 +108,6 @@ def gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
     _gemv_kernel[(triton.cdiv(n, block_n),)](
         x, weight, x if bias is None else bias, out, n, k, weight.stride(0), n,
         HAS_BIAS=bias is not None, SILU_MUL=silu_mul, EVEN_K=k % block_k == 0,
-        BLOCK_N=block_n, BLOCK_K=block_k, **cfg,
+        BLOCK_N=block_n, BLOCK_K=block_k, **cfg, **pdl_args(x),
     )
     return out

@@ -13,16 +13,21 @@ import triton
 import triton.language as tl
 
 from gpu_stage.kernels import next_pow2
+from gpu_stage.kernels.pdl import pdl_args
 
 
 @triton.jit
 def _rms_norm_kernel(
     x_ptr, res_ptr, w_ptr, out_ptr, stride_x, stride_r, stride_o, num_cols, eps,
-    HAS_RESIDUAL: tl.constexpr, BLOCK: tl.constexpr,
+    HAS_RESIDUAL: tl.constexpr, BLOCK: tl.constexpr, USE_PDL: tl.constexpr,
 ):
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK)
     mask = cols < num_cols
+    w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)  # a weight: safe before the wait
+    if USE_PDL:  # see pdl.py
+        tl.extra.cuda.gdc_launch_dependents()
+        tl.extra.cuda.gdc_wait()
     x = tl.load(x_ptr + row * stride_x + cols, mask=mask, other=0.0)
     if HAS_RESIDUAL:
         r = tl.load(res_ptr + row * stride_r + cols, mask=mask, other=0.0)
@@ -31,7 +36,6 @@ def _rms_norm_kernel(
     x32 = x.to(tl.float32)
     variance = tl.sum(x32 * x32, 0) / num_cols
     normed = (x32 * tl.rsqrt(variance + eps)).to(x.dtype).to(tl.float32)
-    w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
     tl.store(out_ptr + row * stride_o + cols, (normed * w).to(out_ptr.dtype.element_ty), mask=mask)
 
 
@@ -46,7 +50,7 @@ def _launch(x: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tensor
     assert res.stride(-1) == 1
     _rms_norm_kernel[(num_rows,)](
         x, res, weight, out, x.stride(0), res.stride(0), out.stride(0), num_cols, eps,
-        HAS_RESIDUAL=residual is not None, BLOCK=block, num_warps=min(16, max(1, block // 512)),
+        HAS_RESIDUAL=residual is not None, BLOCK=block, num_warps=min(16, max(1, block // 512)), **pdl_args(x),
     )
     return out
 

@@ -15,6 +15,7 @@ import triton
 import triton.language as tl
 
 from gpu_stage.kernels import next_pow2
+from gpu_stage.kernels.pdl import pdl_args
 
 
 @triton.jit
@@ -43,8 +44,11 @@ def _rope_kernel(
     v_ptr, cache_ptr, slot_ptr, stride_v_t, stride_v_h, stride_c_block, stride_c_kv, stride_c_tok,
     stride_c_head, block_size,
     HALF: tl.constexpr, BLOCK_HALF: tl.constexpr, BLOCK_HQ: tl.constexpr, BLOCK_HK: tl.constexpr,
-    STORE: tl.constexpr,
+    STORE: tl.constexpr, USE_PDL: tl.constexpr,
 ):
+    if USE_PDL:  # see pdl.py
+        tl.extra.cuda.gdc_launch_dependents()
+        tl.extra.cuda.gdc_wait()
     t = tl.program_id(0).to(tl.int64)
     j = tl.arange(0, BLOCK_HALF)
     j_ok = j < HALF
@@ -100,5 +104,5 @@ def _launch(q, k, cos, sin, v, kv_layer, slot_mapping) -> None:
         q, k, cos, sin, q.stride(0), q.stride(1), k.stride(0), k.stride(1), cos.stride(0),
         num_heads, k.shape[1], *cache_args,
         HALF=half, BLOCK_HALF=next_pow2(half), BLOCK_HQ=next_pow2(num_heads), BLOCK_HK=next_pow2(k.shape[1]),
-        STORE=store, num_warps=4,
+        STORE=store, num_warps=4, **pdl_args(q),
     )

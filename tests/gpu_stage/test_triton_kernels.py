@@ -7,6 +7,7 @@ TRITON_INTERPRET=1) at tiny shapes; with CUDA the same tests run compiled on the
 from __future__ import annotations
 
 import math
+import os
 import random
 
 import pytest
@@ -341,3 +342,23 @@ def test_tune_gemv_plans_only_measured_winners() -> None:
             assert min(row["gemv_us"].values()) < row["cublas_us"] * (1 - MIN_GAIN)
         else:
             assert key not in ops.gemv_plan
+
+
+def test_pdl_is_off_for_cpu_tensors_and_by_switch(monkeypatch) -> None:
+    from gpu_stage.kernels import pdl
+    assert pdl.pdl_args(torch.zeros(1)) == pdl.OFF  # the interpreter's (CPU) launches: plain
+    monkeypatch.setenv("TTFT_PDL", "0")
+    pdl._device_runs_pdl.cache_clear()
+    try:
+        assert not pdl._device_runs_pdl(0)
+    finally:
+        pdl._device_runs_pdl.cache_clear()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(DEVICE != "cuda", reason="needs a GPU")
+def test_pdl_is_on_from_compute_capability_9() -> None:
+    """On Hopper the step's kernels launch with PDL (the graph and model tests then run with it)."""
+    from gpu_stage.kernels import pdl
+    on = torch.cuda.get_device_capability()[0] >= 9 and os.environ.get("TTFT_PDL", "1") != "0"
+    assert pdl.pdl_args(torch.zeros(1, device="cuda")) == (pdl.ON if on else pdl.OFF)
