@@ -11,6 +11,7 @@
 #               (bench/baselines/suite.py): OUTDIR/baseline_summary.json/.md. Under 8 minutes.
 #   --ablate:   instead, `ttft bench --ablate`: the reference workload with one optimization off
 #               at a time (bench/ablate.py): OUTDIR/ablation.json/.md. Under 8 minutes.
+#   SWITCH_AB=1: also run the server suite with Python's default 5 ms switch interval.
 #   PDL_AB=1:   also time the runner's steps (CUDA graphs) with programmatic dependent launch off.
 #   --tiers:    instead, the KV tiers: `ttft bench --workload multi-turn` (64 conversations, a
 #               device pool of a quarter of the working set) with a 48 GiB host tier and without
@@ -156,19 +157,26 @@ if [ -n "$PROFILE" ]; then
     cat "$OUTDIR/profile.log"
 fi
 
-if [ -z "$SKIP_SERVER" ]; then
-    echo "== server benchmarks"
+run_suite() {  # run_suite NAME [VAR=VALUE...]: ttft serve (dummy:llama-3.1-8b, that environment), the suite
+    local name=$1; shift
     # llama-3.1-8b: the Llama-3-8B shape with a 128K context, so an 8,192-token prompt fits.
-    python3 -m pipeline.cli serve --model dummy:llama-3.1-8b --device cuda --port 8000 \
+    env "$@" python3 -m pipeline.cli serve --model dummy:llama-3.1-8b --device cuda --port 8000 \
         --max-num-seqs 128 --max-num-batched-tokens 8192 --long-prefill-threshold 4096 \
-        --max-model-len 16384 > "$DETAIL/server.log" 2>&1 &
+        --max-model-len 16384 > "$DETAIL/server-$name.log" 2>&1 &
     SERVER=$!
     for _ in $(seq 1 240); do
         curl -sf http://127.0.0.1:8000/health >/dev/null 2>&1 && break
         kill -0 $SERVER 2>/dev/null || break
         sleep 1
     done
-    grep -E "ready|KV|graph|warm|one-row product|ERROR|Error" "$DETAIL/server.log" | tail -16
+    grep -E "ready|KV|graph|warm|one-row product|ERROR|Error" "$DETAIL/server-$name.log" | tail -16
+    timeout 420 python3 -m bench.gpu_suite --out "$DETAIL/$name" --extra "$EXTRA" $QUICK 2>&1 | tee "$OUTDIR/$name.log" | tail -30
+    kill -TERM $SERVER 2>/dev/null; sleep 3; kill -9 $SERVER 2>/dev/null
+    tail -30 "$DETAIL/server-$name.log" > "$OUTDIR/server_tail_$name.log"
+}
+
+if [ -z "$SKIP_SERVER" ]; then
+    echo "== server benchmarks"
     EXTRA=$(python3 - "$DETAIL" <<'EOF'
 import json, sys, glob, subprocess
 extra = {"gpu_name": subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
@@ -185,12 +193,14 @@ for path in glob.glob(sys.argv[1] + "/kernels/*.json"):
 print(json.dumps(extra))
 EOF
 )
-    timeout 420 python3 -m bench.gpu_suite --out "$DETAIL/suite" --extra "$EXTRA" $QUICK 2>&1 | tee "$OUTDIR/suite.log" | tail -30
+    run_suite suite
     cp "$DETAIL/suite/summary.json" "$DETAIL/suite/summary.md" "$OUTDIR/" 2>/dev/null
     # floors from the measured ceilings, each figure as a ratio to its floor, the targets table
     [ -f "$OUTDIR/summary.json" ] && python3 -m bench.floors "$OUTDIR/summary.json"
-    kill -TERM $SERVER 2>/dev/null; sleep 3; kill -9 $SERVER 2>/dev/null
-    tail -30 "$DETAIL/server.log" > "$OUTDIR/server_tail.log"
+    if [ "${SWITCH_AB:-0}" = 1 ]; then  # again with Python's default 5 ms lock hand-over period
+        run_suite suite-switch5 TTFT_SWITCH_INTERVAL_MS=5
+        cp "$DETAIL/suite-switch5/summary.md" "$OUTDIR/summary_switch5.md" 2>/dev/null
+    fi
 fi
 tar -czf "$OUTDIR/detail.tar.gz" -C "$DETAIL" . 2>/dev/null
 ls -la "$OUTDIR"

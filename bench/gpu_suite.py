@@ -3,6 +3,12 @@
 Each scenario is a `ttft bench` run (same client, same metrics as `vllm bench serve`); host
 overhead per request comes from the server's own traces (/debug/traces: parse, tokenize, schedule
 and emit time of each request, excluding its waits). Writes summary.json and summary.md to --out.
+
+Every scenario draws its prompts from its own seed. With one seed the random prompts of two
+scenarios start with the same tokens (one stream, cut at the same offsets), and the server's
+prefix cache then serves a later scenario's prompts from an earlier one's blocks: a figure that
+claims fresh prompts would be measuring cache hits. `cached_tokens` in the summary counts what
+each scenario's requests were still served from the cache; the fresh-prompt scenarios must have 0.
 """
 from __future__ import annotations
 
@@ -40,16 +46,19 @@ async def run_scenarios(base_url: str, out: Path, quick: bool) -> dict:
     scale = 0.25 if quick else 1.0
     n = lambda k: max(4, int(k * scale))  # noqa: E731
     summary: dict = {}
+    seeds = iter(range(1000, 2000))
 
     async def scenario(label: str, *extra: str) -> dict:
         t0 = time.perf_counter()
-        res = await run_bench(bench_args(base_url, out, label, *extra))
+        res = await run_bench(bench_args(base_url, out, label, "--seed", str(next(seeds)), *extra))
         m = res["metrics"]
+        summary.setdefault("cached_tokens", {})[label] = sum(s.get("cached_tokens") or 0 for s in res["samples"])
         # Where this scenario's TTFT went, edge by edge, from the server's traces of its requests.
         traces = fetch_json(f"{base_url}/debug/traces?limit={m['completed']}")["traces"]
         summary.setdefault("ttft_edges", {})[label] = summarize_edges(traces)
         print(f"{label}: ttft p50 {m['median_ttft_ms']:.2f} ms, itl p50 {m['median_itl_ms']:.2f} ms, "
-              f"{m['completed']} ok / {m['failed']} failed in {time.perf_counter() - t0:.1f} s", flush=True)
+              f"{m['completed']} ok / {m['failed']} failed, {summary['cached_tokens'][label]} prompt tokens "
+              f"from the cache, in {time.perf_counter() - t0:.1f} s", flush=True)
         return m
 
     for size in (128, 2048, 8192):
