@@ -11,7 +11,6 @@
 #               (bench/baselines/suite.py): OUTDIR/baseline_summary.json/.md. Under 8 minutes.
 #   --ablate:   instead, `ttft bench --ablate`: the reference workload with one optimization off
 #               at a time (bench/ablate.py): OUTDIR/ablation.json/.md. Under 8 minutes.
-#   SWITCH_AB=1: also run the server suite with Python's default 5 ms switch interval.
 #   PDL_AB=1:   also time the runner's steps (CUDA graphs) with programmatic dependent launch off.
 #   --tiers:    instead, the KV tiers: `ttft bench --workload multi-turn` (64 conversations, a
 #               device pool of a quarter of the working set) with a 48 GiB host tier and without
@@ -197,10 +196,6 @@ EOF
     cp "$DETAIL/suite/summary.json" "$DETAIL/suite/summary.md" "$OUTDIR/" 2>/dev/null
     # floors from the measured ceilings, each figure as a ratio to its floor, the targets table
     [ -f "$OUTDIR/summary.json" ] && python3 -m bench.floors "$OUTDIR/summary.json"
-    if [ "${SWITCH_AB:-0}" = 1 ]; then  # again with Python's default 5 ms lock hand-over period
-        run_suite suite-switch5 TTFT_SWITCH_INTERVAL_MS=5
-        cp "$DETAIL/suite-switch5/summary.md" "$OUTDIR/summary_switch5.md" 2>/dev/null
-    fi
 fi
 tar -czf "$OUTDIR/detail.tar.gz" -C "$DETAIL" . 2>/dev/null
 ls -la "$OUTDIR"

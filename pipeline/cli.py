@@ -10,8 +10,6 @@ import sys
 from ingress.limits import IngressLimits
 from pipeline.config import EngineConfig
 
-SWITCH_INTERVAL_MS = "0.5"  # the interpreter's lock hand-over period under `ttft serve` (see main)
-
 
 def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     d = EngineConfig()
@@ -114,11 +112,6 @@ def main(argv: list[str] | None = None) -> int:
         # cores the event loop needs between model steps (measured: TTFT P50 4.0 s -> 3.1 s, see
         # README). Set before torch is imported; an explicit setting wins.
         os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-        # The GPU stage's threads launch steps between the event loop's bursts of Python (a decode
-        # step's 64 streams to emit), and Python hands the interpreter lock to a waiting thread
-        # only once per switch interval (5 ms by default): a launch could wait that long while
-        # the device idles. A shorter interval bounds that wait. TTFT_SWITCH_INTERVAL_MS overrides.
-        sys.setswitchinterval(float(os.environ.get("TTFT_SWITCH_INTERVAL_MS", SWITCH_INTERVAL_MS)) / 1e3)
         logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         from pipeline.auth import check_api_key, resolve_api_key
         from pipeline.build import StartupError
