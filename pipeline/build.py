@@ -104,7 +104,7 @@ def build_model(cfg: EngineConfig) -> BuiltModel:
         num_blocks=num_blocks, block_size=cfg.block_size, max_num_seqs=cfg.max_num_seqs,
         max_num_batched_tokens=cfg.max_num_batched_tokens, max_model_len=max_model_len,
         max_queued=cfg.max_queued, long_prefill_threshold=cfg.long_prefill_threshold,
-        prefill_step_tokens=cfg.prefill_step_tokens,
+        prefill_step_tokens=cfg.prefill_step_tokens, prefill_backlog_steps=cfg.prefill_backlog_steps,
         eos_token_ids=frozenset(tok.eos_token_ids), policy=cfg.scheduler_policy,
         enable_prefix_caching=cfg.enable_prefix_caching, shadow=cfg.shadow,
         chunked_prefill=cfg.enable_chunked_prefill, async_scheduling=cfg.async_scheduling,

@@ -8,6 +8,7 @@ import os
 import sys
 
 from ingress.limits import IngressLimits
+from scheduler.config import PREFILL_BACKLOG_STEPS
 from pipeline.config import EngineConfig
 
 
@@ -39,6 +40,9 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--prefill-step-tokens", type=int, default=None,
                    help="lanes: prefill tokens that may join a step after its first prefill, whole "
                         "prompts only (default 768 on a GPU, 0: no cap on CPU)")
+    p.add_argument("--prefill-backlog-steps", type=int, default=PREFILL_BACKLOG_STEPS,
+                   help="lanes: while the waiting prompts hold this many full steps of tokens, prompts "
+                        "as long as a step's first join it past the cap (0: never)")
     p.add_argument("--enable-chunked-prefill", action=argparse.BooleanOptionalAction,
                    default=d.enable_chunked_prefill,
                    help="off: every prompt prefilled whole in one step (needs --max-num-batched-tokens >= "
@@ -88,6 +92,7 @@ def config_from_args(a: argparse.Namespace) -> EngineConfig:
         block_size=a.block_size, max_num_seqs=a.max_num_seqs,
         max_num_batched_tokens=a.max_num_batched_tokens, max_queued=a.max_queued,
         long_prefill_threshold=a.long_prefill_threshold, prefill_step_tokens=a.prefill_step_tokens,
+        prefill_backlog_steps=a.prefill_backlog_steps,
         request_timeout_s=a.request_timeout_s,
         stream_stall_timeout_s=a.stream_stall_timeout_s, shutdown_grace_s=a.shutdown_grace_s,
         body_read_timeout_s=a.body_read_timeout_s, max_connections=a.max_connections,

@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ingress.limits import IngressLimits
+from scheduler.config import PREFILL_BACKLOG_STEPS
 
 
 @dataclass
@@ -31,6 +32,7 @@ class EngineConfig:
     # a burst gets its first tokens shortest first in small steps. None: 768 on a GPU (chosen in
     # the H200 simulator, bench/results/20261129-sim/reference.md), 0 (no cap) on CPU.
     prefill_step_tokens: int | None = None
+    prefill_backlog_steps: int = PREFILL_BACKLOG_STEPS  # lanes: see SchedulerConfig
     # False: no chunked prefill (ablations): each prompt in one step, so the step budget must hold
     # max_model_len (the scheduler refuses to start otherwise).
     enable_chunked_prefill: bool = True

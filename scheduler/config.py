@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+PREFILL_BACKLOG_STEPS = 4  # lanes: the default of SchedulerConfig.prefill_backlog_steps
+
 
 @dataclass(frozen=True, slots=True)
 class SchedulerConfig:
@@ -23,6 +25,12 @@ class SchedulerConfig:
     # its first tokens shortest first in small steps rather than all after one big step. 0, or at
     # least the budget: no cap (prefills fill the budget, chunked).
     prefill_step_tokens: int = 0
+    # Lanes: the cap above holds only while the prompts waiting to start hold fewer uncached tokens
+    # than this many full steps (budgets). Past that backlog every first token waits mostly in the
+    # queue, where the wait is the backlog over the prefill rate: full steps (several prompts
+    # batched, the larger matrix products run faster per token) then serve everyone sooner. 0:
+    # the cap always holds.
+    prefill_backlog_steps: int = PREFILL_BACKLOG_STEPS
     # False: no chunked prefill (vLLM's --no-enable-chunked-prefill, for ablations): a prompt is
     # admitted only when all its uncached tokens fit the step's budget left, so the budget must hold
     # the longest prompt; the chunk cap is off (the threshold stays the lanes' boundary).
@@ -69,6 +77,8 @@ class SchedulerConfig:
              f">= max_model_len ({self.max_model_len}): every prompt is prefilled whole in one step")
         need(self.prefill_step_tokens >= 0,
              f"prefill_step_tokens must be >= 0, got {self.prefill_step_tokens}")
+        need(self.prefill_backlog_steps >= 0,
+             f"prefill_backlog_steps must be >= 0, got {self.prefill_backlog_steps}")
         need(self.policy in ("fcfs", "lanes"), f"policy must be 'fcfs' or 'lanes', got {self.policy!r}")
         need(self.aging_steps >= 1, f"aging_steps must be >= 1, got {self.aging_steps}")
         need(self.max_preemptions_unprotected >= 1,

@@ -19,6 +19,9 @@ prefill always runs (chunked at `long_prefill_threshold`), and other prompts joi
 only while the tokens they add stay within the cap. Joining delays the first token of every prompt
 already in the step by the joiner's compute and saves the joiner only one step's fixed cost: worth
 it for prompts small next to the step (many short ones under load), not for a burst of big ones.
+Under a deep backlog (the waiting prompts' uncached tokens reach `prefill_backlog_steps` full
+budgets) prompts as long as the step's first may join it past the cap: first tokens then wait
+mostly in the queue, for the backlog over the prefill rate, and full steps prefill faster per token.
 With the H200 default (768) a burst of 512, 512, 1024, 1024, 2048, 2048, 4096, 4096 tokens runs as
 512+512, 1024, 1024, 2048, 2048, 4096, 4096: the first tokens after ~25, 50, 75, 120, ... ms
 instead of all after one ~150 ms step. A prompt that would not complete in the step waits for one
@@ -46,6 +49,7 @@ from scheduler.step_builder import StepBuilder
 
 _DECODE, _PROMOTED, _SHORT, _LONG = 0, 1, 2, 3
 _priority = attrgetter("priority")  # a request's priority (lower runs first)
+_queued_uncached = attrgetter("num_queued_uncached")
 
 
 class LanesPolicy:
@@ -55,6 +59,8 @@ class LanesPolicy:
         self.max_chunk_tokens = config.max_chunk_tokens
         self.lane_threshold = config.lane_threshold
         self.prefill_step_cap = config.prefill_step_cap
+        self.backlog_tokens = config.prefill_backlog_steps * config.max_num_batched_tokens
+        self.deep_backlog = False  # this step's (order()): see chunk_size
         self.aging_steps = config.aging_steps
         self.max_preemptions_unprotected = config.max_preemptions_unprotected
         self.blocks_for = config.blocks_for
@@ -93,6 +99,8 @@ class LanesPolicy:
                 remaining = req.num_queued_uncached
             return (req.priority, group, remaining, req.arrival_seq)
 
+        self.deep_backlog = (self.prefill_step_cap is not None and self.backlog_tokens > 0
+                             and sum(map(_queued_uncached, waiting)) >= self.backlog_tokens)
         decodes: list[RequestState] = []
         others: list[RequestState] = []
         for req in running:  # all RUNNING: a decode lacks exactly one token
@@ -112,17 +120,25 @@ class LanesPolicy:
 
     def chunk_size(self, req: RequestState, num_uncomputed: int, step: StepBuilder) -> int:
         """The step's first prefill: a chunk; a later one: all it lacks if that fits the budget
-        and the cap, else nothing (0). Without a cap: a chunk of whatever budget is left."""
+        and the cap, else nothing (0). Without a cap: a chunk of whatever budget is left.
+        Under a deep backlog a prompt no longer than the step's first prefill joins whole past
+        the cap: it delays nobody's first token by more than its own size would, and full steps
+        prefill faster per token (shortest-first order: the joiners after the first are as long
+        or longer, so this admits equal prompts, the queue where ordering cannot help)."""
         num = min(num_uncomputed, step.budget_left, self.max_chunk_tokens)
         cap = self.prefill_step_cap
         if cap is None or num_uncomputed == 1 or step.num_prefill_tokens == 0:
             return num
+        if num != num_uncomputed:
+            return 0
         num_joined = step.num_prefill_tokens - step.num_first_prefill_tokens
-        return num if num == num_uncomputed and num_joined + num <= cap else 0
+        if num_joined + num <= cap or (self.deep_backlog and num <= step.num_first_prefill_tokens):
+            return num
+        return 0
 
     def admits_prefill(self, step: StepBuilder) -> bool:
         cap = self.prefill_step_cap
-        return cap is None or step.num_prefill_tokens - step.num_first_prefill_tokens < cap
+        return cap is None or self.deep_backlog or step.num_prefill_tokens - step.num_first_prefill_tokens < cap
 
     def can_start(self, req: RequestState, num_new_blocks: int, num_allocatable: int,
                   running: list[RequestState]) -> bool:

@@ -13,6 +13,7 @@ import json
 import sys
 
 from bench.sim.engine import SimConfig, simulate
+from scheduler.config import PREFILL_BACKLOG_STEPS
 from bench.sim.report import summarize
 from bench.sim.workloads import CLOSED_LOOP_WORKLOADS, WORKLOADS, achievable_hit_rate, make_workload
 
@@ -52,6 +53,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--prefill-step-tokens", type=int, default=None,
                    help="lanes: cap on the prefill tokens that join a step after its first "
                         "prefill, 0: none (default: 0 for fcfs, 768 for lanes)")
+    p.add_argument("--prefill-backlog-steps", type=int, default=PREFILL_BACKLOG_STEPS,
+                   help="lanes: the cap is lifted while the waiting prompts hold this many full "
+                        "budgets of uncached tokens, 0: never")
     p.add_argument("--no-prefix-caching", action="store_true")
     p.add_argument("--json", action="store_true", help="print one JSON line, last on stdout")
     return p.parse_args(argv)
@@ -69,7 +73,7 @@ def run(args: argparse.Namespace) -> dict[str, object]:
     cfg = SimConfig(policy=args.policy, shadow=not args.no_shadow, kv_gb=args.kv_gb,
                     max_num_batched_tokens=args.max_num_batched_tokens,
                     max_num_seqs=args.max_num_seqs, long_prefill_threshold=args.long_prefill_threshold,
-                    prefill_step_tokens=args.prefill_step_tokens,
+                    prefill_step_tokens=args.prefill_step_tokens, prefill_backlog_steps=args.prefill_backlog_steps,
                     enable_prefix_caching=not args.no_prefix_caching)
     requests = make_workload(args.workload, num, rate, args.seed)
     out = summarize(simulate(requests, cfg, num_clients=clients,
@@ -83,7 +87,7 @@ def run(args: argparse.Namespace) -> dict[str, object]:
         seed=args.seed, kv_gb=cfg.kv_gb,
         num_kv_blocks=sched_cfg.num_blocks, max_num_batched_tokens=cfg.max_num_batched_tokens,
         long_prefill_threshold=sched_cfg.long_prefill_threshold,
-        prefill_step_tokens=sched_cfg.prefill_step_tokens)
+        prefill_step_tokens=sched_cfg.prefill_step_tokens, prefill_backlog_steps=sched_cfg.prefill_backlog_steps)
     return out
 
 

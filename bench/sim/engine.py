@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from bench.sim.arrivals import Arrivals, ClosedLoop, OpenLoop
 from bench.sim.cost_model import StepCostModel
 from bench.sim.workloads import SimRequest
-from scheduler.config import SchedulerConfig
+from scheduler.config import PREFILL_BACKLOG_STEPS, SchedulerConfig
 from scheduler.invariants import SchedulerStats
 from scheduler.scheduler import Scheduler
 from stages.messages import GenerateRequest, SampledToken, StepResult
@@ -46,6 +46,7 @@ class SimConfig:
     max_model_len: int = 131_072
     long_prefill_threshold: int | None = None  # None: DEFAULT_LONG_PREFILL_THRESHOLD[policy]
     prefill_step_tokens: int | None = None  # None: DEFAULT_PREFILL_STEP_TOKENS[policy]
+    prefill_backlog_steps: int = PREFILL_BACKLOG_STEPS  # lanes: 0 keeps the cap always
     enable_prefix_caching: bool = True
 
     def scheduler_config(self, num_requests: int) -> SchedulerConfig:
@@ -60,7 +61,7 @@ class SimConfig:
             num_blocks=num_blocks, block_size=self.block_size, max_num_seqs=self.max_num_seqs,
             max_num_batched_tokens=self.max_num_batched_tokens, max_model_len=self.max_model_len,
             max_queued=num_requests + 1, long_prefill_threshold=threshold, prefill_step_tokens=step_tokens,
-            enable_prefix_caching=self.enable_prefix_caching, policy=self.policy, shadow=self.shadow)
+            prefill_backlog_steps=self.prefill_backlog_steps, enable_prefix_caching=self.enable_prefix_caching, policy=self.policy, shadow=self.shadow)
 
 
 @dataclass

@@ -27,3 +27,13 @@ def test_the_flag_sets_it() -> None:
     add_serve_arguments(p)
     assert config_from_args(p.parse_args([])).prefill_step_tokens is None
     assert config_from_args(p.parse_args(["--prefill-step-tokens", "1024"])).prefill_step_tokens == 1024
+    args = p.parse_args(["--prefill-backlog-steps", "0"])
+    assert config_from_args(args).prefill_backlog_steps == 0
+    assert config_from_args(p.parse_args([])).prefill_backlog_steps == 4
+
+
+def test_the_backlog_setting_reaches_the_scheduler() -> None:
+    from pipeline.build import build_model
+
+    built = build_model(EngineConfig(model="dummy:tiny", num_kv_blocks=64, max_model_len=256, prefill_backlog_steps=2))
+    assert built.scheduler.config.prefill_backlog_steps == 2

@@ -121,3 +121,28 @@ def test_the_cap_is_off_by_default_and_at_or_above_the_budget() -> None:
     add(s, "L", 1000)
     add(s, "S", 100)
     assert prefills(step(s)) == [("S", 0, 100, True), ("L", 0, 256, False)]
+
+
+def test_a_deep_backlog_of_equal_prompts_fills_the_steps_past_the_cap() -> None:
+    """Waiting prompts worth 4 budgets (32,768 tokens): prompts as long as the step's first join it
+    whole past the cap, until the backlog is below that again."""
+    s = make_sched()
+    for i in range(20):
+        add(s, f"r{i:02d}", 2048)  # 40,960 tokens waiting
+    assert [rid for rid, *_ in prefills(step(s))] == ["r00", "r01", "r02", "r03"]  # the budget, whole
+    # 32,768 still waiting; the four decodes take 4 tokens of the budget: three fit whole
+    assert [rid for rid, *_ in prefills(step(s))] == ["r04", "r05", "r06"]
+    assert [rid for rid, *_ in prefills(step(s))] == ["r07"]  # 26,624: the cap holds again
+    off = make_sched(prefill_backlog_steps=0)
+    for i in range(20):
+        add(off, f"r{i:02d}", 2048)
+    assert [rid for rid, *_ in prefills(step(off))] == ["r00"]
+
+
+def test_a_deep_backlog_lets_no_longer_prompt_join_past_the_cap() -> None:
+    s = make_sched()
+    add(s, "head", 1500)
+    for i in range(17):
+        add(s, f"r{i:02d}", 2000)  # 34,000 tokens behind the shortest
+    assert prefills(step(s)) == [("head", 0, 1500, True)]  # a 2,000 would delay its first token
+    assert [rid for rid, *_ in prefills(step(s))] == ["r00", "r01", "r02", "r03"]
