@@ -79,7 +79,7 @@ async def run_scenarios(base_url: str, out: Path, quick: bool) -> dict:
     m = await scenario("decode-b64-ctx2048", "--input-len", "2048", "--output-len", "128", "--concurrency", "64",
                        "--num-requests", str(n(64)), "--warmup", "2")
     summary["itl_p50_ms_b64_ctx2048"] = m["median_itl_ms"]
-    host = host_overhead_ms(base_url, n(128))
+    host = host_overhead_ms(base_url, n(64))
     summary["host_overhead_p99_ms_c64"] = float(np.percentile(host, 99))
     summary["host_overhead_p50_ms_c64"] = float(np.percentile(host, 50))
     m = await scenario("reference", "--workload", "reference", "--output-len", "128", "--concurrency", "8",
