@@ -66,7 +66,7 @@ def server_command(mode: str, args: argparse.Namespace, port: int) -> list[str]:
 async def run_mode(base_url: str, out: Path, args: argparse.Namespace, deadline: float) -> dict:
     summary: dict = {}
     wanted = args.scenarios.split(",") if args.scenarios else None
-    for label, flags in scenarios(args.num_requests, args.quick):
+    for index, (label, flags) in enumerate(scenarios(args.num_requests, args.quick)):
         if wanted is not None and label not in wanted:
             continue
         left_s = deadline - time.monotonic()
@@ -75,7 +75,10 @@ async def run_mode(base_url: str, out: Path, args: argparse.Namespace, deadline:
             continue
         t0 = time.perf_counter()
         res = await run_bench(bench_args(base_url, out, label, *flags, "--timeout", f"{left_s:.0f}",
-                                         "--seed", str(args.seed),
+                                         # each scenario its own prompts, the same in every mode: with
+                                         # one seed, ttft's prefix cache served a later scenario's
+                                         # prompts from an earlier one's (same stream, same offsets)
+                                         "--seed", str(args.seed + 1000 * (index + 1)),
                                          *shlex.split(args.bench_args)))
         summary.update(summarize(label, res["metrics"]))
         print(f"  {label}: ttft p50 {res['metrics']['median_ttft_ms']:.1f} ms in {time.perf_counter() - t0:.1f} s",
