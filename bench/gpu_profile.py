@@ -1,5 +1,5 @@
 """Where a step's time goes on the GPU: `python bench/gpu_profile.py` profiles one 2,048-token
-prefill and a batch-1 decode step of the Llama-3-8B shape through ModelRunner (triton backend,
+prefill and decode steps at batch 1 and at batch 64 (2,048-token contexts) of the Llama-3-8B shape through ModelRunner (triton backend,
 CUDA graphs) with torch.profiler, and prints the kernels by total device time and the gap between
 wall time and device time (host overhead, launches, syncs)."""
 from __future__ import annotations
@@ -70,6 +70,12 @@ def main() -> None:
         bench.decode_ms(1, 2048, 10)
         wall = (time.perf_counter() - t0) * 1e3 / 13
     report(prof, "decode b1 (13 steps, wall per step)", wall, 13)
+    bench.decode_ms(64, 2048, 3)
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        t0 = time.perf_counter()
+        bench.decode_ms(64, 2048, 10)
+        wall = (time.perf_counter() - t0) * 1e3 / 13
+    report(prof, "decode b64 at 2,048 (13 steps, wall per step)", wall, 13)
 
 
 if __name__ == "__main__":
