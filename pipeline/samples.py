@@ -43,7 +43,7 @@ def fan_out(request_id: str, params: SamplingParams, trace: RequestTrace, n: int
             trace.request_id = rid
             sample_trace = trace
         else:
-            sample_trace = RequestTrace(rid, dict(trace.marks_ns), {}, dict(trace.info))
+            sample_trace = RequestTrace(rid, marks_ns=dict(trace.marks_ns), info=dict(trace.info))
         sample_trace.info["sample_index"] = i
         sample_params = params if params.seed is None else dataclasses.replace(
             params, seed=sample_seed(params.seed, i))

@@ -40,9 +40,9 @@ class RequestTrace:
     request_id: str
     marks_ns: dict[str, int] = field(default_factory=dict)
     host_ns: dict[str, int] = field(default_factory=dict)  # own work (CPU time where measured)
-    host_wall_ns: dict[str, int] = field(default_factory=dict)  # the wall time that work spanned
     info: dict[str, object] = field(default_factory=dict)
     last_write_ns: int = 0  # when the last output was handed to the transport (for ITL)
+    host_wall_ns: dict[str, int] = field(default_factory=dict)  # the wall time host_ns's work spanned
 
     def mark(self, edge: str, at_ns: int | None = None) -> None:
         if edge not in self.marks_ns:
