@@ -22,13 +22,11 @@ from gpu_stage.kernels.common import dot_flags, mma
 from gpu_stage.kernels.pdl import pdl_args
 
 MAX_ROWS = 128  # the most rows of x the kernel takes (BLOCK_M <= 128)
-# Candidates timed per (rows, shape) at start-up on the GPU. Shared memory per pipeline stage is
-# (BLOCK_M + 2 * BLOCK_N) * BLOCK_K * 2 bytes at most (gate and up tiles): with BLOCK_M = 128 these
-# stay under the H200's 227 KB (BLOCK_K = 256 with 4 stages did not).
+# Candidates timed per (rows, shape) at start-up on the GPU.
 GPU_CONFIGS: tuple[dict, ...] = (
-    {"BLOCK_N": 16, "BLOCK_K": 128, "num_warps": 4, "num_stages": 4},
-    {"BLOCK_N": 32, "BLOCK_K": 128, "num_warps": 4, "num_stages": 3},
-    {"BLOCK_N": 32, "BLOCK_K": 64, "num_warps": 4, "num_stages": 5},
+    {"BLOCK_N": 16, "BLOCK_K": 256, "num_warps": 4, "num_stages": 4},
+    {"BLOCK_N": 32, "BLOCK_K": 128, "num_warps": 4, "num_stages": 4},
+    {"BLOCK_N": 32, "BLOCK_K": 256, "num_warps": 8, "num_stages": 3},
 )
 INTERPRETER_CONFIG = {"BLOCK_N": 16, "BLOCK_K": 16, "num_warps": 4, "num_stages": 1}
 
