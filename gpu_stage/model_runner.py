@@ -130,16 +130,13 @@ class ModelRunner:
             num_blocks = self._profile_num_blocks(gpu_memory_utilization, graph_reserve_bytes if use_graphs else 0)
         self.kv_cache = KvCache(self.config, num_blocks, block_size, self.device, dtype)
         self.graphs: CudaGraphRunner | None = None
-        # One-row products (batch-1 decode): cuBLAS or the gemv kernel; few-row ones (the decode
-        # graphs' batch buckets): cuBLAS or the skinny kernel; each as this GPU runs it inside a
-        # CUDA graph, measured before the graphs capture the choice. Eager steps keep cuBLAS:
-        # there a Triton launch's host cost outweighs the gain.
+        # One-row products (batch-1 decode): cuBLAS or the gemv kernel, whichever this GPU runs
+        # faster per weight shape inside a CUDA graph; measured before the graphs capture the
+        # choice. Eager steps keep cuBLAS: there a Triton launch's host cost outweighs the gain.
         if use_graphs:
-            from gpu_stage.cuda_graphs import decode_buckets
-            from gpu_stage.kernels.gemv_tuning import tune_gemv, tune_skinny
+            from gpu_stage.kernels.gemv_tuning import tune_gemv
 
             tune_gemv(self.model, self.model.ops)
-            tune_skinny(self.model, self.model.ops, decode_buckets(max_num_seqs))
         if cuda:
             self.warmup()
         if use_graphs:

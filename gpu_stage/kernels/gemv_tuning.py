@@ -21,7 +21,6 @@ import torch
 import torch.nn.functional as F
 
 from gpu_stage.kernels import activation
-from gpu_stage.kernels import skinny_gemm as skinny
 from gpu_stage.kernels.gemv import GPU_CONFIGS, gemv
 from gpu_stage.kernels.triton_ops import GemvKey, TritonOps
 
@@ -94,34 +93,4 @@ def tune_gemv(model, ops: TritonOps) -> list[dict]:
                "chosen": "gemv" if best is not None else "cublas", "tb_per_s": round(tb_per_s, 3)}
         rows.append(row)
         log.info("one-row product %s: cuBLAS %.1f us, gemv %s -> %s", key, base, timings, row["chosen"])
-    return rows
-
-
-@torch.inference_mode()
-def tune_skinny(model, ops: TritonOps, sizes: list[int]) -> list[dict]:
-    """Fill ops.skinny_plan for the model's products at each row count in `sizes` (the decode
-    graphs' batch buckets, 2..skinny.MAX_ROWS): the skinny kernel's fastest config where it beats
-    cuBLAS outright (no margin: its gain inside a step is not measured yet); -> one row per pair."""
-    rows = []
-    for key, weights, biases in _products(model):
-        for m in sizes:
-            if not 2 <= m <= skinny.MAX_ROWS:
-                continue
-            x = torch.randn(m, key[1], device=weights[0].device, dtype=weights[0].dtype)
-            if key[2] == "silu_mul":
-                base = _time_us(lambda i: activation.silu_and_mul(F.linear(x, weights[i])), len(weights))
-            else:
-                base = _time_us(lambda i: F.linear(x, weights[i], biases[i]), len(weights))
-            best, best_us = None, base
-            for cfg in skinny.GPU_CONFIGS:
-                us = _time_us(lambda i: skinny.skinny_gemm(x, weights[i], biases[i], act=key[2], config=cfg),
-                              len(weights))
-                if us < best_us:
-                    best, best_us = cfg, us
-            if best is not None:
-                ops.skinny_plan[(m, *key)] = best
-            rows.append({"rows": m, "shape": list(key), "cublas_us": round(base, 2), "best_us": round(best_us, 2),
-                         "chosen": "skinny" if best is not None else "cublas"})
-        chosen = [r["rows"] for r in rows if r["shape"] == list(key) and r["chosen"] == "skinny"]
-        log.info("few-row product %s: skinny kernel at rows %s, cuBLAS elsewhere", key, chosen)
     return rows

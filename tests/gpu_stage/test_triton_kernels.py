@@ -293,39 +293,6 @@ def test_gemv_fused_silu_mul_equals_linear_then_activation(inter: int, k: int, d
         assert _rel(out, ref) < _gemv_tol(dtype, 3)
 
 
-@pytest.mark.parametrize("m,n,k,bias", [(2, 24, 64, True), (5, 12, 40, False), (17, 20, 48, False)]
-                         + [pytest.param(64, 6144, 4096, True, marks=pytest.mark.gpu),
-                            pytest.param(8, 4096, 14336, False, marks=pytest.mark.gpu),
-                            pytest.param(128, 4096, 4096, False, marks=pytest.mark.gpu)])
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_skinny_gemm_equals_linear(m: int, n: int, k: int, bias: bool, dtype: torch.dtype) -> None:
-    from gpu_stage.kernels.skinny_gemm import GPU_CONFIGS, skinny_gemm
-
-    gen = _gen(m * n * k)
-    x, w = _randn(m, k, gen=gen, dtype=dtype), _randn(n, k, gen=gen, dtype=dtype)
-    b = _randn(n, gen=gen, dtype=dtype) if bias else None
-    ref = torch.nn.functional.linear(x.float(), w.float(), None if b is None else b.float()).to(dtype)
-    for cfg in GPU_CONFIGS if DEVICE == "cuda" else [None]:
-        out = skinny_gemm(x, w, b, config=cfg)
-        assert out.shape == (m, n) and out.dtype == dtype
-        assert _rel(out, ref) < _gemv_tol(dtype, 1)
-
-
-@pytest.mark.parametrize("m,inter,k", [(3, 6, 40), (16, 10, 64)] + [pytest.param(64, 14336, 4096, marks=pytest.mark.gpu)])
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_skinny_gemm_fused_silu_mul_equals_linear_then_activation(m: int, inter: int, k: int,
-                                                                   dtype: torch.dtype) -> None:
-    from gpu_stage.kernels.skinny_gemm import GPU_CONFIGS, skinny_gemm
-
-    gen = _gen(m + inter + k)
-    x, w = _randn(m, k, gen=gen, dtype=dtype), _randn(2 * inter, k, gen=gen, dtype=dtype) / 4
-    ref = TorchOps.silu_and_mul(torch.nn.functional.linear(x.float(), w.float()).to(dtype))
-    for cfg in GPU_CONFIGS if DEVICE == "cuda" else [None]:
-        out = skinny_gemm(x, w, act="silu_mul", config=cfg)
-        assert out.shape == (m, inter)
-        assert _rel(out, ref) < _gemv_tol(dtype, 3)
-
-
 def test_triton_ops_route_one_row_products_by_plan(monkeypatch) -> None:
     """Only one-row products of a planned shape go to the gemv kernel; the rest stay F.linear."""
     import gpu_stage.kernels.triton_ops as triton_ops_mod
@@ -347,20 +314,6 @@ def test_triton_ops_route_one_row_products_by_plan(monkeypatch) -> None:
     out = ops.gate_up_silu(x1, w)
     assert len(calls) == 2 and calls[1]["act"] == "silu_mul"
     assert _rel(out, TorchOps.gate_up_silu(x1, w)) < 1e-5
-    # Few-row products go to the skinny kernel at the planned row counts only.
-    from gpu_stage.kernels.skinny_gemm import INTERPRETER_CONFIG as SKINNY
-
-    skinny_calls = []
-    real_skinny = triton_ops_mod.skinny_gemm
-    monkeypatch.setattr(triton_ops_mod, "skinny_gemm", lambda *a, **kw: skinny_calls.append(kw) or real_skinny(*a, **kw))
-    ops.skinny_plan[(3, 8, 32, "none")] = dict(SKINNY)
-    out = ops.linear(x3, w)
-    assert len(skinny_calls) == 1 and _rel(out, x3 @ w.T) < 1e-5
-    ops.linear(_randn(2, 32, gen=gen), w)  # two rows: not planned
-    ops.skinny_plan[(3, 8, 32, "silu_mul")] = dict(SKINNY)
-    out = ops.gate_up_silu(x3, w)
-    assert len(skinny_calls) == 2 and skinny_calls[1]["act"] == "silu_mul"
-    assert _rel(out, TorchOps.gate_up_silu(x3, w)) < 1e-5
 
 
 @pytest.mark.gpu

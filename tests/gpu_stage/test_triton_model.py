@@ -163,28 +163,3 @@ def test_model_with_every_one_row_product_in_gemv_equals_torch() -> None:
         logits[name] = torch.cat(out)
     ref, got = logits["torch"].double(), logits["triton"].double()
     assert float(torch.linalg.norm(got - ref) / torch.linalg.norm(ref)) < 1e-5
-
-
-def test_model_with_few_row_products_in_the_skinny_kernel_equals_torch() -> None:
-    """A step of three decodes with every product (lm_head included) in the skinny kernel: the
-    same logits as the torch path."""
-    from gpu_stage.kernels.skinny_gemm import INTERPRETER_CONFIG
-
-    hf = hf_model("llama", num_hidden_layers=2)
-    models = {b: _model(hf, b) for b in ("torch", "triton")}
-    triton_model = models["triton"]
-    rows = 3
-    for layer in triton_model.layers:
-        for w, act in ((layer.qkv_weight, "none"), (layer.o_weight, "none"), (layer.down_weight, "none"),
-                       (layer.gate_up_weight, "silu_mul")):
-            triton_model.ops.skinny_plan[(rows, w.shape[0], w.shape[1], act)] = dict(INTERPRETER_CONFIG)
-    head = triton_model.embed_weight if triton_model.lm_head_weight is None else triton_model.lm_head_weight
-    triton_model.ops.skinny_plan[(rows, head.shape[0], head.shape[1], "none")] = dict(INTERPRETER_CONFIG)
-    logits = {}
-    for name, model in models.items():
-        cache = KvCache(model.config, 8, 4, DEVICE, torch.float32)
-        meta = build_metadata([1, 1, 1], [1, 1, 1], [[1], [2], [3]], 4, DEVICE)
-        logits[name] = model(torch.tensor([5, 9, 2], device=DEVICE), meta.positions, cache, meta,
-                             torch.tensor([0, 1, 2], device=DEVICE))
-    ref, got = logits["torch"].double(), logits["triton"].double()
-    assert float(torch.linalg.norm(got - ref) / torch.linalg.norm(ref)) < 1e-5
