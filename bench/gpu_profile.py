@@ -1,7 +1,7 @@
 """Where a step's time goes on the GPU: `python bench/gpu_profile.py` profiles one 2,048-token
-prefill and decode steps at batch 1 and at batch 64 (2,048-token contexts) of the Llama-3-8B shape through ModelRunner (triton backend,
-CUDA graphs) with torch.profiler, and prints the kernels by total device time and the gap between
-wall time and device time (host overhead, launches, syncs)."""
+prefill and decode steps at batch 1 and at batch 64 (2,048-token contexts) of the Llama-3-8B shape
+through ModelRunner (triton backend, CUDA graphs) with torch.profiler, and prints the kernels by
+total device time and the gap between wall time and device time (host overhead, launches, syncs)."""
 from __future__ import annotations
 
 import sys

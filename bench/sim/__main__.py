@@ -13,9 +13,9 @@ import json
 import sys
 
 from bench.sim.engine import SimConfig, simulate
-from scheduler.config import PREFILL_BACKLOG_STEPS
 from bench.sim.report import summarize
 from bench.sim.workloads import CLOSED_LOOP_WORKLOADS, WORKLOADS, achievable_hit_rate, make_workload
+from scheduler.config import PREFILL_BACKLOG_STEPS
 
 # Requests/s by workload, the same for every policy: 70% of what fcfs sustains at saturation
 # (--rate inf, seed 0, default sizes, with the cost model calibrated on the H200: mixed 1,644.5

@@ -61,7 +61,8 @@ class SimConfig:
             num_blocks=num_blocks, block_size=self.block_size, max_num_seqs=self.max_num_seqs,
             max_num_batched_tokens=self.max_num_batched_tokens, max_model_len=self.max_model_len,
             max_queued=num_requests + 1, long_prefill_threshold=threshold, prefill_step_tokens=step_tokens,
-            prefill_backlog_steps=self.prefill_backlog_steps, enable_prefix_caching=self.enable_prefix_caching, policy=self.policy, shadow=self.shadow)
+            prefill_backlog_steps=self.prefill_backlog_steps, enable_prefix_caching=self.enable_prefix_caching,
+            policy=self.policy, shadow=self.shadow)
 
 
 @dataclass
