@@ -136,8 +136,8 @@ class BpeTokenizer:
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
         # encode_batch_fast, not encode(): it releases the interpreter lock while it works (encode()
         # holds it, so a long prompt stalled the event loop and the GPU stage's threads for its
-        # whole tokenization, ~2 ms per 1,000 tokens here), and it skips the character offsets we
-        # never read (18% less CPU on a 1,000-token prompt, 2.0 vs 2.4 ms). `ttft serve` sets
+        # whole tokenization), and it skips the character offsets we never read: 1.76 vs 2.32 ms
+        # of CPU on a 1,000-token prompt (`python -m bench.tokenizer_cost`). `ttft serve` sets
         # TOKENIZERS_PARALLELISM=false: the one-text batch runs on the calling thread, whose CPU
         # clock the trace reads, and no rayon pool is started.
         ids = self._backend.encode_batch_fast([text], add_special_tokens=False)[0].ids

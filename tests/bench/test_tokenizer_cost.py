@@ -1,0 +1,13 @@
+"""bench.tokenizer_cost on the default tokenizer, small sizes: both calls timed, the same ids."""
+from __future__ import annotations
+
+import json
+
+from bench.tokenizer_cost import main
+
+
+def test_both_calls_are_timed_and_the_lock_probe_counts(capsys):
+    assert main(["--tokens", "50", "--prompts", "3", "--long-tokens", "2000"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["encode_cpu_ms"] > 0 and out["encode_batch_fast_cpu_ms"] > 0
+    assert out["encode_main_thread_iterations"] > 0 and out["encode_batch_fast_main_thread_iterations"] > 0
