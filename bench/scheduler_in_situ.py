@@ -43,6 +43,7 @@ def main(argv: list[str] | None = None) -> int:
         out = asyncio.run(_serve(a, calls))
     finally:
         Scheduler.update = update
+        gc.unfreeze()  # a frozen heap is never collected: leave the process as it was
     print(json.dumps(out, indent=1))
     return 0
 
