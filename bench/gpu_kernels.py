@@ -166,17 +166,22 @@ def attention(results: list, peak: dict, sweep: bool) -> None:
 def sweep_configs(kind: str, q, layer, meta) -> list:
     out = []
     if kind == "decode":
-        for block_n in (32, 64, 128):
-            for warps in (4, 8):
-                for stages in (2, 3):
-                    cfg = {"BLOCK_N": block_n, "num_warps": warps, "num_stages": stages}
-                    ws = meta.backend_plan.workspace
-                    try:
-                        t = bench_ms(lambda: decode_attention.decode_attention(q, layer, meta.seq_lens, meta.block_tables, ws, config=cfg), rep=50)
-                    except Exception as exc:  # out of shared memory / registers: skip this config
-                        t = None
-                        cfg["error"] = type(exc).__name__
-                    out.append({**cfg, "ms": t})
+        planned = meta.backend_plan.workspace.num_splits
+        # a batch of many sequences also tries splitting their contexts (more, shorter programs
+        # against the tail of the last wave)
+        for splits in sorted({planned, 2, 4}) if q.shape[0] > 1 else [planned]:
+            ws = decode_attention.DecodeWorkspace(q.shape[0], H, D, splits, DEV)
+            for block_n in (32, 64, 128):
+                for warps in (4, 8):
+                    for stages in (2, 3, 4):
+                        cfg = {"BLOCK_N": block_n, "num_warps": warps, "num_stages": stages}
+                        try:
+                            t = bench_ms(lambda: decode_attention.decode_attention(
+                                q, layer, meta.seq_lens, meta.block_tables, ws, config=dict(cfg)), rep=50)
+                        except Exception as exc:  # out of shared memory / registers: skip this config
+                            t = None
+                            cfg["error"] = type(exc).__name__
+                        out.append({**cfg, "splits": splits, "ms": t})
     else:
         for block_m in (64, 128):
             for block_n in (32, 64, 128):
@@ -228,6 +233,7 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--out", required=True)
     p.add_argument("--no-sweep", action="store_true", help="skip the attention launch-config sweep")
+    p.add_argument("--sections", default="elementwise,store,attention", help="comma-separated subset to run")
     a = p.parse_args()
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -240,6 +246,8 @@ def main() -> int:
                 "attention": lambda: attention(results, peak, not a.no_sweep)}
     errors = {}
     for name, fn in sections.items():
+        if name not in a.sections.split(","):
+            continue
         try:
             with torch.inference_mode():
                 fn()
