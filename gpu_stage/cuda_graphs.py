@@ -1,14 +1,20 @@
 """CudaGraphRunner: CUDA graphs that remove the launch overhead of small steps.
 
-One graph per decode batch bucket (1, 2, 4, 8, 16, 24, 32, 48, 64, ... up to max_num_seqs) and one per
+One graph per decode batch bucket (1, 2, 4, 8, 16, 24, 32, 48, 64, ... up to max_num_seqs), one per
 single-sequence prefill token bucket (32, 64, 128, 256 by default: a 128-token prefill is ~350
-launches, which eager Python cannot issue inside the GPU time). Captured at start-up, largest first,
+launches, which eager Python cannot issue inside the GPU time), and one per (tokens, sequences)
+bucket of mixed steps, a prefill chunk beside running decodes (MIXED_TOKEN_BUCKETS x
+MIXED_SEQ_BUCKETS). An eager step costs ~25 ms of host time on the H200 host whatever its size
+(bench/results/20261130-NVIDIA-H200, runner: decode b1 25.6 ms eager, 4.7 with graphs; prefill 512
+28.8 vs 12.4), so below ~1,000 tokens every eager step waits on the host; above, the GPU's own
+time hides it. The general attention kernel's grid depends on (tokens, sequences) only, so one
+graph serves every mix that fits its bucket. Captured at start-up, largest first,
 in one shared memory pool (a graph's activations are dead once its replay is consumed, so all graphs
 can share them). Every graph reads its inputs from the StepInputs device buffer at the offsets of
 its GraphShape; `replay` stages the step padded to that shape (one H2D copy) and replays.
 
 Padded rows are computed and ignored: decode pads are one-token sequences on the null block 0;
-prefill pad tokens belong to no sequence and store nothing. The decode split count of a graph is
+prefill pad tokens belong to no sequence and store nothing; a mixed shape has both. The decode split count of a graph is
 chosen for its bucket and the longest context (`max_model_len`), so a replay serves any length.
 Graphs need the Triton backend: the torch backend plans with host lists and makes H2D copies.
 """
@@ -31,6 +37,9 @@ log = logging.getLogger("ttft.gpu")
 
 DECODE_BUCKETS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 160, 192, 224, 256, 320, 384, 448, 512)
 PREFILL_BUCKETS = (32, 64, 128, 256)
+MIXED_TOKEN_BUCKETS = (256, 384, 512, 640, 768, 896, 1024)
+# Few: a missing sequence costs one padded token, and each graph keeps logits [sequences, vocab].
+MIXED_SEQ_BUCKETS = (8, 32)
 
 
 def decode_buckets(max_num_seqs: int) -> list[int]:
@@ -46,11 +55,16 @@ class _Graph:
 
 class CudaGraphRunner:
     def __init__(self, model: LlamaForCausalLM, kv_cache: KvCache, inputs: StepInputs, max_num_seqs: int,
-                 max_num_tokens: int, max_model_len: int, prefill_buckets: Sequence[int] = PREFILL_BUCKETS) -> None:
+                 max_num_tokens: int, max_model_len: int, prefill_buckets: Sequence[int] = PREFILL_BUCKETS,
+                 mixed_token_buckets: Sequence[int] = MIXED_TOKEN_BUCKETS,
+                 mixed_seq_buckets: Sequence[int] = MIXED_SEQ_BUCKETS) -> None:
         self.model, self.kv_cache, self.inputs = model, kv_cache, inputs
         self.max_model_len = max_model_len
         self.decode_sizes = decode_buckets(max_num_seqs)
         self.prefill_sizes = sorted(b for b in prefill_buckets if b <= min(max_num_tokens, max_model_len))
+        # (tokens, sequences), smallest first: a step takes the first it fits
+        self.mixed_sizes = sorted((t, s) for t in mixed_token_buckets for s in mixed_seq_buckets
+                                  if s < t <= max_num_tokens and s <= max_num_seqs)
         self.graphs: dict[GraphShape, _Graph] = {}
         self.pool = None
         self.pool_bytes = 0
@@ -58,7 +72,8 @@ class CudaGraphRunner:
     def shapes(self) -> list[GraphShape]:
         width = self.inputs.max_blocks_per_seq
         return ([GraphShape(b, b, width, True) for b in self.decode_sizes]
-                + [GraphShape(t, 1, width, False) for t in self.prefill_sizes])
+                + [GraphShape(t, 1, width, False) for t in self.prefill_sizes]
+                + [GraphShape(t, s, width, False, mixed=True) for t, s in self.mixed_sizes])
 
     def capture(self) -> None:
         """Capture every shape, largest first, into one pool. Compiles kernels on the way."""
@@ -77,9 +92,9 @@ class CudaGraphRunner:
             self.graphs[shape] = _Graph(graph, logits, staged)
         torch.cuda.synchronize()
         self.pool_bytes = torch.cuda.memory_reserved() - reserved0
-        log.info("captured %d CUDA graphs (decode %s, prefill %s) in %.1f s, pool %.0f MiB",
-                 len(self.graphs), self.decode_sizes, self.prefill_sizes, time.perf_counter() - t0,
-                 self.pool_bytes / 2**20)
+        log.info("captured %d CUDA graphs (decode %s, prefill %s, mixed %s) in %.1f s, pool %.0f MiB",
+                 len(self.graphs), self.decode_sizes, self.prefill_sizes, self.mixed_sizes,
+                 time.perf_counter() - t0, self.pool_bytes / 2**20)
 
     def shape_for(self, chunks: Sequence[Chunk]) -> GraphShape | None:
         """The smallest captured shape this step fits, or None (run it eagerly)."""
@@ -94,6 +109,11 @@ class CudaGraphRunner:
             i = bisect.bisect_left(self.prefill_sizes, len(chunks[0].token_ids))
             if i < len(self.prefill_sizes):
                 return GraphShape(self.prefill_sizes[i], 1, width, False)
+        if self.mixed_sizes:
+            num_tokens = sum(len(c.token_ids) for c in chunks)
+            for t, s in self.mixed_sizes:  # each missing sequence takes one of the spare tokens
+                if s >= num_seqs and t - num_tokens >= s - num_seqs:
+                    return GraphShape(t, s, width, False, mixed=True)
         return None
 
     def replay(self, shape: GraphShape) -> torch.Tensor:
@@ -110,5 +130,6 @@ def _dummy_chunks(shape: GraphShape, block_size: int) -> list[ScheduledChunk]:
     """Inputs to capture with: tokens 0 on the null block (the values do not matter, the addresses do)."""
     if shape.decode:
         return [ScheduledChunk(f"pad{i}", [0], 0, [0], True) for i in range(shape.num_seqs)]
-    n = shape.num_tokens
-    return [ScheduledChunk("pad", [0] * n, 0, [0] * -(-n // block_size), True)]
+    n = shape.num_tokens - shape.num_seqs + 1  # mixed: one prefill beside num_seqs - 1 decodes
+    return ([ScheduledChunk("pad", [0] * n, 0, [0] * -(-n // block_size), True)]
+            + [ScheduledChunk(f"pad{i}", [0], 0, [0], True) for i in range(1, shape.num_seqs)])

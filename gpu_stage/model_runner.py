@@ -27,8 +27,9 @@ from typing import Callable, Sequence
 import torch
 
 from gpu_stage.attention import get_attention_backend
+from gpu_stage.compile_watch import WATCH
 from gpu_stage.cpu_malloc import keep_freed_memory
-from gpu_stage.cuda_graphs import PREFILL_BUCKETS, CudaGraphRunner
+from gpu_stage.cuda_graphs import MIXED_SEQ_BUCKETS, MIXED_TOKEN_BUCKETS, PREFILL_BUCKETS, CudaGraphRunner
 from gpu_stage.kv_cache import KvCache, blocks_for_memory
 from gpu_stage.kv_tiers.transfer import KvTransfer
 from gpu_stage.layer_ops import get_layer_ops
@@ -85,6 +86,8 @@ class ModelRunner:
         max_model_len: int | None = None,  # longest sequence (block-table width); default: the model's
         graph_reserve_bytes: int = GRAPH_RESERVE_BYTES,
         prefill_graph_sizes: Sequence[int] = PREFILL_BUCKETS,
+        mixed_graph_tokens: Sequence[int] = MIXED_TOKEN_BUCKETS,  # (): no graphs for mixed steps
+        mixed_graph_seqs: Sequence[int] = MIXED_SEQ_BUCKETS,
     ) -> None:
         self.config = source.config
         self.device = torch.device(device)
@@ -120,6 +123,9 @@ class ModelRunner:
         self.request_fault_injector: Callable[[str], None] | None = None
         # Copies between the device pool and the host KV tier (pipeline/build_tiers.py), if any.
         self.kv_transfer: KvTransfer | None = None
+        if cuda:  # start-up compiles by design; what compiles once it is done is reported
+            WATCH.install()
+            WATCH.disarm()
         use_graphs = cuda and not enforce_eager
         if use_graphs and attention_backend != "triton":
             log.warning("CUDA graphs need --attention-backend triton; running eagerly")
@@ -141,8 +147,11 @@ class ModelRunner:
             self.warmup()
         if use_graphs:
             self.graphs = CudaGraphRunner(self.model, self.kv_cache, self.inputs, max_num_seqs,
-                                          max_num_batched_tokens, self.max_model_len, prefill_graph_sizes)
+                                          max_num_batched_tokens, self.max_model_len, prefill_graph_sizes,
+                                          mixed_graph_tokens, mixed_graph_seqs)
             self.graphs.capture()
+        if cuda:
+            WATCH.arm()
 
     def execute(self, batch: StepBatch) -> StepResult:
         return self.complete(self.launch(batch))
@@ -172,7 +181,7 @@ class ModelRunner:
             logits = self.graphs.replay(shape) if shape is not None else self._forward(staged, self.kv_cache)
             launched.rows, launched.request_ids = rows, request_ids
             if rows:
-                if shape is None or not shape.decode:  # logits has one row per sampled chunk
+                if shape is None or not shape.logits_per_seq:  # logits has one row per sampled chunk
                     rank = _sampled_rank(batch.chunks)
                     logit_rows = [rank[i] for i in logit_rows]
                 self._start_sampling(logits, logit_rows, staged.sampling, launched)

@@ -49,16 +49,25 @@ class Chunk(Protocol):  # stages.messages.ScheduledChunk satisfies it
 @dataclass(frozen=True)
 class GraphShape:
     """The fixed shape of a captured step. Decode: num_seqs sequences of one token each, logits for
-    every row. Prefill: one sequence of up to num_tokens tokens, logits for its last token."""
+    every row. Prefill: one sequence of up to num_tokens tokens, logits for its last token. Mixed:
+    up to num_seqs sequences (prefill chunks and decodes) of up to num_tokens tokens in all; the
+    missing sequences are one-token pads on the null block (as decode's), the tokens left over
+    belong to no sequence (as prefill's); logits for every sequence's last token."""
 
     num_tokens: int
     num_seqs: int
     width: int  # block-table columns
     decode: bool
+    mixed: bool = False
 
     @property
     def pad_slot(self) -> int:
         return 0 if self.decode else -1  # decode pads are sequences (null block); prefill pads: no store
+
+    @property
+    def logits_per_seq(self) -> bool:
+        """Logits row i is sequence i's (decode, mixed); else one row per sampled chunk."""
+        return self.decode or self.mixed
 
 
 @dataclass(frozen=True)
@@ -96,15 +105,25 @@ class StagedStep:
     num_real_seqs: int
 
 
+WIDTH_MULTIPLE = 16
+
+
+def _round_width(width: int) -> int:
+    """Block-table columns, rounded up to a multiple of 16: the row stride is an integer argument
+    of the attention kernels, which Triton specialises on being 1 or divisible by 16; one class
+    for every step (graphs' and eager) means one compiled variant, none first met while serving."""
+    return -(-width // WIDTH_MULTIPLE) * WIDTH_MULTIPLE
+
+
 class StepInputs:
     def __init__(self, max_num_tokens: int, max_num_seqs: int, max_blocks_per_seq: int, block_size: int,
                  device: torch.device | str) -> None:
         self.device = torch.device(device)
         self.block_size = block_size
         self.max_num_tokens, self.max_num_seqs = max_num_tokens, max_num_seqs
-        self.max_blocks_per_seq = max_blocks_per_seq
+        self.max_blocks_per_seq = _round_width(max_blocks_per_seq)
         # Sized for the largest step; a graph shape pads tokens to at most max(max_num_tokens, B).
-        capacity = make_layout(max(max_num_tokens, max_num_seqs), max_num_seqs, max_blocks_per_seq,
+        capacity = make_layout(max(max_num_tokens, max_num_seqs), max_num_seqs, self.max_blocks_per_seq,
                                max_num_seqs, max_num_seqs, max_num_seqs).size
         cuda = self.device.type == "cuda"
         self._host = [torch.zeros(capacity, dtype=torch.int32, pin_memory=cuda) for _ in range(2 if cuda else 1)]
@@ -131,16 +150,20 @@ class StepInputs:
         for chunk, width in zip(chunks, widths.tolist()):
             assert len(chunk.block_table) >= width, (chunk.request_id, len(chunk.block_table), width)
         if shape is None:
-            lay_t, lay_b, lay_w = num_tokens, num_seqs, int(widths.max())
+            lay_t, lay_b, lay_w = num_tokens, num_seqs, _round_width(int(widths.max()))
         else:
             lay_t, lay_b, lay_w = shape.num_tokens, shape.num_seqs, shape.width
         assert num_tokens <= lay_t and num_seqs <= lay_b and int(widths.max()) <= lay_w, "step exceeds its shape"
         num_pad_seqs = lay_b - num_seqs
-        assert num_pad_seqs == 0 or lay_t - num_tokens == num_pad_seqs, "padded sequences take one token each"
+        mixed = shape is not None and shape.mixed
+        assert num_pad_seqs == 0 or lay_t - num_tokens == num_pad_seqs or (mixed and lay_t - num_tokens > num_pad_seqs), \
+            "padded sequences take one token each"
         cu = np.zeros(num_seqs + 1, np.int64)
         np.cumsum(q_lens, out=cu[1:])
         if shape is not None and shape.decode:
             logits_rows = np.arange(lay_b)
+        elif mixed:  # each sequence's last token, then each pad sequence's token
+            logits_rows = np.concatenate([cu[1:] - 1, num_tokens + np.arange(num_pad_seqs)])
         else:
             logits_rows = np.array([cu[i + 1] - 1 for i, c in enumerate(chunks) if c.sample] or [0])
         num_feeds = len(feed[0]) if feed else 0
@@ -169,6 +192,8 @@ class StepInputs:
         slots = seg("slot_mapping")
         slots[:num_tokens] = tables[seq_of_token, positions // bs].astype(np.int64) * bs + positions % bs
         slots[num_tokens:] = 0 if shape is None else shape.pad_slot
+        if mixed:
+            slots[num_tokens : num_tokens + num_pad_seqs] = 0  # pad sequences store on the null block
         cu_seg = seg("cu_seqlens_q")
         cu_seg[: num_seqs + 1] = cu
         cu_seg[num_seqs + 1 :] = num_tokens + np.arange(1, num_pad_seqs + 1)
@@ -202,6 +227,7 @@ class StepInputs:
             max_seq_len=max_seq_len_hint or int(seq_lens.max()), block_size=bs,
             query_lens_host=q_lens.tolist() + [1] * num_pad_seqs,
             seq_lens_host=seq_lens.tolist() + [1] * num_pad_seqs,
+            static_shape=shape is not None,
         )
         sampling = None
         if rows:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
+from gpu_stage.cuda_graphs import MIXED_TOKEN_BUCKETS
 from gpu_stage.kv_cache import blocks_for_memory
 from gpu_stage.loaders import load_model_source
 from gpu_stage.model_runner import ModelRunner
@@ -87,6 +88,7 @@ def build_model(cfg: EngineConfig) -> BuiltModel:
         source, device=device, dtype=dtype, num_blocks=num_blocks, block_size=cfg.block_size,
         max_num_batched_tokens=cfg.max_num_batched_tokens, max_num_seqs=cfg.max_num_seqs,
         attention_backend=backend, enforce_eager=cfg.enforce_eager,
+        mixed_graph_tokens=[t for t in MIXED_TOKEN_BUCKETS if t <= cfg.mixed_graph_max_tokens],
         gpu_memory_utilization=cfg.gpu_memory_utilization,
         max_model_len=cfg.max_model_len or source.config.max_position_embeddings,
     )

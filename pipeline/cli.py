@@ -30,6 +30,8 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gpu-memory-utilization", type=float, default=d.gpu_memory_utilization)
     p.add_argument("--attention-backend", choices=["auto", "triton", "torch"], default=d.attention_backend)
     p.add_argument("--enforce-eager", action="store_true", help="no CUDA graphs")
+    p.add_argument("--mixed-graph-max-tokens", type=int, default=d.mixed_graph_max_tokens,
+                   help="largest mixed step (prefill beside decodes) replayed as a CUDA graph; 0: none")
     p.add_argument("--max-num-seqs", type=int, default=d.max_num_seqs, help="running requests")
     p.add_argument("--max-num-batched-tokens", type=int, default=None,
                    help="per-step token budget (default 512 on CPU, 8192 on a GPU)")
@@ -89,7 +91,7 @@ def config_from_args(a: argparse.Namespace) -> EngineConfig:
         dtype=a.dtype, max_model_len=a.max_model_len, kv_cache_gb=a.kv_cache_gb,
         num_kv_blocks=a.num_kv_blocks, gpu_memory_utilization=a.gpu_memory_utilization,
         attention_backend=a.attention_backend, enforce_eager=a.enforce_eager,
-        block_size=a.block_size, max_num_seqs=a.max_num_seqs,
+        mixed_graph_max_tokens=a.mixed_graph_max_tokens, block_size=a.block_size, max_num_seqs=a.max_num_seqs,
         max_num_batched_tokens=a.max_num_batched_tokens, max_queued=a.max_queued,
         long_prefill_threshold=a.long_prefill_threshold, prefill_step_tokens=a.prefill_step_tokens,
         prefill_backlog_steps=a.prefill_backlog_steps,

@@ -21,6 +21,9 @@ class EngineConfig:
     gpu_memory_utilization: float = 0.9  # GPU: share of device memory for weights, activations, KV
     attention_backend: str = "auto"  # auto (triton on a GPU, torch on CPU) | triton | torch
     enforce_eager: bool = False  # no CUDA graphs
+    # Mixed steps (prefill chunks beside decodes) of up to this many tokens replay CUDA graphs
+    # (gpu_stage/cuda_graphs.py); 0: they run eagerly.
+    mixed_graph_max_tokens: int = 1024
     max_num_seqs: int = 64  # running requests
     # Per-step token budget. None: 512 on CPU (a step's cost grows with its tokens there, so small
     # steps keep short prompts and decodes moving), 8192 on a GPU (steps are weight-read bound).

@@ -37,6 +37,9 @@ class AttentionMetadata:
     # Split count for split-K decode attention; None lets the backend choose from the batch. Set by
     # the CUDA graph runner so that a graph's split count depends on its batch bucket only.
     decode_num_splits: int | None = None
+    # A CUDA graph's metadata: its plan must serve every step of its shape, so nothing may be
+    # planned from this step's host lengths (the fresh-prefill SDPA path loops over them).
+    static_shape: bool = False
 
     @property
     def num_seqs(self) -> int:

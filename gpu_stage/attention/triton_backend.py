@@ -66,6 +66,7 @@ def make_plan(meta: AttentionMetadata, q: torch.Tensor, num_kv_heads: int) -> Tr
             q.device.type == "cuda"
             and not interpreting()
             and not torch.cuda.is_current_stream_capturing()
+            and not meta.static_shape
             and meta.query_lens_host == meta.seq_lens_host
             and meta.max_query_len >= SDPA_MIN_TOKENS
         )

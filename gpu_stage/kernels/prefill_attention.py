@@ -61,7 +61,11 @@ def _attend_tile(
     return acc, m_new, l_i
 
 
-@triton.jit
+# Triton specialises integer arguments equal to 1 or divisible by 16: the sequence count changes
+# from step to step, and a combination first met while serving compiled there (measured on the
+# H200: one second of a request's TTFT). One variant for all counts. (The block-table stride is
+# always a multiple of 16: step_inputs.py.)
+@triton.jit(do_not_specialize=["num_seqs"])
 def _prefill_attention_kernel(
     q_ptr, kv_ptr, out_ptr, cu_q_ptr, seq_lens_ptr, bt_ptr,
     sm_scale_log2, num_seqs,

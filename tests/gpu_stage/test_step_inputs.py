@@ -31,7 +31,10 @@ def test_views_equal_build_metadata() -> None:
     assert meta.slot_mapping.tolist() == ref.slot_mapping.tolist()
     assert meta.cu_seqlens_q.tolist() == ref.cu_seqlens_q.tolist()
     assert meta.seq_lens.tolist() == [7, 1, 5]
-    assert meta.block_tables.tolist() == ref.block_tables.tolist()  # the spare block is not staged
+    # the spare block is not staged; columns pad to a multiple of 16 (one kernel specialisation)
+    assert meta.block_tables.shape == (3, 16) and not meta.block_tables[:, 2:].any()
+    assert meta.block_tables[:, :2].tolist() == ref.block_tables.tolist()
+    assert not meta.static_shape  # an eager step may be planned from its own lengths
     assert staged.logits_indices.tolist() == [2, 3]  # last rows of the sampled chunks
     assert (meta.max_query_len, meta.max_seq_len, meta.num_seqs) == (5, 7, 3)
     assert staged.sampling is None
@@ -52,6 +55,7 @@ def test_decode_graph_shape_pads_with_null_block_sequences() -> None:
     assert meta.block_tables.tolist() == [[3, 1, 6, 0, 0, 0], [2, 0, 0, 0, 0, 0]] + [[0] * 6] * 2
     assert staged.logits_indices.tolist() == [0, 1, 2, 3]
     assert (meta.max_query_len, meta.max_seq_len, meta.num_seqs) == (1, 24, 4)
+    assert meta.static_shape  # a graph's plan must not depend on this step's lengths
 
 
 def test_prefill_graph_shape_pads_tokens_without_storing_them() -> None:
@@ -62,6 +66,21 @@ def test_prefill_graph_shape_pads_tokens_without_storing_them() -> None:
     assert staged.meta.cu_seqlens_q.tolist() == [0, 3] and staged.meta.seq_lens.tolist() == [5]
     assert staged.logits_indices.tolist() == [2]
     assert staged.meta.max_query_len == 8  # the general kernel's grid covers the whole bucket
+
+
+def test_mixed_graph_shape_pads_sequences_then_tokens() -> None:
+    inputs = StepInputs(64, 8, 6, BS, "cpu")
+    chunks = [ScheduledChunk("a", [3, 4, 5], 2, [7, 1], True), ScheduledChunk("b", [8], 6, [2, 5], True)]
+    staged = inputs.stage(chunks, shape=GraphShape(8, 4, 6, decode=False, mixed=True))
+    meta = staged.meta
+    assert staged.layout == make_layout(8, 4, 6, 4, 0)  # fixed by the shape
+    assert staged.input_ids.tolist() == [3, 4, 5, 8] + [0] * 4
+    # two pad sequences of one token on the null block, then two tokens of no sequence (no store)
+    assert meta.slot_mapping.tolist() == [7 * BS + 2, 7 * BS + 3, 1 * BS + 0, 5 * BS + 2, 0, 0, -1, -1]
+    assert meta.cu_seqlens_q.tolist() == [0, 3, 4, 5, 6] and meta.seq_lens.tolist() == [5, 7, 1, 1]
+    assert meta.block_tables.tolist()[2:] == [[0] * 6] * 2
+    assert staged.logits_indices.tolist() == [2, 3, 4, 5]  # one row per sequence, pads included
+    assert meta.max_query_len == 8 and meta.num_seqs == 4 and meta.static_shape
 
 
 def test_sampling_parameters_roundtrip_and_buffers_reused() -> None:
