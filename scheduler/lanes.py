@@ -54,6 +54,7 @@ _queued_uncached = attrgetter("num_queued_uncached")
 
 class LanesPolicy:
     name = "lanes"
+    decodes_in_arrival_order = True  # as FcfsPolicy's (deep_backlog is only read within a step)
 
     def __init__(self, config: SchedulerConfig) -> None:
         self.max_chunk_tokens = config.max_chunk_tokens

@@ -48,6 +48,9 @@ def is_decode(req: RequestState) -> bool:
 
 class FcfsPolicy:
     name = "fcfs"
+    # When nobody waits and every running request decodes with one priority, order() is the
+    # running list as it stands, with no other effect: Scheduler may then skip the walk.
+    decodes_in_arrival_order = True
 
     def blocks_queue(self, req: RequestState) -> bool:
         return True  # the head of the queue waits for room; nobody overtakes it

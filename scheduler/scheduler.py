@@ -20,6 +20,7 @@ from typing import Iterable
 
 from scheduler.admission import OVERLOADED, admission_error
 from scheduler.config import SchedulerConfig
+from scheduler.decode_step import decode_chunks
 from scheduler.finish import finish_reason
 from scheduler.invariants import SchedulerStats, check_scheduler, collect_stats
 from scheduler.kv_manager import KVManager
@@ -31,7 +32,9 @@ from scheduler.request_state import RequestState, RequestStatus
 from scheduler.sample_group import admission_hits, is_held, link
 from scheduler.shadow import ShadowAdmission
 from scheduler.step_builder import StepBuilder
-from stages.messages import MAX_STEPS_IN_FLIGHT, GenerateRequest, SampledToken, StepBatch, StepResult, TokenEvent
+from stages.messages import (
+    MAX_STEPS_IN_FLIGHT, GenerateRequest, SampledToken, ScheduledChunk, StepBatch, StepResult, TokenEvent,
+)
 
 __all__ = ["OVERLOADED", "Scheduler"]
 
@@ -61,6 +64,9 @@ class Scheduler:
         self._next_step_id = 0
         self._finished_ids: list[str] = []  # ended since the last batch, known to the GPU stage
         self._steps_in_flight: dict[int, bool] = {}  # step id -> whether it is decodes only
+        # Steady decode steps in one pass (decode_step.py), for the policies whose order then
+        # is arrival order; off: every step walks the policy's order (the tests compare both).
+        self._decode_fast_path = getattr(self.policy, "decodes_in_arrival_order", False)
 
     # -- arrivals and aborts -----------------------------------------------------------------
     def add_request(self, req: GenerateRequest) -> str | None:
@@ -123,6 +129,12 @@ class Scheduler:
         """The next step, or None when nothing can run (finished ids then ride the next batch).
         Walks the policy's order under the token budget: running requests get their chunk
         (preempting if short of blocks), waiting ones are admitted if the shadow allows."""
+        if (self._decode_fast_path and not self.waiting and self.tiers is None
+                and self.shadow.is_settled()):
+            chunks = decode_chunks(self.running, self._next_step_id, self._block_size,
+                                   self.config.max_num_batched_tokens)
+            if chunks is not None:  # the general walk below would build exactly these
+                return self._decode_batch(chunks)
         self.shadow.grant_pending()
         self.shadow.reclaim()  # what the stage has not reclaimed yet: before any admission
         step = StepBuilder(self._next_step_id, self.config.max_num_batched_tokens)
@@ -164,6 +176,14 @@ class Scheduler:
         if self.tiers is not None:
             batch.kv_ops = self.tiers.take_ops(batch.step_id)
         return batch
+
+    def _decode_batch(self, chunks: list[ScheduledChunk]) -> StepBatch:
+        """What schedule() ends with for a step of decodes only (no new requests, no admission)."""
+        step_id = self._next_step_id
+        self._next_step_id = step_id + 1
+        self._steps_in_flight[step_id] = True
+        finished, self._finished_ids = self._finished_ids, []
+        return StepBatch(step_id, [], chunks, finished)
 
     def can_schedule_ahead(self) -> bool:
         """May a step be built now, before the results of those in flight? Only with async

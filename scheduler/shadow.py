@@ -133,6 +133,13 @@ class ShadowAdmission:
                 break
             older.num_bypassed += 1
 
+    def is_settled(self) -> bool:
+        """Whether grant_pending(), reclaim() and enforce() would all do nothing now: no request
+        waits for a claim or for a reclaim, the claims are backed by free blocks and fit the pool."""
+        return (not self.pending and not self._awaiting_reclaim
+                and self.num_reserved - self.num_claimed_hits <= self.pool.num_free
+                and self.num_reserved <= self.pool.num_allocatable)
+
     # -- admission, growth, release --------------------------------------------------------------
     def admissible(self, req: RequestState) -> bool:
         """May this waiting request be admitted now (O(1))?"""
