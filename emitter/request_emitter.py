@@ -23,6 +23,10 @@ from stages.sampling import SamplingParams
 class RequestEmitter:
     """One per live request, owned by the EmitterStage."""
 
+    __slots__ = ("request_id", "index", "params", "_tokenizer", "_detok", "_stop", "_stop_token_ids",
+                 "num_prompt_tokens", "num_cached_tokens", "num_output_tokens", "stopped_by_string", "finished",
+                 "finish_reason", "_held_ids", "_plain")  # as OutputStream's
+
     def __init__(
         self, request_id: str, tokenizer: Tokenizer, params: SamplingParams, num_prompt_tokens: int = 0,
         index: int = 0,
