@@ -131,9 +131,12 @@ class Scheduler:
         (preempting if short of blocks), waiting ones are admitted if the shadow allows."""
         if (self._decode_fast_path and not self.waiting and self.tiers is None
                 and self.shadow.is_settled()):
+            num_allocatable = self.kv.pool.num_allocatable
             chunks = decode_chunks(self.running, self._next_step_id, self._block_size,
-                                   self.config.max_num_batched_tokens)
+                                   self.config.max_num_batched_tokens, num_allocatable, self._grow)
             if chunks is not None:  # the general walk below would build exactly these
+                if self.kv.pool.num_allocatable != num_allocatable:  # blocks were taken: claims may exceed
+                    self.shadow.enforce(self.waiting, self.running)
                 return self._decode_batch(chunks)
         self.shadow.grant_pending()
         self.shadow.reclaim()  # what the stage has not reclaimed yet: before any admission

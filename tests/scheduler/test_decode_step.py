@@ -18,8 +18,8 @@ from stages.trace import RequestTrace
 EOS = 2
 
 
-def _sched(fast: bool, **kw: object) -> Scheduler:
-    s = Scheduler(SchedulerConfig(num_blocks=48, block_size=4, max_num_batched_tokens=24,
+def _sched(fast: bool, num_blocks: int = 48, **kw: object) -> Scheduler:
+    s = Scheduler(SchedulerConfig(num_blocks=num_blocks, block_size=4, max_num_batched_tokens=24,
                                   long_prefill_threshold=8, eos_token_ids=frozenset({EOS}), **kw))
     s._decode_fast_path = fast
     return s
@@ -42,6 +42,7 @@ def _step(s: Scheduler, batch: StepBatch, tokens: dict[str, int]) -> list[TokenE
 @pytest.mark.parametrize("shadow", [False, True])
 @pytest.mark.parametrize("seed", range(4))
 def test_the_fast_path_builds_what_the_general_walk_builds(policy, shadow, seed, monkeypatch) -> None:
+    """Half the seeds on a small pool: growth at block boundaries, preemptions, revoked claims."""
     num_fast = 0
 
     def counted(*args: object) -> object:
@@ -52,7 +53,9 @@ def test_the_fast_path_builds_what_the_general_walk_builds(policy, shadow, seed,
 
     monkeypatch.setattr(scheduler_module, "decode_chunks", counted)
     rng = random.Random(seed)
-    fast, slow = _sched(True, policy=policy, shadow=shadow), _sched(False, policy=policy, shadow=shadow)
+    num_blocks = 16 if seed % 2 else 48
+    fast = _sched(True, num_blocks, policy=policy, shadow=shadow)
+    slow = _sched(False, num_blocks, policy=policy, shadow=shadow)
     num_arrived = 0
     for _ in range(300):
         if rng.random() < 0.12:  # arrivals (each scheduler gets its own copy of the request)
@@ -110,7 +113,7 @@ def _decoding(num_tokens: int = 5) -> Scheduler:
 
 def test_decode_chunks_builds_one_decode_per_running_request_in_arrival_order() -> None:
     s = _decoding()
-    chunks = decode_chunks(s.running, 9, 4, 24)
+    chunks = decode_chunks(s.running, 9, 4, 24, s.kv.pool.num_allocatable, s._grow)
     assert chunks is not None
     assert [(c.request_id, c.token_ids, c.start_pos, c.sample) for c in chunks] == [
         ("a", [30], 5, True), ("b", [31], 5, True)]
@@ -119,11 +122,22 @@ def test_decode_chunks_builds_one_decode_per_running_request_in_arrival_order() 
     assert [r.num_in_flight_tokens for r in s.running] == [1, 1]
 
 
-@pytest.mark.parametrize("why", ["in_flight", "block_boundary", "prefill", "priority", "budget"])
+def test_decode_chunks_grows_the_requests_at_a_block_boundary_in_order() -> None:
+    s = _decoding(num_tokens=8)  # 9 known, 8 computed: slot 8 starts a third block
+    free_before = s.kv.pool.free_order()
+    chunks = decode_chunks(s.running, 9, 4, 24, s.kv.pool.num_allocatable, s._grow)
+    assert chunks is not None and [c.start_pos for c in chunks] == [8, 8]
+    assert [r.block_ids[2] for r in s.running] == free_before[:2]  # "a" first, as the walk grows them
+    assert all(c.block_table is r.block_ids and len(c.block_table) == 3 for c, r in zip(chunks, s.running))
+    s.check()
+
+
+@pytest.mark.parametrize("why", ["in_flight", "no_room", "prefill", "priority", "budget"])
 def test_decode_chunks_declines_and_changes_nothing(why: str) -> None:
-    s = _decoding(num_tokens=8 if why == "block_boundary" else 5)  # 9 known: slot 8 needs a 3rd block
+    s = _decoding(num_tokens=8 if why == "no_room" else 5)  # 9 known: slot 8 needs a 3rd block
     a, b = s.running
     budget = 24
+    num_allocatable = 1 if why == "no_room" else s.kv.pool.num_allocatable  # one block for two
     if why == "in_flight":
         b.in_flight.append((5, 1, False))
     elif why == "prefill":
@@ -132,6 +146,6 @@ def test_decode_chunks_declines_and_changes_nothing(why: str) -> None:
         b.priority = 1
     elif why == "budget":
         budget = 1
-    before = [(r.in_flight[:], r.in_flight_step, r.num_in_flight_tokens) for r in (a, b)]
-    assert decode_chunks(s.running, 9, 4, budget) is None
-    assert [(r.in_flight, r.in_flight_step, r.num_in_flight_tokens) for r in (a, b)] == before
+    before = [(r.in_flight[:], r.in_flight_step, r.num_in_flight_tokens, r.block_ids[:]) for r in (a, b)]
+    assert decode_chunks(s.running, 9, 4, budget, num_allocatable, s._grow) is None
+    assert [(r.in_flight, r.in_flight_step, r.num_in_flight_tokens, r.block_ids) for r in (a, b)] == before
