@@ -44,6 +44,15 @@ def _pack_le_u32(token_ids: Sequence[int]) -> bytes:
 
 
 _SWAP_BYTES = sys.byteorder != "little"
+
+try:  # CPython's own SHA-256 (the same digests): OpenSSL's goes through its provider machinery,
+    # whose code is cold again at every block boundary of a decode (one hash per 16 tokens)
+    from _sha256 import sha256 as _sha256
+except ImportError:  # pragma: no cover - Python 3.12+ names the module _sha2
+    try:
+        from _sha2 import sha256 as _sha256
+    except ImportError:
+        _sha256 = hashlib.sha256
 assert array("I").itemsize == 4, "array('I') must hold 32-bit token ids"
 
 
@@ -60,7 +69,7 @@ def extend_block_hashes(
     first = len(block_hashes)
     data = _pack_le_u32(token_ids[first * block_size:num_full * block_size])
     num_bytes = 4 * block_size
-    sha256 = hashlib.sha256
+    sha256 = _sha256  # see its definition
     for offset in range(0, len(data), num_bytes):  # == hash_block, block by block
         parent = sha256(parent + data[offset:offset + num_bytes]).digest()
         block_hashes.append(parent)
