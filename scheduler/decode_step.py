@@ -1,13 +1,15 @@
 """The steady decode step, built in one pass: the bulk of a busy server's steps.
 
 When nobody waits, no claim is pending and every running request lacks exactly one token (its
-slot in its last block or, at a block boundary, in a block the pool can give it), `Scheduler.schedule()` would walk the policy's order (decodes
-first, in arrival order, by priority), call the shadow's no-op hooks and add one decode per
-request. That walk costs little in a hot loop, but between two model steps the model's weights
-stream through the caches and each function, object and list the host touches is a miss: the
-general walk's fixed cost (~70 us a step on the 2-core CPU server, against ~8 us hot) was most of
-a decode request's scheduling work. This builds the same chunks, in the same order, touching only
-the running requests. It declines (None, nothing changed) whenever the general walk might differ.
+slot in its last block or, at a block boundary, in a block the pool can give it),
+`Scheduler.schedule()` would walk the policy's order (decodes first, in arrival order, by
+priority), call the shadow's no-op hooks and add one decode per request. That walk costs little
+in a hot loop (~13 us a step of 8 decodes), but between two steps the rest of the process (the
+model, HTTP, asyncio, the emitter) evicts it from the caches, and each function, object and list
+it touches is a miss again: ~65 us a step in the running engine, most of a decode request's
+scheduling work (bench/results/20261130-cpu/issue2-s4). This builds the same chunks, in the same
+order, touching only the running requests, and declines (None, nothing changed) whenever the
+general walk might differ.
 """
 from __future__ import annotations
 
