@@ -10,18 +10,17 @@ scheduling, while only decode steps are in flight the stage may ask for the next
 decode in flight then gets its next decode ahead of its result (its input is PENDING_TOKEN, the
 token the step in flight samples). Results arrive in step order; a request that ends in step N
 drops what the step built ahead of N computed for it.
-Who runs first is the policy's (policy.py, lanes.py); who may be admitted is the shadow's (shadow.py).
+Who runs first is the policy's (policy.py, lanes.py); who may be admitted is the shadow's (shadow.py);
+how one request enters a step is step_placement.py's, how a result is applied step_results.py's.
 """
 from __future__ import annotations
 
-import bisect
 from collections import deque
 from typing import Iterable
 
 from scheduler.admission import OVERLOADED, admission_error
 from scheduler.config import SchedulerConfig
 from scheduler.decode_step import decode_chunks
-from scheduler.finish import finish_reason
 from scheduler.invariants import SchedulerStats, check_scheduler, collect_stats
 from scheduler.kv_manager import KVManager
 from scheduler.kv_tiers.config import TierConfig
@@ -29,17 +28,19 @@ from scheduler.kv_tiers.manager import KvTierManager
 from scheduler.policy import Policy, is_decode, make_policy
 from scheduler.predictor import OutputLengthPredictor
 from scheduler.request_state import RequestState, RequestStatus
-from scheduler.sample_group import admission_hits, is_held, link
+from scheduler.sample_group import is_held, link
 from scheduler.shadow import ShadowAdmission
 from scheduler.step_builder import StepBuilder
+from scheduler.step_placement import StepPlacement
+from scheduler.step_results import StepResults
 from stages.messages import (
-    MAX_STEPS_IN_FLIGHT, GenerateRequest, SampledToken, ScheduledChunk, StepBatch, StepResult, TokenEvent,
+    MAX_STEPS_IN_FLIGHT, GenerateRequest, ScheduledChunk, StepBatch, TokenEvent,
 )
 
 __all__ = ["OVERLOADED", "Scheduler"]
 
 
-class Scheduler:
+class Scheduler(StepPlacement, StepResults):
     def __init__(self, config: SchedulerConfig, policy: Policy | None = None,
                  tiers: TierConfig | None = None, disk_blocks: Iterable[bytes] = ()) -> None:
         self.config = config
@@ -196,204 +197,6 @@ class Scheduler:
         steps = self._steps_in_flight
         return (not steps or self.config.async_scheduling and len(steps) < MAX_STEPS_IN_FLIGHT
                 and all(steps.values()))
-
-    def _schedule_ahead(self, req: RequestState, step: StepBuilder) -> None:
-        """The decode after the one in flight, if its input is the only thing it waits for: the
-        step in flight samples the token (its chunk ends at the known tokens), that token cannot
-        end the request by length, and the sampler needs no history the host has not seen yet
-        (penalties; min_tokens still banning EOS). Never preempts: no room means no decode ahead."""
-        params = req.params
-        num_tokens = len(req.all_token_ids)  # (once per request per step: no property calls)
-        num_output = num_tokens - req.num_prompt_tokens
-        if (len(req.in_flight) != 1
-                or req.num_computed_tokens + req.num_in_flight_tokens != num_tokens
-                or num_output + 1 >= params.max_tokens
-                or num_tokens + 1 >= self._max_model_len
-                or params.needs_penalties or num_output < params.min_tokens):
-            return
-        # Its slot in the last block (most steps: no growth), else grow by a block.
-        if num_tokens < len(req.block_ids) * self._block_size or self._grow(req, num_tokens + 1):
-            step.add_ahead(req)
-            self.num_decodes_ahead += 1
-
-    def _waits_for_fetch(self, req: RequestState) -> bool:
-        """Tiers: bring up what arrived since the request was queued, then say whether it should
-        wait for the disk reads that continue its prefix rather than recompute (never blocking
-        the requests behind it)."""
-        if self.tiers is None or not self.tiers.has_news(req):
-            return False  # the common case: no walk of the prefix on every step
-        hits = self.kv.find_prefix(req)
-        self.tiers.prefetch(req, hits)
-        return self.tiers.must_wait(req, len(self.kv.find_prefix(req)), len(self.running))
-
-    def _schedule_running(self, req: RequestState, step: StepBuilder) -> None:
-        """A decode takes 1 token, an unfinished prefill a chunk, shrunk to the blocks there are;
-        if not even one token fits, preempt the policy's victim until it does."""
-        # Not in flight, so its last result is in: a running request always lacks a token. (The
-        # common decode, whose slot is in its last block, never gets here: schedule() adds it.)
-        num_uncomputed = len(req.all_token_ids) - req.num_computed_tokens
-        assert num_uncomputed > 0, req
-        num_new = self.policy.chunk_size(req, num_uncomputed, step)
-        if num_new == 0:
-            return  # the policy keeps it for a later step
-        if num_new > 1:
-            num_room = (len(req.block_ids) + self.kv.pool.num_allocatable) * self.config.block_size
-            num_new = max(1, min(num_new, num_room - req.num_computed_tokens))
-        while not self._grow(req, req.num_computed_tokens + num_new):
-            victim = self.policy.pick_victim(self.running)
-            assert victim is not None  # req itself is a candidate
-            self._preempt(victim, step)
-            if victim is req:
-                return
-        step.add(req, num_new)
-
-    def _try_admit(self, req: RequestState, step: StepBuilder) -> bool:
-        """Admit a waiting request with its first chunk (after prefix hits) if seats and blocks allow."""
-        if len(self.running) >= self.config.max_num_seqs:
-            return False
-        hits = admission_hits(req, self.kv.find_prefix(req), self._block_size)
-        num_hit_tokens = len(hits) * self.config.block_size
-        num_new = self.policy.chunk_size(req, req.num_tokens - num_hit_tokens, step)
-        if num_new == 0:
-            return False  # the policy keeps it for a later step
-        if not self.config.chunked_prefill and num_new < req.num_tokens - num_hit_tokens:
-            return False  # no chunked prefill: the whole (uncached) prompt in one step, or wait
-        num_prompt_blocks = self.config.blocks_for(req.num_tokens) - len(hits)
-        if not self.kv.can_admit(hits, num_hit_tokens + num_new) or not self.policy.can_start(
-                req, num_prompt_blocks, self.kv.pool.num_allocatable, self.running):
-            return False
-        num_before = self.kv.pool.num_allocatable
-        self.kv.admit(req, hits, num_hit_tokens + num_new)
-        self.shadow.consume(req, num_before - self.kv.pool.num_allocatable)
-        if self.tiers is not None:
-            self.tiers.release(req)
-        self.waiting.remove(req)
-        if not req.was_scheduled:
-            self.num_admitted_by_lane["long" if req.is_long else "short"] += 1
-        req.status = RequestStatus.RUNNING
-        bisect.insort(self.running, req, key=lambda r: r.arrival_seq)
-        step.add(req, num_new)
-        step.admits = True
-        return True
-
-    def _grow(self, req: RequestState, num_total_tokens: int) -> bool:
-        if self.config.blocks_for(num_total_tokens) <= len(req.block_ids):
-            return True  # most decode steps: the last block has room
-        num_before = self.kv.pool.num_allocatable
-        if not self.kv.grow(req, num_total_tokens):
-            return False
-        self.shadow.consume(req, num_before - self.kv.pool.num_allocatable)
-        return True
-
-    def _preempt(self, req: RequestState, step: StepBuilder) -> None:
-        """Recompute preemption: drop the KV, keep the tokens; back to the queue's front, shadowed
-        again (its claim is recomputed for what it still needs)."""
-        self.running.remove(req)
-        self.kv.free(req)
-        self.shadow.release(req)
-        req.num_computed_tokens = 0
-        req.status = RequestStatus.PREEMPTED
-        req.num_preemptions += 1
-        self.num_preemptions += 1
-        step.num_preempted += 1
-        step.preempted_ids.add(req.request_id)
-        self.waiting.appendleft(req)
-        self._shadow(req)
-
-    # -- results -----------------------------------------------------------------------------
-    def update(self, batch: StepBatch, result: StepResult) -> list[TokenEvent]:
-        """Apply a step's result: advance computed tokens, append samples, finish requests."""
-        self._steps_in_flight.pop(batch.step_id, None)
-        if self.tiers is not None:
-            self.tiers.on_step_done(batch.step_id)
-        sampled = {s.request_id: s for s in result.sampled}
-        failed = result.failed
-        requests = self.requests
-        step_id = batch.step_id
-        caching, block_size = self._caching, self._block_size
-        events: list[TokenEvent] = []
-        for chunk in batch.chunks:
-            req = requests.get(chunk.request_id)
-            if req is None:
-                continue
-            in_flight = req.in_flight
-            if not in_flight or in_flight[0][0] != step_id:
-                continue  # aborted (or ended) while its step was in flight: drop what it produced
-            req.num_in_flight_tokens -= in_flight.pop(0)[1]
-            req.in_flight_step = in_flight[-1][0] if in_flight else None
-            failure = failed.get(req.request_id) if failed else None
-            token = sampled.get(req.request_id) if chunk.sample else None
-            if failure is None and chunk.sample and token is None:
-                failure = "the step sampled no token for this request"
-            if failure is not None:
-                self._retire(req, "error", failure)
-                events.append(self._event(req, [], None))
-                continue
-            # Advance the computed tokens (inline: once per request per step).
-            before = req.num_computed_tokens
-            after = req.num_computed_tokens = before + len(chunk.token_ids)
-            if before < req.num_prompt_tokens <= after:  # the first crossing is the one traced
-                req.request.trace.mark("prefill_done")
-            if caching and after // block_size > req.num_hashed_blocks:
-                self.kv.cache_computed(req)  # only when a block has just been completed
-            if token is not None:
-                events.append(self._append_token(req, token))
-        return events
-
-    def _append_token(self, req: RequestState, token: SampledToken) -> TokenEvent:
-        token_id = token.token_id
-        token_ids = req.all_token_ids
-        token_ids.append(token_id)
-        num_tokens = len(token_ids)
-        num_output = num_tokens - req.num_prompt_tokens
-        if num_output == 1:
-            req.request.trace.mark("first_token_sampled")
-        if self._caching and num_tokens // self._block_size > len(req.block_hashes):
-            self.kv.update_hashes(req)  # a block of known tokens just filled: hash it once
-        params = req.params
-        # finish_reason only for a token that may end the request: a stop id (before min_tokens
-        # too, and EOS even when ignored: it decides) or one that reaches a length limit.
-        if (num_output >= params.max_tokens or num_tokens >= self._max_model_len
-                or token_id in self._eos_token_ids or token_id in params.stop_token_ids):
-            reason = finish_reason(req, token_id, self._eos_token_ids, self._max_model_len)
-            if reason is not None:
-                self._retire(req, reason, None)
-        # _event's TokenEvent, inline (one per request per step).
-        return TokenEvent(req.request_id, [token_id], req.finish_reason,
-                          None if params.logprobs is None else [token], req.num_prompt_tokens,
-                          num_output, req.num_cached_tokens, req.error)
-
-    def _retire(self, req: RequestState, reason: str, error: str | None) -> None:
-        """The one exit: out of its queue, blocks and claim freed once, forgotten. Natural ends
-        teach the output-length predictor."""
-        if req.status is RequestStatus.RUNNING:
-            self.running.remove(req)
-        else:
-            self.waiting.remove(req)
-        if req.in_flight and self.tiers is not None:  # its steps in flight write past the computed
-            self.tiers.mark_dirty(req.block_ids[req.num_computed_tokens // self._block_size:], req.in_flight_step)
-        self.kv.free(req)
-        self.shadow.release(req)
-        if self.tiers is not None:
-            self.tiers.release(req)
-        if reason in ("stop", "length"):
-            self.predictor.observe(req.params.max_tokens, req.num_output_tokens)
-        req.status = RequestStatus.FINISHED
-        req.finish_reason, req.error = reason, error
-        req.in_flight.clear()
-        req.in_flight_step, req.num_in_flight_tokens = None, 0
-        del self.requests[req.request_id]
-        if req.was_scheduled:
-            self._finished_ids.append(req.request_id)
-
-    def _event(self, req: RequestState, token_ids: list[int], logprob: SampledToken | None) -> TokenEvent:
-        # Positional: one is built per request per step (request_id, token_ids, finish_reason,
-        # logprobs, num_prompt_tokens, num_output_tokens, num_cached_tokens, error).
-        return TokenEvent(
-            req.request_id, token_ids, req.finish_reason, None if logprob is None else [logprob],
-            req.num_prompt_tokens, len(req.all_token_ids) - req.num_prompt_tokens,
-            req.num_cached_tokens, req.error,
-        )
 
     # -- introspection -----------------------------------------------------------------------
     @property

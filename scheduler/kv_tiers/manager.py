@@ -25,7 +25,6 @@ batch and `KvDiskRequest`s for the disk stage; the stage hands their results bac
 """
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 

@@ -1,4 +1,6 @@
-"""Scheduler: chunked prefill, continuous batching, preemption, admission errors, aborts, finishes.
+"""Scheduler: chunked prefill, continuous batching, preemption, admission errors, aborts, finishes
+(through its public API: scheduler.py with the parts it mixes in, step_placement.py and
+step_results.py).
 
 Every test drives the real Scheduler with a fake GPU step (`run_step`) and calls check() after every
 schedule() and update()."""

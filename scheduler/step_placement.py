@@ -1,0 +1,120 @@
+"""StepPlacement: how the scheduler places one request in the step it builds (mixed into Scheduler,
+whose state it uses: config, kv, shadow, policy, tiers, running, waiting).
+
+A running request gets its next chunk (a decode, or a prefill chunk the policy sizes), growing its
+blocks and preempting the policy's victims when the pool is short; with async scheduling a decode
+in flight gets the decode after it; a waiting request is admitted with its first chunk when seats,
+blocks and the policy allow. Preemption is by recompute: the KV is dropped, the tokens kept.
+"""
+from __future__ import annotations
+
+import bisect
+
+from scheduler.request_state import RequestState, RequestStatus
+from scheduler.sample_group import admission_hits
+from scheduler.step_builder import StepBuilder
+
+
+class StepPlacement:
+    def _schedule_ahead(self, req: RequestState, step: StepBuilder) -> None:
+        """The decode after the one in flight, if its input is the only thing it waits for: the
+        step in flight samples the token (its chunk ends at the known tokens), that token cannot
+        end the request by length, and the sampler needs no history the host has not seen yet
+        (penalties; min_tokens still banning EOS). Never preempts: no room means no decode ahead."""
+        params = req.params
+        num_tokens = len(req.all_token_ids)  # (once per request per step: no property calls)
+        num_output = num_tokens - req.num_prompt_tokens
+        if (len(req.in_flight) != 1
+                or req.num_computed_tokens + req.num_in_flight_tokens != num_tokens
+                or num_output + 1 >= params.max_tokens
+                or num_tokens + 1 >= self._max_model_len
+                or params.needs_penalties or num_output < params.min_tokens):
+            return
+        # Its slot in the last block (most steps: no growth), else grow by a block.
+        if num_tokens < len(req.block_ids) * self._block_size or self._grow(req, num_tokens + 1):
+            step.add_ahead(req)
+            self.num_decodes_ahead += 1
+
+    def _waits_for_fetch(self, req: RequestState) -> bool:
+        """Tiers: bring up what arrived since the request was queued, then say whether it should
+        wait for the disk reads that continue its prefix rather than recompute (never blocking
+        the requests behind it)."""
+        if self.tiers is None or not self.tiers.has_news(req):
+            return False  # the common case: no walk of the prefix on every step
+        hits = self.kv.find_prefix(req)
+        self.tiers.prefetch(req, hits)
+        return self.tiers.must_wait(req, len(self.kv.find_prefix(req)), len(self.running))
+
+    def _schedule_running(self, req: RequestState, step: StepBuilder) -> None:
+        """A decode takes 1 token, an unfinished prefill a chunk, shrunk to the blocks there are;
+        if not even one token fits, preempt the policy's victim until it does."""
+        # Not in flight, so its last result is in: a running request always lacks a token. (The
+        # common decode, whose slot is in its last block, never gets here: schedule() adds it.)
+        num_uncomputed = len(req.all_token_ids) - req.num_computed_tokens
+        assert num_uncomputed > 0, req
+        num_new = self.policy.chunk_size(req, num_uncomputed, step)
+        if num_new == 0:
+            return  # the policy keeps it for a later step
+        if num_new > 1:
+            num_room = (len(req.block_ids) + self.kv.pool.num_allocatable) * self.config.block_size
+            num_new = max(1, min(num_new, num_room - req.num_computed_tokens))
+        while not self._grow(req, req.num_computed_tokens + num_new):
+            victim = self.policy.pick_victim(self.running)
+            assert victim is not None  # req itself is a candidate
+            self._preempt(victim, step)
+            if victim is req:
+                return
+        step.add(req, num_new)
+
+    def _try_admit(self, req: RequestState, step: StepBuilder) -> bool:
+        """Admit a waiting request with its first chunk (after prefix hits) if seats and blocks allow."""
+        if len(self.running) >= self.config.max_num_seqs:
+            return False
+        hits = admission_hits(req, self.kv.find_prefix(req), self._block_size)
+        num_hit_tokens = len(hits) * self.config.block_size
+        num_new = self.policy.chunk_size(req, req.num_tokens - num_hit_tokens, step)
+        if num_new == 0:
+            return False  # the policy keeps it for a later step
+        if not self.config.chunked_prefill and num_new < req.num_tokens - num_hit_tokens:
+            return False  # no chunked prefill: the whole (uncached) prompt in one step, or wait
+        num_prompt_blocks = self.config.blocks_for(req.num_tokens) - len(hits)
+        if not self.kv.can_admit(hits, num_hit_tokens + num_new) or not self.policy.can_start(
+                req, num_prompt_blocks, self.kv.pool.num_allocatable, self.running):
+            return False
+        num_before = self.kv.pool.num_allocatable
+        self.kv.admit(req, hits, num_hit_tokens + num_new)
+        self.shadow.consume(req, num_before - self.kv.pool.num_allocatable)
+        if self.tiers is not None:
+            self.tiers.release(req)
+        self.waiting.remove(req)
+        if not req.was_scheduled:
+            self.num_admitted_by_lane["long" if req.is_long else "short"] += 1
+        req.status = RequestStatus.RUNNING
+        bisect.insort(self.running, req, key=lambda r: r.arrival_seq)
+        step.add(req, num_new)
+        step.admits = True
+        return True
+
+    def _grow(self, req: RequestState, num_total_tokens: int) -> bool:
+        if self.config.blocks_for(num_total_tokens) <= len(req.block_ids):
+            return True  # most decode steps: the last block has room
+        num_before = self.kv.pool.num_allocatable
+        if not self.kv.grow(req, num_total_tokens):
+            return False
+        self.shadow.consume(req, num_before - self.kv.pool.num_allocatable)
+        return True
+
+    def _preempt(self, req: RequestState, step: StepBuilder) -> None:
+        """Recompute preemption: drop the KV, keep the tokens; back to the queue's front, shadowed
+        again (its claim is recomputed for what it still needs)."""
+        self.running.remove(req)
+        self.kv.free(req)
+        self.shadow.release(req)
+        req.num_computed_tokens = 0
+        req.status = RequestStatus.PREEMPTED
+        req.num_preemptions += 1
+        self.num_preemptions += 1
+        step.num_preempted += 1
+        step.preempted_ids.add(req.request_id)
+        self.waiting.appendleft(req)
+        self._shadow(req)

@@ -1,0 +1,109 @@
+"""StepResults: a step's result applied to the scheduler's requests (mixed into Scheduler, whose
+state it uses: requests, running, waiting, kv, shadow, tiers, predictor).
+
+Each chunk's request advances its computed tokens and appends its sampled token; a token that may
+end the request (a stop id, a length limit) decides its finish reason; a request that ends leaves
+by `_retire`, the one exit, which frees its blocks and claim once. A result for a request aborted
+while its step was in flight is dropped (its step id no longer heads its in-flight list).
+"""
+from __future__ import annotations
+
+from scheduler.finish import finish_reason
+from scheduler.request_state import RequestState, RequestStatus
+from stages.messages import SampledToken, StepBatch, StepResult, TokenEvent
+
+
+class StepResults:
+    def update(self, batch: StepBatch, result: StepResult) -> list[TokenEvent]:
+        """Apply a step's result: advance computed tokens, append samples, finish requests."""
+        self._steps_in_flight.pop(batch.step_id, None)
+        if self.tiers is not None:
+            self.tiers.on_step_done(batch.step_id)
+        sampled = {s.request_id: s for s in result.sampled}
+        failed = result.failed
+        requests = self.requests
+        step_id = batch.step_id
+        caching, block_size = self._caching, self._block_size
+        events: list[TokenEvent] = []
+        for chunk in batch.chunks:
+            req = requests.get(chunk.request_id)
+            if req is None:
+                continue
+            in_flight = req.in_flight
+            if not in_flight or in_flight[0][0] != step_id:
+                continue  # aborted (or ended) while its step was in flight: drop what it produced
+            req.num_in_flight_tokens -= in_flight.pop(0)[1]
+            req.in_flight_step = in_flight[-1][0] if in_flight else None
+            failure = failed.get(req.request_id) if failed else None
+            token = sampled.get(req.request_id) if chunk.sample else None
+            if failure is None and chunk.sample and token is None:
+                failure = "the step sampled no token for this request"
+            if failure is not None:
+                self._retire(req, "error", failure)
+                events.append(self._event(req, [], None))
+                continue
+            # Advance the computed tokens (inline: once per request per step).
+            before = req.num_computed_tokens
+            after = req.num_computed_tokens = before + len(chunk.token_ids)
+            if before < req.num_prompt_tokens <= after:  # the first crossing is the one traced
+                req.request.trace.mark("prefill_done")
+            if caching and after // block_size > req.num_hashed_blocks:
+                self.kv.cache_computed(req)  # only when a block has just been completed
+            if token is not None:
+                events.append(self._append_token(req, token))
+        return events
+
+    def _append_token(self, req: RequestState, token: SampledToken) -> TokenEvent:
+        token_id = token.token_id
+        token_ids = req.all_token_ids
+        token_ids.append(token_id)
+        num_tokens = len(token_ids)
+        num_output = num_tokens - req.num_prompt_tokens
+        if num_output == 1:
+            req.request.trace.mark("first_token_sampled")
+        if self._caching and num_tokens // self._block_size > len(req.block_hashes):
+            self.kv.update_hashes(req)  # a block of known tokens just filled: hash it once
+        params = req.params
+        # finish_reason only for a token that may end the request: a stop id (before min_tokens
+        # too, and EOS even when ignored: it decides) or one that reaches a length limit.
+        if (num_output >= params.max_tokens or num_tokens >= self._max_model_len
+                or token_id in self._eos_token_ids or token_id in params.stop_token_ids):
+            reason = finish_reason(req, token_id, self._eos_token_ids, self._max_model_len)
+            if reason is not None:
+                self._retire(req, reason, None)
+        # _event's TokenEvent, inline (one per request per step).
+        return TokenEvent(req.request_id, [token_id], req.finish_reason,
+                          None if params.logprobs is None else [token], req.num_prompt_tokens,
+                          num_output, req.num_cached_tokens, req.error)
+
+    def _retire(self, req: RequestState, reason: str, error: str | None) -> None:
+        """The one exit: out of its queue, blocks and claim freed once, forgotten. Natural ends
+        teach the output-length predictor."""
+        if req.status is RequestStatus.RUNNING:
+            self.running.remove(req)
+        else:
+            self.waiting.remove(req)
+        if req.in_flight and self.tiers is not None:  # its steps in flight write past the computed
+            self.tiers.mark_dirty(req.block_ids[req.num_computed_tokens // self._block_size:], req.in_flight_step)
+        self.kv.free(req)
+        self.shadow.release(req)
+        if self.tiers is not None:
+            self.tiers.release(req)
+        if reason in ("stop", "length"):
+            self.predictor.observe(req.params.max_tokens, req.num_output_tokens)
+        req.status = RequestStatus.FINISHED
+        req.finish_reason, req.error = reason, error
+        req.in_flight.clear()
+        req.in_flight_step, req.num_in_flight_tokens = None, 0
+        del self.requests[req.request_id]
+        if req.was_scheduled:
+            self._finished_ids.append(req.request_id)
+
+    def _event(self, req: RequestState, token_ids: list[int], logprob: SampledToken | None) -> TokenEvent:
+        # Positional: one is built per request per step (request_id, token_ids, finish_reason,
+        # logprobs, num_prompt_tokens, num_output_tokens, num_cached_tokens, error).
+        return TokenEvent(
+            req.request_id, token_ids, req.finish_reason, None if logprob is None else [logprob],
+            req.num_prompt_tokens, len(req.all_token_ids) - req.num_prompt_tokens,
+            req.num_cached_tokens, req.error,
+        )
