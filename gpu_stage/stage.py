@@ -31,6 +31,7 @@ from stages.stage import Stage
 log = logging.getLogger("ttft.gpu")
 
 _STOP = None
+STOP_WAIT_S = 10.0  # how long stop() waits for the step in flight before it lets the threads go
 
 
 class GpuStage(Stage[StepBatch | KvTransferOps]):
@@ -45,11 +46,14 @@ class GpuStage(Stage[StepBatch | KvTransferOps]):
         self._launches: queue.SimpleQueue[StepBatch | KvTransferOps | None] = queue.SimpleQueue()
         self._completions: queue.SimpleQueue[LaunchedStep | StepResult | None] = queue.SimpleQueue()
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._threads: list[threading.Thread] = []
 
     def start(self) -> None:
         self._loop = asyncio.get_running_loop()
         for target, name in ((self._launch_loop, "ttft-gpu-launch"), (self._complete_loop, "ttft-gpu-complete")):
-            threading.Thread(target=target, name=name, daemon=True).start()
+            thread = threading.Thread(target=target, name=name, daemon=True)
+            thread.start()
+            self._threads.append(thread)
         super().start()
 
     async def handle(self, batch: StepBatch | KvTransferOps) -> None:
@@ -57,6 +61,13 @@ class GpuStage(Stage[StepBatch | KvTransferOps]):
 
     async def on_stop(self) -> None:
         self._launches.put(_STOP)  # the launcher passes it on to the completer after the last step
+        # Wait for both threads to end, the step in flight included: a process that exits while a
+        # daemon thread is inside the model can die in interpreter shutdown (a server once exited
+        # with SIGABRT right after a clean drain). Bounded, so that a hung device cannot hang it.
+        deadline = time.monotonic() + STOP_WAIT_S
+        for thread in self._threads:
+            while thread.is_alive() and time.monotonic() < deadline:
+                await asyncio.sleep(0.005)
 
     # -- threads -------------------------------------------------------------------------------
     def _launch_loop(self) -> None:

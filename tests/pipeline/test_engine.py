@@ -39,7 +39,10 @@ async def test_generate_is_deterministic_and_traced():
         assert {"tokenize", "schedule", "emit"} <= set(trace.host_ns)
         assert trace.host_ns.keys() == trace.host_wall_ns.keys()
         assert all(0 < trace.host_ns[k] for k in ("schedule", "emit"))
-        assert all(trace.host_ns[k] <= trace.host_wall_ns[k] + 10_000 for k in trace.host_ns)
+        # (Within the two clocks' disagreement: thread CPU time runs off the scheduler's clock,
+        # perf_counter off timekeeping; once in a CI run on this VM a part exceeded its wall time
+        # by more than 10 us. A swapped or double-counted reading is still far outside this.)
+        assert all(trace.host_ns[k] <= trace.host_wall_ns[k] * 1.05 + 200_000 for k in trace.host_ns)
         events = traces_to_perfetto(engine.traces)["traceEvents"]
         assert any(e["ph"] == "X" and e["name"] == "one" for e in events)
         text = engine.metrics.render().decode()

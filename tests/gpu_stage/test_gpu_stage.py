@@ -1,0 +1,19 @@
+"""GpuStage: stop() returns only once its two threads have ended (the step in flight included), so
+a process never exits while one of them is inside the model."""
+from __future__ import annotations
+
+from pipeline.config import EngineConfig
+from pipeline.engine import Engine
+from stages.sampling import SamplingParams
+
+
+async def test_stop_waits_for_the_launch_and_completion_threads() -> None:
+    engine = Engine(EngineConfig(model="dummy:tiny", num_kv_blocks=64, max_model_len=256))
+    async with engine:
+        threads = list(engine.gpu_stage._threads)
+        assert [t.name for t in threads] == ["ttft-gpu-launch", "ttft-gpu-complete"]
+        assert all(t.is_alive() for t in threads)
+        params = SamplingParams(max_tokens=4, temperature=0.0, ignore_eos=True)
+        outs = [out async for out in engine.generate([5, 6, 7], params)]
+        assert sum(len(o.token_ids) for o in outs) == 4
+    assert not any(t.is_alive() for t in threads)
