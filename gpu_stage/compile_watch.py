@@ -10,7 +10,6 @@ the watch (`WATCH`): a runner disarms it while it warms up and arms it once read
 from __future__ import annotations
 
 import logging
-import time
 
 log = logging.getLogger("ttft.gpu")
 
@@ -53,8 +52,7 @@ class CompileWatch:
             # the name, then the specialisation key (which argument took which variant)
             name = f"{getattr(fn, 'name', '?')} {str(kwargs.get('key'))[:600]}"
             self.late_compiles.append(name)
-            log.warning("Triton kernel variant compiled while serving (not covered by the warm-up) at %.3f: %s",
-                        time.monotonic(), name)
+            log.warning("Triton kernel variant compiled while serving (not covered by the warm-up): %s", name)
         return self._previous(*args, **kwargs) if self._previous else None
 
 

@@ -156,7 +156,8 @@ class StepInputs:
         assert num_tokens <= lay_t and num_seqs <= lay_b and int(widths.max()) <= lay_w, "step exceeds its shape"
         num_pad_seqs = lay_b - num_seqs
         mixed = shape is not None and shape.mixed
-        assert num_pad_seqs == 0 or lay_t - num_tokens == num_pad_seqs or (mixed and lay_t - num_tokens > num_pad_seqs), \
+        num_spare = lay_t - num_tokens  # pad sequences take one token each; mixed shapes have more
+        assert num_spare >= num_pad_seqs and (mixed or num_pad_seqs == 0 or num_spare == num_pad_seqs), \
             "padded sequences take one token each"
         cu = np.zeros(num_seqs + 1, np.int64)
         np.cumsum(q_lens, out=cu[1:])
