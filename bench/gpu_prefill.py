@@ -5,7 +5,8 @@ Dummy bf16 weights are created on the device (gpu_stage.loaders). For each confi
 backend with CUDA graphs, Triton eager, torch eager) it times `ModelRunner.execute` wall-clock, which
 covers staging, the forward, sampling and the one device-to-host copy (the GPU stage's share of a
 TTFT or an inter-token gap):
-  * a prefill of 128 / 512 / 2048 / 8192 tokens (one new request, sampled);
+  * a prefill of 128 / 512 / 2048 / 8192 tokens (one new request, sampled), and 8192 tokens in two
+    steps of 4,096 (as `--long-prefill-threshold 4096` splits it);
   * decode steps at batch 1 and at batch 64, each sequence at 2,048 tokens of context (the context's
     K/V is random: attention costs the same whatever it holds).
 The first configuration also sizes its KV pool from the memory profile (gpu_memory_utilization 0.9)
@@ -65,6 +66,25 @@ class Bench:
                 times.append(ms)
         return times
 
+    def chunked_prefill_ms(self, num_tokens: int, chunk: int, reps: int) -> list[float]:
+        """One prompt prefilled in chunks of `chunk` tokens, one step each (as the scheduler splits a
+        long prompt): the steps' summed wall per rep."""
+        times = []
+        table = list(range(1, 1 + -(-(num_tokens + 1) // BLOCK_SIZE)))
+        for r in range(reps + 1):  # one warm-up rep
+            ids = torch.randint(0, self.vocab, (num_tokens,), generator=self.gen).tolist()
+            rid = f"c{num_tokens}-{r}"
+            new = [NewRequestData(rid, ids, SamplingParams(temperature=0.0))]
+            ms = 0.0
+            for start in range(0, num_tokens, chunk):
+                last = start + chunk >= num_tokens
+                ms += self.execute([ScheduledChunk(rid, ids[start:start + chunk], start, table, last)],
+                                   new if start == 0 else ())
+            self.execute([], finished=[rid])
+            if r >= 1:
+                times.append(ms)
+        return times
+
     def decode_ms(self, batch: int, context: int, steps: int) -> list[float]:
         width = -(-(context + steps + 2) // BLOCK_SIZE)
         tables = [list(range(1 + i * width, 1 + (i + 1) * width)) for i in range(batch)]
@@ -87,13 +107,15 @@ def summarize(times: list[float]) -> dict:
     return {"median_ms": statistics.median(times), "min_ms": times[0], "max_ms": times[-1], "samples": times}
 
 
-def run_config(backend: str, graphs: bool, profile_memory: bool, quick: bool) -> dict:
+def run_config(backend: str, graphs: bool, profile_memory: bool, quick: bool,
+               prefill_graphs: tuple[int, ...] | None = None) -> dict:
     t0 = time.perf_counter()
     source = load_model_source(MODEL, seed=0)
     runner = ModelRunner(source, DEVICE, torch.bfloat16, None if profile_memory else FIXED_BLOCKS, BLOCK_SIZE,
                          max_num_batched_tokens=8192, max_num_seqs=64, attention_backend=backend,
                          enforce_eager=not graphs, gpu_memory_utilization=0.9,
-                         max_model_len=min(8192, source.config.max_position_embeddings))
+                         max_model_len=min(8192, source.config.max_position_embeddings),
+                         **({} if prefill_graphs is None else {"prefill_graph_sizes": prefill_graphs}))
     startup_s = time.perf_counter() - t0
     runner.kv_cache.kv.normal_()  # random context, not zeros
     out = {"backend": backend, "graphs": graphs, "startup_s": startup_s, "num_blocks": runner.kv_cache.num_blocks,
@@ -104,6 +126,9 @@ def run_config(backend: str, graphs: bool, profile_memory: bool, quick: bool) ->
         reps = 3 if quick else (5 if n >= 2048 else 15)
         out[f"prefill_{n}"] = summarize(bench.prefill_ms(n, reps))
         print(f"  {backend:6s} graphs={graphs!s:5s} prefill {n:5d}: {out[f'prefill_{n}']['median_ms']:8.2f} ms", flush=True)
+    out["prefill_8192_in_4096s"] = summarize(bench.chunked_prefill_ms(8192, 4096, 2 if quick else 4))
+    print(f"  {backend:6s} graphs={graphs!s:5s} prefill 8192 as two 4096 chunks: "
+          f"{out['prefill_8192_in_4096s']['median_ms']:8.2f} ms", flush=True)
     for batch in DECODE_BATCHES:
         key = f"decode_b{batch}_ctx{DECODE_CONTEXT}"
         out[key] = summarize(bench.decode_ms(batch, DECODE_CONTEXT, 10 if quick else 40))
@@ -121,7 +146,10 @@ def main() -> int:
     p.add_argument("--quick", action="store_true", help="fewer repetitions")
     p.add_argument("--configs", default="triton+graphs,triton,torch",
                    help="comma list of triton+graphs | triton | torch")
+    p.add_argument("--prefill-graphs", default=None,
+                   help="comma list of one-prompt prefill graph sizes for triton+graphs (default: the runner's)")
     a = p.parse_args()
+    prefill_graphs = None if a.prefill_graphs is None else tuple(int(x) for x in a.prefill_graphs.split(","))
     out_dir = Path(a.out)
     out_dir.mkdir(parents=True, exist_ok=True)
     names = {"triton+graphs": ("triton", True), "triton": ("triton", False), "torch": ("torch", False)}
@@ -130,7 +158,8 @@ def main() -> int:
     results, errors = [], {}
     for i, (backend, graphs) in enumerate(configs):
         try:
-            results.append(run_config(backend, graphs, profile_memory=i == 0, quick=a.quick))
+            results.append(run_config(backend, graphs, profile_memory=i == 0, quick=a.quick,
+                                      prefill_graphs=prefill_graphs if graphs else None))
         except Exception:
             import traceback
             errors[f"{backend}+graphs" if graphs else backend] = traceback.format_exc()
