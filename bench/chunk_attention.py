@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import statistics
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -76,6 +77,34 @@ def main() -> None:
             qs = q.transpose(0, 1).unsqueeze(0)
             fresh = f"{time_ms(lambda: torch.nn.functional.scaled_dot_product_attention(qs, k, v, is_causal=True, enable_gqa=True)):11.3f}"
         print(f"{context:8d} {new:6d} {tri:8.3f} {flash:13.3f} {gather:8.3f} {fresh:>11s}  {err:.3g}", flush=True)
+    first_calls(dev, dt)
+
+
+def first_calls(dev: str, dt: torch.dtype) -> None:
+    """torch's cuDNN attention builds an execution plan per new shape: the wall of a fresh prompt's
+    first and second attention call (synced) before and after warm_sdpa_plans built the buckets."""
+    from gpu_stage.attention.triton_backend import fresh_sdpa, warm_sdpa_plans
+
+    def walls(n: int) -> list[float]:
+        q = torch.randn(n, HEADS, HEAD_DIM, device=dev, dtype=dt)
+        k, v = (torch.randn(n, KV_HEADS, HEAD_DIM, device=dev, dtype=dt) for _ in range(2))
+        out = []
+        for _ in range(2):
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            fresh_sdpa(q, k, v)
+            torch.cuda.synchronize()
+            out.append((time.perf_counter() - t0) * 1e3)
+        return out
+
+    print("\nfresh_sdpa at a new length, first call / again (wall ms):")
+    for n in (2000, 2001, 3333):
+        print(f"  cold  n {n:5d}: %8.2f / %6.2f" % tuple(walls(n)), flush=True)
+    t0 = time.perf_counter()
+    count = warm_sdpa_plans(HEADS, KV_HEADS, HEAD_DIM, dt, torch.device(dev), 8192)
+    print(f"  warm_sdpa_plans: {count} buckets in {time.perf_counter() - t0:.2f} s")
+    for n in (700, 2222, 5000, 8191):
+        print(f"  warm  n {n:5d}: %8.2f / %6.2f" % tuple(walls(n)), flush=True)
 
 
 if __name__ == "__main__":
