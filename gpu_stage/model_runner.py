@@ -281,6 +281,30 @@ class ModelRunner:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
 
+    def warm_thread(self) -> None:
+        """Build, on the calling thread, what a step would otherwise build the first time it meets
+        a shape: cuDNN's attention plans for every SDPA length bucket (~64 ms each on the H200
+        host; torch keeps them per thread) and cuBLAS's kernels for every row count of the matrix
+        products (~3 ms per kernel loaded). The GPU stage's launch thread calls this before it takes
+        any step, so no prompt pays for them."""
+        if self.device.type != "cuda":
+            return
+        from gpu_stage.gemm_warmup import warm_gemm_kernels
+
+        t0 = time.perf_counter()
+        n = warm_gemm_kernels(self.model, self.max_num_batched_tokens, self.max_num_seqs)
+        log.info("ran the matrix products at every row count (%d calls) in %.1f s", n, time.perf_counter() - t0)
+        if self.attention_backend != "triton":
+            return
+        from gpu_stage.attention.triton_backend import warm_sdpa_plans
+
+        t0 = time.perf_counter()
+        c = self.config
+        with torch.inference_mode():
+            n = warm_sdpa_plans(c.num_heads, c.num_kv_heads, c.head_dim, self.dtype, self.device,
+                                self.max_num_batched_tokens)
+        log.info("built the attention plans of %d prefill lengths in %.1f s", n, time.perf_counter() - t0)
+
     def _forward(self, staged: StagedStep, kv_cache: KvCache) -> torch.Tensor:
         return self.model(staged.input_ids, staged.positions, kv_cache, staged.meta, staged.logits_indices)
 

@@ -47,6 +47,7 @@ class GpuStage(Stage[StepBatch | KvTransferOps]):
         self._completions: queue.SimpleQueue[LaunchedStep | StepResult | None] = queue.SimpleQueue()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._threads: list[threading.Thread] = []
+        self._warm = threading.Event()  # set once the launch thread is ready for steps
 
     def start(self) -> None:
         self._loop = asyncio.get_running_loop()
@@ -55,6 +56,10 @@ class GpuStage(Stage[StepBatch | KvTransferOps]):
             thread.start()
             self._threads.append(thread)
         super().start()
+
+    async def wait_warm(self) -> None:
+        """Return once the launch thread has built its per-thread caches (ModelRunner.warm_thread)."""
+        await asyncio.to_thread(self._warm.wait)
 
     async def handle(self, batch: StepBatch | KvTransferOps) -> None:
         self._launches.put(batch)
@@ -75,6 +80,12 @@ class GpuStage(Stage[StepBatch | KvTransferOps]):
             torch.set_num_threads(self._cpu_threads)
         if self.runner.device.type == "cuda":
             torch.cuda.set_device(self.runner.device)
+        try:
+            self.runner.warm_thread()  # per-thread caches, on the thread that launches the steps
+        except Exception:  # not fatal: what it builds is built on first use instead
+            log.error("warming the launch thread failed:\n%s", traceback.format_exc())
+        finally:
+            self._warm.set()
         while (batch := self._launches.get()) is not _STOP:
             if isinstance(batch, KvTransferOps):  # early tier copies: reported with the next step
                 try:

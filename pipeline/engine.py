@@ -60,6 +60,7 @@ class Engine:
         self.kv_disk_stage = self.pipeline.kv_disk
         for stage in self.stages:
             stage.start()
+        await self.gpu_stage.wait_warm()  # ready means a first request pays for no warm-up
         self._housekeeping = asyncio.create_task(self._housekeep(), name="engine:housekeeping")
         self.metrics.bind(self)
         self.health.set_ready()

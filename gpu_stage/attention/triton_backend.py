@@ -9,7 +9,9 @@ A step's plan (decode-only or general, the split count and the split-K workspace
 host-side metadata (max_query_len, max_seq_len, num_seqs) on the first layer's call and reused by
 every layer; nothing here reads a device value back, so a step is free of host syncs and can be
 captured in a CUDA graph. Decode-only steps use the split-K decode kernel; any other mix (prefill
-chunks, prefix hits, decodes alongside) uses the general kernel.
+chunks, prefix hits, decodes alongside) uses the general kernel, except that eager CUDA steps of
+fresh prefills only, one of SDPA_MIN_TOKENS or more, go to torch's SDPA (cuDNN), one causal call
+per sequence.
 """
 from __future__ import annotations
 
@@ -28,13 +30,15 @@ from gpu_stage.kernels.rope import rope_store_kv_
 INTERPRETER_NUM_SMS = 4  # small, so that CPU tests exercise several splits
 
 
-# Fresh prefills (no cached context) at least this long go to torch's flash SDPA (cuDNN on an
-# H200). It beat our general kernel by 1.5x when chosen (0.107 vs 0.165 ms per layer at 2,048
-# tokens, 0.99 vs 1.74 ms at 8,192). The kernel has since caught up at 2,048: 0.095 ms against
-# SDPA's 0.091 in the 2026-11-30 profile (bench/results/20261130-NVIDIA-H200/run-b-1229c10). SDPA
-# costs a host gap and an output copy per step, so re-measure before moving this line. Shorter
-# ones stay on Triton: they are captured in CUDA graphs.
+# Steps of fresh prefills, one at least this long, go to torch's SDPA (cuDNN on an H200). Per layer
+# at the Llama-3-8B shape (bench/chunk_attention.py, bench/results/20261130-NVIDIA-H200/s5-*): a
+# fresh 2,048-token prompt 0.113-0.118 ms against our kernel's 0.231-0.246, a fresh 8,192 1.0
+# against 1.89. Shorter prompts stay on Triton: they are captured in CUDA graphs.
 SDPA_MIN_TOKENS = 512
+# cuDNN builds an execution plan per shape, ~64 ms on the H200 host, kept per thread. So SDPA
+# lengths are padded up to a multiple of this, and the GPU stage's launch thread builds every
+# bucket's plan at start-up (ModelRunner.warm_thread): no prompt meets a new shape while serving.
+SDPA_BUCKET = 256
 
 
 @dataclass
@@ -42,7 +46,22 @@ class TritonPlan:
     decode_only: bool
     num_seqs: int
     workspace: decode_mod.DecodeWorkspace | None
-    fresh_prefill: bool = False  # every sequence starts at position 0: dense causal attention
+    sdpa: list[tuple[int, int]] | None = None  # fresh prefills: each sequence's (first row, rows) for SDPA
+
+
+def sdpa_rows(query_lens: list[int], seq_lens: list[int]) -> list[tuple[int, int]] | None:
+    """Each sequence's (first row, rows) when the step is all fresh prefills (no cached context, no
+    decodes) and one is SDPA_MIN_TOKENS or longer; else None (the general kernel takes the step).
+    A step that mixes in decodes or context stays whole in the kernel. Splitting such a step (SDPA
+    for its fresh long chunk, the kernel for the rest) was tried: in the two reference runs with
+    it the 1,024- and 2,048-token classes were 4-7 ms slower than the run before (about twice the
+    spread between runs), so it was not kept."""
+    if max(query_lens) < SDPA_MIN_TOKENS or query_lens != seq_lens:
+        return None
+    starts = [0]
+    for n in query_lens[:-1]:
+        starts.append(starts[-1] + n)
+    return list(zip(starts, query_lens))
 
 
 @lru_cache(maxsize=8)
@@ -62,19 +81,19 @@ def decode_num_splits(num_seqs: int, num_kv_heads: int, max_seq_len: int, device
 def make_plan(meta: AttentionMetadata, q: torch.Tensor, num_kv_heads: int) -> TritonPlan:
     num_seqs = meta.num_seqs
     if meta.max_query_len != 1:
-        fresh = (
-            q.device.type == "cuda"
-            and not interpreting()
-            and not torch.cuda.is_current_stream_capturing()
-            and not meta.static_shape
-            and meta.query_lens_host == meta.seq_lens_host
-            and meta.max_query_len >= SDPA_MIN_TOKENS
-        )
-        return TritonPlan(False, num_seqs, None, fresh_prefill=fresh)
+        return _prefill_plan(meta, q)
     assert q.shape[0] == num_seqs, "decode-only steps have one query row per sequence"
     splits = meta.decode_num_splits or decode_num_splits(num_seqs, num_kv_heads, meta.max_seq_len, q.device)
     workspace = decode_mod.DecodeWorkspace(num_seqs, q.shape[1], q.shape[2], splits, q.device)
     return TritonPlan(True, num_seqs, workspace)
+
+
+def _prefill_plan(meta: AttentionMetadata, q: torch.Tensor) -> TritonPlan:
+    """All-fresh long prefills to SDPA in eager CUDA steps (see `sdpa_rows`), else the general kernel."""
+    if (q.device.type != "cuda" or interpreting() or meta.static_shape or meta.max_query_len < SDPA_MIN_TOKENS
+            or torch.cuda.is_current_stream_capturing()):
+        return TritonPlan(False, meta.num_seqs, None)  # a graph's plan must serve every step of its shape
+    return TritonPlan(False, meta.num_seqs, None, sdpa_rows(meta.query_lens_host, meta.seq_lens_host))
 
 
 def store_kv(kv_layer: torch.Tensor, k: torch.Tensor, v: torch.Tensor, meta: AttentionMetadata) -> None:
@@ -99,23 +118,52 @@ def forward(q: torch.Tensor, kv_layer: torch.Tensor, meta: AttentionMetadata) ->
         plan = meta.backend_plan = make_plan(meta, q, kv_layer.shape[3])
     if plan.decode_only:
         return decode_mod.decode_attention(q, kv_layer, meta.seq_lens, meta.block_tables, plan.workspace)
-    if plan.fresh_prefill:
-        return _fresh_prefill_sdpa(q, meta)
-    return prefill_attention(q, kv_layer, meta.cu_seqlens_q, meta.seq_lens, meta.block_tables, plan.num_seqs)
-
-
-def _fresh_prefill_sdpa(q: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
-    """Sequences with no cached context attend only to their own new tokens: causal flash SDPA on
-    each, over the K/V this layer just stored (no gather from the paged cache, no host sync)."""
-    k, v = meta.fresh_kv  # [T, Hkv, D] each
+    if not plan.sdpa:
+        return prefill_attention(q, kv_layer, meta.cu_seqlens_q, meta.seq_lens, meta.block_tables, plan.num_seqs)
+    k, v = meta.fresh_kv  # [T, Hkv, D] each: what this layer just stored
+    if len(plan.sdpa) == 1:
+        return fresh_sdpa(q, k, v)  # one prompt: no output buffer to copy into
     out = torch.empty_like(q)
-    gqa = q.shape[1] != k.shape[1]
-    start = 0
-    for n in meta.query_lens_host:
-        qs = q[start:start + n].transpose(0, 1).unsqueeze(0)  # [1, H, n, D]
-        ks = k[start:start + n].transpose(0, 1).unsqueeze(0)  # [1, Hkv, n, D]
-        vs = v[start:start + n].transpose(0, 1).unsqueeze(0)
-        o = torch.nn.functional.scaled_dot_product_attention(qs, ks, vs, is_causal=True, enable_gqa=gqa)
-        out[start:start + n] = o[0].transpose(0, 1)
-        start += n
+    for row, n in plan.sdpa:
+        rows = slice(row, row + n)
+        out[rows] = fresh_sdpa(q[rows], k[rows], v[rows])
     return out
+
+
+def fresh_sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """A chunk with no cached context attends only to its own tokens: causal SDPA over the K/V this
+    layer just stored (no gather from the paged cache, no host sync). q [n, H, D], k/v [n, Hkv, D]
+    -> [n, H, D]. Padded to the SDPA_BUCKET multiple with zero rows at the end, which no real row
+    sees under the causal mask (zeros, not garbage: a masked score still multiplies its value)."""
+    n = q.shape[0]
+    size = -(-n // SDPA_BUCKET) * SDPA_BUCKET
+    qp, kp, vp = (_padded(x, size) for x in (q, k, v))
+    o = torch.nn.functional.scaled_dot_product_attention(
+        _heads_first(qp), _heads_first(kp), _heads_first(vp), is_causal=True, enable_gqa=q.shape[1] != k.shape[1])
+    return o[0, :, :n].transpose(0, 1)
+
+
+def _heads_first(x: torch.Tensor) -> torch.Tensor:
+    return x.transpose(0, 1).unsqueeze(0)  # [n, H, D] -> [1, H, n, D] (a view)
+
+
+def _padded(x: torch.Tensor, size: int) -> torch.Tensor:
+    """x [n, ...] copied into a contiguous [size, ...] whose rows past n are zero: one layout per
+    bucket, so one cuDNN plan per bucket."""
+    out = x.new_empty((size, *x.shape[1:]))
+    out[: x.shape[0]] = x
+    out[x.shape[0] :].zero_()
+    return out
+
+
+def warm_sdpa_plans(num_heads: int, num_kv_heads: int, head_dim: int, dtype: torch.dtype, device: torch.device,
+                    max_tokens: int) -> int:
+    """Run fresh_sdpa once per bucket a chunk of SDPA_MIN_TOKENS..max_tokens can fall in, on the
+    calling thread (torch keeps cuDNN's plans per thread) -> the number of buckets."""
+    sizes = range(-(-SDPA_MIN_TOKENS // SDPA_BUCKET) * SDPA_BUCKET, max_tokens + SDPA_BUCKET, SDPA_BUCKET)
+    for size in sizes:
+        q = torch.zeros(size, num_heads, head_dim, device=device, dtype=dtype)
+        kv = torch.zeros(size, num_kv_heads, head_dim, device=device, dtype=dtype)
+        fresh_sdpa(q, kv, kv)
+    torch.cuda.synchronize(device)
+    return len(sizes)

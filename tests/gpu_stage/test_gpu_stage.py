@@ -17,3 +17,25 @@ async def test_stop_waits_for_the_launch_and_completion_threads() -> None:
         outs = [out async for out in engine.generate([5, 6, 7], params)]
         assert sum(len(o.token_ids) for o in outs) == 4
     assert not any(t.is_alive() for t in threads)
+
+
+async def test_launch_thread_warms_itself_before_the_engine_is_ready(monkeypatch) -> None:
+    """warm_thread runs on the launch thread (torch keeps cuDNN's plans per thread), before
+    /health is ready; a warm-up that fails is logged, and the engine still serves."""
+    import threading
+
+    from gpu_stage.model_runner import ModelRunner
+
+    calls = []
+
+    def failing_warm(self) -> None:
+        calls.append(threading.current_thread().name)
+        raise RuntimeError("no plans today")
+
+    monkeypatch.setattr(ModelRunner, "warm_thread", failing_warm)
+    engine = Engine(EngineConfig(model="dummy:tiny", num_kv_blocks=64, max_model_len=256))
+    async with engine:
+        assert calls == ["ttft-gpu-launch"] and engine.health.ready
+        params = SamplingParams(max_tokens=2, temperature=0.0, ignore_eos=True)
+        outs = [out async for out in engine.generate([5, 6, 7], params)]
+        assert sum(len(o.token_ids) for o in outs) == 2

@@ -145,6 +145,42 @@ def test_decode_llama3_shapes_gpu(batch: int) -> None:
     _check_attention([(n - 1, 1) for n in lengths], 32, 8, head_dim=128, block_size=16, dtype=torch.bfloat16, seed=batch)
 
 
+def test_sdpa_takes_a_step_of_fresh_prefills_only() -> None:
+    rows = triton_backend.sdpa_rows
+    long = triton_backend.SDPA_MIN_TOKENS
+    assert rows([long], [long]) == [(0, long)]
+    assert rows([3, long + 5, 7], [3, long + 5, 7]) == [(0, 3), (3, long + 5), (long + 8, 7)]  # all fresh
+    assert rows([long - 1, 9], [long - 1, 9]) is None  # none long enough
+    assert rows([1, long], [300, long]) is None  # a decode beside it
+    assert rows([long], [long + 16]) is None  # a chunk after cached context
+
+
+@pytest.mark.parametrize("n,heads,kv_heads", [(5, 4, 2), (300, 2, 1), (256, 2, 2)])
+def test_fresh_sdpa_padding_leaves_the_real_rows_exact(n: int, heads: int, kv_heads: int) -> None:
+    """Padded to the bucket with zero rows at the end: the real rows equal causal attention over
+    the real rows alone (computed here by torch's SDPA on the unpadded inputs, float32)."""
+    gen = _gen(n)
+    q, k, v = (torch.randn(n, h, 16, generator=gen) for h in (heads, kv_heads, kv_heads))
+    out = triton_backend.fresh_sdpa(q, k, v)
+    group = heads // kv_heads
+    ref = torch.nn.functional.scaled_dot_product_attention(
+        q.transpose(0, 1), k.repeat_interleave(group, 1).transpose(0, 1), v.repeat_interleave(group, 1).transpose(0, 1),
+        is_causal=True).transpose(0, 1)
+    assert out.shape == q.shape
+    assert _rel(out, ref) < 1e-5
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("specs,num_sdpa", [
+    ([(0, 600), (0, 7), (0, 1100)], 3),  # fresh prompts of any length beside a long one: SDPA each
+    ([(0, 2100)], 1),  # one prompt, padded to its 256 bucket
+    ([(300, 1), (0, 700)], 0),  # a decode beside it: the general kernel takes the step
+])
+def test_steps_of_fresh_prefills_take_sdpa_gpu(specs, num_sdpa) -> None:
+    plan = _check_attention(specs, 32, 8, head_dim=128, block_size=16, dtype=torch.bfloat16, seed=len(specs))
+    assert len(plan.sdpa or []) == num_sdpa
+
+
 # --- elementwise -----------------------------------------------------------------------------------
 
 SMALL = [(5, 48), (3, 200)]

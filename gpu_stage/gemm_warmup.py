@@ -1,0 +1,45 @@
+"""Load, at start-up, every cuBLAS kernel a step's matrix products can pick.
+
+cuBLAS chooses a kernel per problem shape, and CUDA loads a kernel's module the first time it runs
+(lazy loading): ~2.5-4 ms on the H200 host per kernel not yet loaded, paid in layer 0 of a step
+while the device waits (bench/gemm_first_call.py; bench/results/20261130-NVIDIA-H200/s5-first-calls).
+A prompt whose length leads a product to a kernel no earlier step used waited that long for its
+first token. So warm_gemm_kernels runs each of the model's products once at every row count a step
+can have, in steps of ROW_STEP (every count up to ROW_STEP), before the server reports ready.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from gpu_stage.model.llama import LlamaForCausalLM
+
+ROW_STEP = 8
+
+
+def row_counts(max_rows: int, step: int = ROW_STEP) -> list[int]:
+    """1..step, then every multiple of `step` up to max_rows, and max_rows itself."""
+    return sorted(set(range(1, min(step, max_rows) + 1)) | set(range(step, max_rows + 1, step)) | {max_rows})
+
+
+@torch.inference_mode()
+def warm_gemm_kernels(model: LlamaForCausalLM, max_tokens: int, max_sampled_rows: int) -> int:
+    """Run each distinct (weight shape) product of the layers at every row count of row_counts(max_tokens),
+    and the lm_head at up to max_sampled_rows rows -> the number of products run."""
+    layer = model.layers[0]  # every layer has the same shapes
+    products = [(layer.qkv_weight, layer.qkv_bias), (layer.o_weight, layer.o_bias), (layer.gate_up_weight, None),
+                (layer.down_weight, None)]
+    head = model.embed_weight if model.lm_head_weight is None else model.lm_head_weight
+    widest = max(w.shape[1] for w, _ in products)
+    x = torch.zeros(max_tokens, widest, device=head.device, dtype=head.dtype)
+    count = 0
+    for rows in row_counts(max_tokens):
+        for weight, bias in products:
+            F.linear(x[:rows, : weight.shape[1]], weight, bias)
+            count += 1
+    for rows in row_counts(max_sampled_rows, step=1):
+        F.linear(x[:rows, : head.shape[1]], head)
+        count += 1
+    if head.device.type == "cuda":
+        torch.cuda.synchronize(head.device)
+    return count
