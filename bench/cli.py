@@ -45,6 +45,8 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
     a("--input-len", type=int, default=1024, help="prompt tokens (mixed: the short prompts; "
                                                   "shared-prefix: each suffix)")
     a("--output-len", type=int, default=128)
+    a("--range-ratio", type=float, default=0.0,
+      help="random: prompt lengths uniform in input-len x [1 - r, 1 + r] (vllm's --random-range-ratio)")
     a("--long-len", type=int, default=1024, help="mixed: tokens of the long prompts")
     a("--long-fraction", type=float, default=0.25, help="mixed: fraction of long prompts")
     a("--prefix-len", type=int, default=1024, help="shared-prefix: tokens of each group's prefix")
@@ -74,7 +76,7 @@ def build_workload(args: argparse.Namespace, num_requests: int, seed: int, outpu
     fmt = args.prompt_format if args.prompt_format != "auto" else ("text" if args.endpoint == "chat" else "tokens")
     common = dict(seed=seed, prompt_format=fmt, vocab_size=args.vocab_size)
     if args.workload == "random":
-        return random_workload(num_requests, args.input_len, output_len, **common)
+        return random_workload(num_requests, args.input_len, output_len, range_ratio=args.range_ratio, **common)
     if args.workload == "mixed":
         return mixed_workload(num_requests, args.input_len, args.long_len, args.long_fraction, output_len,
                               **common)

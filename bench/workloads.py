@@ -90,11 +90,19 @@ def random_workload(
     seed: int = 0,
     prompt_format: PromptFormat = "tokens",
     vocab_size: int = DEFAULT_VOCAB_SIZE,
+    range_ratio: float = 0.0,
 ) -> list[BenchRequest]:
-    """Fixed input and output lengths (vllm bench serve's `random` dataset with range_ratio 0)."""
+    """Fixed output lengths; input lengths fixed, or with `range_ratio` r drawn uniformly from
+    [input_len * (1 - r), input_len * (1 + r)] (vllm bench serve's `random` dataset and its
+    --random-range-ratio): prompts of lengths the server has not met before."""
     _check_lengths(num_requests, output_len)
-    maker = PromptMaker(np.random.default_rng(seed), prompt_format, vocab_size)
-    return [BenchRequest(f"random-{i}", maker.make(input_len), input_len, output_len) for i in range(num_requests)]
+    if not 0.0 <= range_ratio < 1.0:
+        raise ValueError(f"range_ratio must be in [0, 1), got {range_ratio}")
+    rng = np.random.default_rng(seed)
+    maker = PromptMaker(rng, prompt_format, vocab_size)
+    low, high = max(1, round(input_len * (1 - range_ratio))), round(input_len * (1 + range_ratio))
+    lengths = rng.integers(low, high + 1, num_requests) if range_ratio else [input_len] * num_requests
+    return [BenchRequest(f"random-{i}", maker.make(int(n)), int(n), output_len) for i, n in enumerate(lengths)]
 
 
 def mixed_workload(

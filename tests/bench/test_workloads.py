@@ -19,6 +19,19 @@ def test_random_is_deterministic_and_exact():
     assert len({tuple(r.prompt[:4]) for r in a}) == 20  # no accidental shared prefixes
 
 
+def test_random_range_ratio_spreads_lengths_around_input_len():
+    reqs = random_workload(200, 1000, 4, seed=1, range_ratio=0.25)
+    assert reqs == random_workload(200, 1000, 4, seed=1, range_ratio=0.25)
+    lengths = [r.prompt_len for r in reqs]
+    assert all(len(r.prompt) == r.prompt_len for r in reqs)
+    assert 750 <= min(lengths) < 800 and 1200 < max(lengths) <= 1250  # both ends reached, none past
+    assert len(set(lengths)) > 150  # mostly lengths not seen before
+    assert [r.prompt for r in random_workload(3, 50, 2, seed=5, range_ratio=0.0)] == \
+        [r.prompt for r in random_workload(3, 50, 2, seed=5)]
+    with pytest.raises(ValueError, match="range_ratio"):
+        random_workload(3, 50, 2, range_ratio=1.0)
+
+
 def test_text_prompts_have_one_word_per_token():
     reqs = random_workload(5, 50, 3, seed=0, prompt_format="text")
     assert reqs == random_workload(5, 50, 3, seed=0, prompt_format="text")
