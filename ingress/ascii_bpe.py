@@ -10,6 +10,13 @@ piece's ids depend on the piece alone (BPE never merges across pieces), so a dic
 ids answers nearly every piece of a prompt; a piece not in it goes through the Rust BPE model
 itself (byte-level mapped, as the pipeline does). ~0.27 vs ~1.4 ms on the same prompts, same ids.
 
+Text whose only whitespace is single spaces between words (no other whitespace, none at either
+end: one line of prose) is split by `str.split(" ")`, ~4x cheaper than the regex: each piece of
+these regexes then lies within one word plus the single space before it (letters, digits,
+symbols and contractions all stop at a space, and that space is seen the same way alone, its
+lookahead reading the word's first character), so the ids of " " + word are looked up per word
+in a second cache (the first word: its own pieces). Other text takes the regex.
+
 Only the two GPT-2-regex kinds (`gpt2`, and `digits`: each digit on its own first, as SmolLM2's
 `smollm`) and only ASCII text; anything else stays on the Rust pipeline. Added tokens (special
 or not, all matched on raw text) split the text first, leftmost-longest, as the Rust added
@@ -18,7 +25,7 @@ vocabulary does, and each segment between them is pre-tokenized alone.
 from __future__ import annotations
 
 import re
-from itertools import chain
+from itertools import chain, islice
 from typing import Callable, Iterable
 
 _S = r"\t\n\x0b\x0c\r "  # \s on ASCII (Unicode White_Space: no \x1c-\x1f)
@@ -51,7 +58,8 @@ class AsciiPieceEncoder:
         self._added = added_tokens
         self._bpe = bpe
         self._char_of_byte = [byte_to_unicode[b] for b in range(128)]
-        self._cache: dict[str, tuple[int, ...]] = {}
+        self._cache: dict[str, tuple[int, ...]] = {}  # piece -> ids
+        self._spaced: dict[str, tuple[int, ...]] = {}  # word -> ids of " " + word
 
     def encode(self, text: str) -> list[int]:
         """`text` must be ASCII (`str.isascii()`)."""
@@ -70,11 +78,35 @@ class AsciiPieceEncoder:
         return ids
 
     def _encode_segment(self, text: str) -> list[int]:
+        # Printable: no whitespace but spaces (nor other control characters, which go the long way).
+        if text.isprintable() and "  " not in text and text[:1] != " " and text[-1:] != " ":
+            return self._encode_words(text.split(" "))
         pieces = self._pieces.findall(text)
         try:  # one C-level pass when every piece is known (the common case)
             return list(chain.from_iterable(map(self._cache.__getitem__, pieces)))
         except KeyError:
             return self._encode_pieces(pieces)
+
+    def _encode_words(self, words: list[str]) -> list[int]:
+        """Words that single spaces separated: the first one's pieces, then " " + each other's."""
+        ids = self._encode_pieces(self._pieces.findall(words[0]))
+        num_first = len(ids)
+        spaced = self._spaced
+        try:  # one C-level pass when every word is known (the common case)
+            ids.extend(chain.from_iterable(map(spaced.__getitem__, islice(words, 1, None))))
+            return ids
+        except KeyError:
+            del ids[num_first:]  # what the pass added before the unknown word
+        for word in islice(words, 1, None):
+            word_ids = spaced.get(word)
+            if word_ids is None:
+                word_ids = tuple(self._encode_pieces(self._pieces.findall(" " + word)))
+                if len(word) < MAX_CACHED_PIECE_CHARS:
+                    if len(spaced) >= MAX_CACHED_PIECES:
+                        spaced.clear()
+                    spaced[word] = word_ids
+            ids.extend(word_ids)
+        return ids
 
     def _encode_pieces(self, pieces: Iterable[str]) -> list[int]:
         """Piece by piece, filling the cache (other threads may fill or clear it meanwhile: the

@@ -89,3 +89,33 @@ def test_cache_limits_keep_the_ids(tok, monkeypatch):
 def test_other_kinds_stay_on_the_rust_pipeline(meta):
     tok = BpeTokenizer.from_gguf_metadata({**meta, "tokenizer.ggml.pre": "llama3"})
     assert tok._ascii is None
+
+
+def test_single_spaced_words_take_the_word_cache(tok):
+    """One line of words that single spaces separate (digits, symbols and contractions inside
+    words too): the word path, whose ids are the Rust pipeline's."""
+    rng = random.Random(2)
+    alphabet = "abcXYZ0123456789',.!?-$<>|'sdtlmrve"
+    tok._ascii._spaced.clear()
+    for _ in range(3000):
+        words = ["".join(rng.choice(alphabet) for _ in range(rng.randint(1, 8))) for _ in range(rng.randint(1, 12))]
+        text = " ".join(words)
+        assert tok.encode(text, add_special_tokens=False) == rust_ids(tok, text), repr(text)
+    assert tok._ascii._spaced  # the path was taken
+
+
+def test_other_spacing_takes_the_regex(tok):
+    tok._ascii._spaced.clear()
+    for text in (" lead", "trail ", "two  spaces", "tab\there", "line\nbreak", "bell\x07 x", ""):
+        assert tok.encode(text, add_special_tokens=False) == rust_ids(tok, text), repr(text)
+    assert not tok._ascii._spaced
+
+
+def test_word_cache_limits_keep_the_ids(tok, monkeypatch):
+    monkeypatch.setattr(ascii_bpe, "MAX_CACHED_PIECES", 8)
+    encoder = tok._ascii
+    encoder._spaced.clear()
+    text = " ".join(f"w{chr(97 + i % 26)}{chr(97 + i // 26 % 26)}" for i in range(200)) + " " + "x" * 100
+    assert encoder.encode(text) == rust_ids(tok, text)
+    assert len(encoder._spaced) <= 8 and "x" * 100 not in encoder._spaced
+    assert encoder.encode(text) == rust_ids(tok, text)
