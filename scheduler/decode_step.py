@@ -29,11 +29,6 @@ def decode_chunks(running: list[RequestState], step_id: int, block_size: int, to
     when the pool (`num_allocatable`) cannot give all of them one (the walk would preempt)."""
     if not running or len(running) > token_budget:
         return None
-    # The newest request first: the likeliest to be still prefilling (it arrived last), so most
-    # steps that hold a prefill are declined before a chunk is built for each decode before it.
-    newest = running[-1]
-    if newest.in_flight or len(newest.all_token_ids) - newest.num_computed_tokens != 1:
-        return None
     priority = running[0].priority
     chunks: list[ScheduledChunk] = []
     append = chunks.append

@@ -132,8 +132,7 @@ def test_decode_chunks_grows_the_requests_at_a_block_boundary_in_order() -> None
     s.check()
 
 
-@pytest.mark.parametrize("why", ["in_flight", "no_room", "prefill", "priority", "budget",
-                                 "in_flight_oldest", "prefill_oldest"])
+@pytest.mark.parametrize("why", ["in_flight", "no_room", "prefill", "priority", "budget"])
 def test_decode_chunks_declines_and_changes_nothing(why: str) -> None:
     s = _decoding(num_tokens=8 if why == "no_room" else 5)  # 9 known: slot 8 needs a 3rd block
     a, b = s.running
@@ -143,10 +142,6 @@ def test_decode_chunks_declines_and_changes_nothing(why: str) -> None:
         b.in_flight.append((5, 1, False))
     elif why == "prefill":
         b.num_computed_tokens -= 1
-    elif why == "in_flight_oldest":  # not the newest: found by the walk, not the first check
-        a.in_flight.append((5, 1, False))
-    elif why == "prefill_oldest":
-        a.num_computed_tokens -= 1
     elif why == "priority":
         b.priority = 1
     elif why == "budget":
