@@ -28,11 +28,10 @@ class RequestState:
         "priority", "num_reserved_blocks", "has_reservation", "awaiting_reclaim",
         "num_bypassed", "num_claimed_hits", "is_long", "lane_since_step", "promoted",
         "num_queued_uncached",
-        "sample_leader", "num_shared_blocks", "max_num_tokens", "end_token_ids", "wants_logprobs",
+        "sample_leader", "num_shared_blocks",
     )
 
-    def __init__(self, request: GenerateRequest, arrival_seq: int, max_model_len: int | None = None,
-                 eos_token_ids: frozenset[int] = frozenset()) -> None:
+    def __init__(self, request: GenerateRequest, arrival_seq: int) -> None:
         self.request = request
         self.request_id = request.request_id
         self.params: SamplingParams = request.params
@@ -75,17 +74,6 @@ class RequestState:
         # request) while it lives, and how many of its prompt blocks the follower shares.
         self.sample_leader: RequestState | None = None
         self.num_shared_blocks = 0
-        # What a sampled token is checked against, folded once from the params and the scheduler's
-        # limits (the step's update then reads no params per request): a token may end the
-        # request when the tokens reach `max_num_tokens` (max_tokens or the context window) or
-        # it is one of `end_token_ids` (EOS, even when ignored, and stop_token_ids); whether its
-        # TokenEvent carries the SampledToken (logprobs asked for).
-        params = self.params
-        self.max_num_tokens = self.num_prompt_tokens + params.max_tokens
-        if max_model_len is not None:
-            self.max_num_tokens = min(self.max_num_tokens, max_model_len)
-        self.end_token_ids = eos_token_ids.union(params.stop_token_ids) if params.stop_token_ids else eos_token_ids
-        self.wants_logprobs = params.logprobs is not None
 
     @property
     def num_tokens(self) -> int:

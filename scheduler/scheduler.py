@@ -77,7 +77,7 @@ class Scheduler(StepPlacement, StepResults):
                                 len(self.running), len(self.waiting))
         if error is not None:
             return error
-        state = RequestState(req, self._next_arrival, self._max_model_len, self._eos_token_ids)
+        state = RequestState(req, self._next_arrival)
         self._next_arrival += 1
         link(state, self.requests, self._block_size)  # a sample of an n > 1 request: its leader
         self.kv.update_hashes(state)

@@ -16,32 +16,16 @@ from stages.messages import SampledToken, StepBatch, StepResult, TokenEvent
 class StepResults:
     def update(self, batch: StepBatch, result: StepResult) -> list[TokenEvent]:
         """Apply a step's result: advance computed tokens, append samples, finish requests."""
-        # Decodes only: every chunk is one token (no list to read for its length).
-        decodes_only = self._steps_in_flight.pop(batch.step_id, False)
+        self._steps_in_flight.pop(batch.step_id, None)
         if self.tiers is not None:
             self.tiers.on_step_done(batch.step_id)
-        # The sampled tokens come in the order of the step's sampling chunks, one per request,
-        # a failed one left out: matched by walking both lists, with a dict by request id only
-        # if they ever disagree (building it touched every token once more each step).
-        sampled = result.sampled
-        num_sampled = len(sampled)
-        k = 0
-        by_id: dict[str, SampledToken] | None = None
+        sampled = {s.request_id: s for s in result.sampled}
         failed = result.failed
         requests = self.requests
         step_id = batch.step_id
         caching, block_size = self._caching, self._block_size
         events: list[TokenEvent] = []
         for chunk in batch.chunks:
-            token = None
-            if chunk.sample:
-                if by_id is None and k < num_sampled and sampled[k].request_id == chunk.request_id:
-                    token = sampled[k]
-                    k += 1
-                else:
-                    if by_id is None:
-                        by_id = {s.request_id: s for s in sampled}
-                    token = by_id.get(chunk.request_id)
             req = requests.get(chunk.request_id)
             if req is None:
                 continue
@@ -51,6 +35,7 @@ class StepResults:
             req.num_in_flight_tokens -= in_flight.pop(0)[1]
             req.in_flight_step = in_flight[-1][0] if in_flight else None
             failure = failed.get(req.request_id) if failed else None
+            token = sampled.get(req.request_id) if chunk.sample else None
             if failure is None and chunk.sample and token is None:
                 failure = "the step sampled no token for this request"
             if failure is not None:
@@ -59,7 +44,7 @@ class StepResults:
                 continue
             # Advance the computed tokens (inline: once per request per step).
             before = req.num_computed_tokens
-            after = req.num_computed_tokens = before + (1 if decodes_only else len(chunk.token_ids))
+            after = req.num_computed_tokens = before + len(chunk.token_ids)
             if before < req.num_prompt_tokens <= after:  # the first crossing is the one traced
                 req.request.trace.mark("prefill_done")
             if caching and after // block_size > req.num_hashed_blocks:
@@ -78,16 +63,17 @@ class StepResults:
             req.request.trace.mark("first_token_sampled")
         if self._caching and num_tokens // self._block_size > len(req.block_hashes):
             self.kv.update_hashes(req)  # a block of known tokens just filled: hash it once
+        params = req.params
         # finish_reason only for a token that may end the request: a stop id (before min_tokens
-        # too, and EOS even when ignored: it decides) or one that reaches a length limit (both
-        # folded into the request's state at arrival: see RequestState).
-        if num_tokens >= req.max_num_tokens or token_id in req.end_token_ids:
+        # too, and EOS even when ignored: it decides) or one that reaches a length limit.
+        if (num_output >= params.max_tokens or num_tokens >= self._max_model_len
+                or token_id in self._eos_token_ids or token_id in params.stop_token_ids):
             reason = finish_reason(req, token_id, self._eos_token_ids, self._max_model_len)
             if reason is not None:
                 self._retire(req, reason, None)
         # _event's TokenEvent, inline (one per request per step).
         return TokenEvent(req.request_id, [token_id], req.finish_reason,
-                          [token] if req.wants_logprobs else None, req.num_prompt_tokens,
+                          None if params.logprobs is None else [token], req.num_prompt_tokens,
                           num_output, req.num_cached_tokens, req.error)
 
     def _retire(self, req: RequestState, reason: str, error: str | None) -> None:
