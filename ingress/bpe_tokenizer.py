@@ -5,7 +5,8 @@ or the tokenizer stored in GGUF metadata (vocab, merges, token types, pre-tokeni
 pre-tokenizer regexes for GGUF follow llama.cpp (`llama-vocab.cpp`), which is what the GGUF's
 `tokenizer.ggml.pre` promises: e.g. `smollm` splits every digit on its own before the GPT-2 regex.
 
-Encode stays in Rust (it is on the request path); everything Python-side (id -> bytes, the special
+Encode is Rust's pipeline, or for ASCII text of the GPT-2-regex kinds the faster exact
+AsciiPieceEncoder (ascii_bpe.py); everything Python-side (id -> bytes, the special
 set) is a table built once at construction.
 """
 from __future__ import annotations
@@ -15,6 +16,8 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from tokenizers import AddedToken, Regex, Tokenizer as RustTokenizer, decoders, models, pre_tokenizers
+
+from ingress.ascii_bpe import PATTERNS as ASCII_KINDS, AsciiPieceEncoder
 
 # GGUF token types (llama.cpp `llama_token_type`).
 TOKEN_TYPE_NORMAL, TOKEN_TYPE_CONTROL, TOKEN_TYPE_USER_DEFINED = 1, 3, 4
@@ -38,6 +41,11 @@ _PRE_KINDS = {
     "smollm": "digits", "starcoder": "digits", "refact": "digits", "command-r": "digits",
     "codeshell": "digits", "exaone": "digits",
 }
+
+# ASCII text up to this long is encoded by AsciiPieceEncoder (ascii_bpe.py), which holds the
+# interpreter lock (~0.05 ms per 1,000 characters); longer text stays on the Rust pipeline, which
+# releases it, so that a huge prompt never stalls the event loop.
+MAX_ASCII_PATH_CHARS = 32768
 
 # Tokens llama.cpp treats as end-of-generation by their text (llama-vocab.cpp, special_eog_ids).
 _EOG_TEXTS = frozenset({"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>",
@@ -103,7 +111,10 @@ class BpeTokenizer:
 
     def __init__(self, backend: RustTokenizer, *, bos_token_id: int | None, eos_token_ids: frozenset[int],
                  add_bos: bool, chat_template: str | None, eos_token_id: int | None = None,
-                 byte_level: bool = True, clean_up_tokenization_spaces: bool = False) -> None:
+                 byte_level: bool = True, clean_up_tokenization_spaces: bool = False,
+                 ascii_kind: str | None = None) -> None:
+        """`ascii_kind`: the backend's pre-tokenizer is this GPT-2-regex kind of ascii_bpe.py
+        ("gpt2", "digits") with no normalizer: ASCII text may then take AsciiPieceEncoder."""
         self._backend = backend
         self.vocab_size = backend.get_vocab_size(with_added_tokens=True)
         self.bos_token_id = bos_token_id
@@ -124,6 +135,12 @@ class BpeTokenizer:
             else:
                 table.append(to_bytes(text))
         self._bytes = table
+        self._ascii: AsciiPieceEncoder | None = None
+        if ascii_kind is not None and byte_level:
+            model = backend.model
+            self._ascii = AsciiPieceEncoder(
+                ascii_kind, {t.content: i for i, t in added.items()},
+                lambda piece: [t.id for t in model.tokenize(piece)], bytes_to_unicode())
         # Token texts the chat template needs ({{ bos_token }} etc.).
         self.bos_token = self._text(bos_token_id)
         if eos_token_id is None and self.eos_token_ids:
@@ -134,13 +151,18 @@ class BpeTokenizer:
         return None if token_id is None else self._backend.id_to_token(token_id)
 
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        # ASCII text (not too long) of a GPT-2-regex kind: AsciiPieceEncoder, the same ids at
+        # ~0.3-0.45 vs ~1.4-2 ms of CPU for a 1,000-token prompt. Otherwise, Rust's
         # encode_batch_fast, not encode(): it releases the interpreter lock while it works (encode()
         # holds it, so a long prompt stalled the event loop and the GPU stage's threads for its
         # whole tokenization), and it skips the character offsets we never read: 1.76 vs 2.32 ms
         # of CPU on a 1,000-token prompt (`python -m bench.tokenizer_cost`). `ttft serve` sets
         # TOKENIZERS_PARALLELISM=false: the one-text batch runs on the calling thread, whose CPU
         # clock the trace reads, and no rayon pool is started.
-        ids = self._backend.encode_batch_fast([text], add_special_tokens=False)[0].ids
+        if self._ascii is not None and len(text) <= MAX_ASCII_PATH_CHARS and text.isascii():
+            ids = self._ascii.encode(text)
+        else:
+            ids = self._backend.encode_batch_fast([text], add_special_tokens=False)[0].ids
         if add_special_tokens and self.add_bos:
             ids.insert(0, self.bos_token_id)
         return ids
@@ -185,7 +207,9 @@ class BpeTokenizer:
         eos = {meta.get(f"tokenizer.ggml.{k}_token_id") for k in ("eos", "eot", "eom")} - {None}
         eos |= {i for i, t in enumerate(types) if t == TOKEN_TYPE_CONTROL and tokens[i] in _EOG_TEXTS}
         bos = meta.get("tokenizer.ggml.bos_token_id")
+        kind = _PRE_KINDS.get(pre or "default")
         return cls(backend, bos_token_id=bos, eos_token_ids=frozenset(int(e) for e in eos),
+                   ascii_kind=kind if kind in ASCII_KINDS else None,
                    eos_token_id=meta.get("tokenizer.ggml.eos_token_id"),
                    add_bos=bool(meta.get("tokenizer.ggml.add_bos_token", False)),
                    chat_template=meta.get("tokenizer.chat_template"))

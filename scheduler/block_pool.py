@@ -20,7 +20,7 @@ caching a block nobody holds) trips an assert, and `check()` verifies every inva
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Sequence
 
 NULL_BLOCK_ID = 0
 
@@ -125,6 +125,25 @@ class BlockPool:
         if self.on_cached is not None:
             self.on_cached(block_id, block_hash)
         return True
+
+    def cache_blocks(self, block_ids: Sequence[int], block_hashes: Sequence[bytes]) -> None:
+        """`cache_block` for each (block id, hash) pair in order: a prefill chunk completes up to
+        budget / block_size blocks in one step, registered in one call and one dict probe each
+        (setdefault: the size tells whether the hash was new) instead of a call and two probes."""
+        ref_counts, hashes, by_hash = self.ref_counts, self.block_hashes, self._hash_to_block
+        enabled, on_cached = self.enable_caching, self.on_cached
+        for block_id, block_hash in zip(block_ids, block_hashes):
+            assert ref_counts[block_id] > 0, f"caching block {block_id} that nobody holds"
+            if not enabled:
+                continue
+            num_before = len(by_hash)
+            by_hash.setdefault(block_hash, block_id)
+            if len(by_hash) == num_before:
+                continue  # another block already holds that content
+            assert hashes[block_id] is None, f"block {block_id} hashed twice"
+            hashes[block_id] = block_hash
+            if on_cached is not None:
+                on_cached(block_id, block_hash)
 
     def refresh(self, block_ids: Iterable[int]) -> None:
         """Move the cached (ref 0) blocks among `block_ids` to the most recently used end: a

@@ -82,6 +82,7 @@ class KVManager:
         if not self.enable_caching:
             return
         num_full = min(req.num_computed_tokens // self.block_size, len(req.block_hashes))
-        for i in range(req.num_hashed_blocks, num_full):
-            self.pool.cache_block(req.block_ids[i], req.block_hashes[i])
-        req.num_hashed_blocks = max(req.num_hashed_blocks, num_full)
+        first = req.num_hashed_blocks
+        if num_full > first:
+            self.pool.cache_blocks(req.block_ids[first:num_full], req.block_hashes[first:num_full])
+            req.num_hashed_blocks = num_full

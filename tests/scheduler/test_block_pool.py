@@ -121,3 +121,32 @@ def test_cache_block_refuses_duplicate_content_and_when_disabled() -> None:
     off.free([c])
     assert counts(off) == (2, 0, 0)
     pool.check()
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_cache_blocks_is_cache_block_for_each_pair(enabled: bool) -> None:
+    """Same state, same callbacks, duplicates skipped (within the call and against the cache)."""
+    pools = [BlockPool(num_blocks=10, block_size=4, enable_caching=enabled) for _ in range(2)]
+    seen: list[list[tuple[int, bytes]]] = [[], []]
+    for pool, log in zip(pools, seen):
+        pool.on_cached = lambda b, k, log=log: log.append((b, k))
+        ids = pool.allocate(7)
+        assert ids == list(range(1, 8))
+        pool.cache_block(ids[0], h(5))  # already held by another block
+    pairs = [(2, h(1)), (3, h(2)), (4, h(5)), (5, h(2)), (6, h(3))]
+    for block_id, block_hash in pairs:
+        pools[0].cache_block(block_id, block_hash)
+    pools[1].cache_blocks([b for b, _ in pairs], [k for _, k in pairs])
+    assert seen[0] == seen[1]
+    assert pools[0].block_hashes == pools[1].block_hashes
+    assert pools[0]._hash_to_block == pools[1]._hash_to_block
+    for pool in pools:
+        pool.free(reversed(ids))
+    assert pools[0].cached_lru_order() == pools[1].cached_lru_order()
+    assert counts(pools[0]) == counts(pools[1])
+
+
+def test_cache_blocks_asserts_a_held_block() -> None:
+    pool = BlockPool(num_blocks=4, block_size=4, enable_caching=True)
+    with pytest.raises(AssertionError, match="nobody holds"):
+        pool.cache_blocks([2], [h(1)])

@@ -168,3 +168,11 @@ def test_extend_block_hashes_is_the_chain_of_hash_block_whatever_the_increments(
     for n in (0, 7, 8, 9, 17, 64, 100, 200):
         extend_block_hashes(piecewise, tokens[:n], 8, "salt")
         assert piecewise == expected[:n // 8]
+
+
+def test_root_hash_is_memoized_with_the_same_values():
+    root_hash.cache_clear()
+    first = [root_hash(), root_hash("a"), root_hash(None, namespace="model-x")]
+    assert [root_hash(), root_hash("a"), root_hash(None, namespace="model-x")] == first
+    assert root_hash.cache_info().hits == 3
+    assert first[0].hex() == "0d1a144326e544762e7c410b7050549913d27c061cdc0cb0cea6790c7b4c4367"
