@@ -10,7 +10,6 @@ fresh prompt torch's SDPA as the engine runs it; and checks each output against 
 """
 from __future__ import annotations
 
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -19,24 +18,11 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.cuda_timing import median_ms  # noqa: E402
 from gpu_stage.attention.metadata import build_metadata  # noqa: E402
 from gpu_stage.kernels.prefill_attention import prefill_attention  # noqa: E402
 
 HEADS, KV_HEADS, HEAD_DIM, BLOCK = 32, 8, 128, 16
-
-
-def time_ms(fn, reps: int = 20) -> float:
-    for _ in range(3):
-        fn()
-    times = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
 
 
 def gather_kv(kv_layer: torch.Tensor, table: torch.Tensor, length: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -66,16 +52,16 @@ def main() -> None:
         meta = build_metadata([new], [total], [table_list], BLOCK, dev)
         q = torch.randn(new, HEADS, HEAD_DIM, device=dev, dtype=dt)
         table = torch.tensor(table_list, device=dev)
-        tri = time_ms(lambda: prefill_attention(q, kv_layer, meta.cu_seqlens_q, meta.seq_lens, meta.block_tables, 1))
-        gather = time_ms(lambda: gather_kv(kv_layer, table, total))
-        flash = time_ms(lambda: flash_lower_right(q, *gather_kv(kv_layer, table, total)))
+        tri = median_ms(lambda: prefill_attention(q, kv_layer, meta.cu_seqlens_q, meta.seq_lens, meta.block_tables, 1))
+        gather = median_ms(lambda: gather_kv(kv_layer, table, total))
+        flash = median_ms(lambda: flash_lower_right(q, *gather_kv(kv_layer, table, total)))
         ref = prefill_attention(q, kv_layer, meta.cu_seqlens_q, meta.seq_lens, meta.block_tables, 1)
         err = (flash_lower_right(q, *gather_kv(kv_layer, table, total)).float() - ref.float()).abs().max().item()
         fresh = ""
         if context == 0:
             k, v = gather_kv(kv_layer, table, total)
             qs = q.transpose(0, 1).unsqueeze(0)
-            fresh = f"{time_ms(lambda: torch.nn.functional.scaled_dot_product_attention(qs, k, v, is_causal=True, enable_gqa=True)):11.3f}"
+            fresh = f"{median_ms(lambda: torch.nn.functional.scaled_dot_product_attention(qs, k, v, is_causal=True, enable_gqa=True)):11.3f}"
         print(f"{context:8d} {new:6d} {tri:8.3f} {flash:13.3f} {gather:8.3f} {fresh:>11s}  {err:.3g}", flush=True)
     first_calls(dev, dt)
 

@@ -7,7 +7,6 @@ the next norm costs with and without the add). Prints microseconds per call.
 """
 from __future__ import annotations
 
-import statistics
 import sys
 from pathlib import Path
 
@@ -16,23 +15,14 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.cuda_timing import median_ms  # noqa: E402
 from gpu_stage.kernels.rms_norm import add_rms_norm, rms_norm  # noqa: E402
 
 HIDDEN, INTER = 4096, 14336
 
 
-def time_us(fn, reps: int = 20) -> float:
-    for _ in range(3):
-        fn()
-    times = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1e3)
-    return statistics.median(times)
+def time_us(fn) -> float:
+    return median_ms(fn) * 1e3
 
 
 def main() -> None:
