@@ -15,6 +15,10 @@ import torch.nn.functional as F
 from gpu_stage.model.llama import LlamaForCausalLM
 
 ROW_STEP = 8
+# The sweep's device time grows with the square of its rows (2.7 s to 8,192 for Llama-3-8B), and
+# past 8,192 rows a step's products take milliseconds each, against a kernel load of ~3 ms once:
+# budgets above it are swept to here only.
+MAX_SWEEP_ROWS = 8192
 
 
 def row_counts(max_rows: int, step: int = ROW_STEP) -> list[int]:
@@ -24,8 +28,10 @@ def row_counts(max_rows: int, step: int = ROW_STEP) -> list[int]:
 
 @torch.inference_mode()
 def warm_gemm_kernels(model: LlamaForCausalLM, max_tokens: int, max_sampled_rows: int) -> int:
-    """Run each distinct (weight shape) product of the layers at every row count of row_counts(max_tokens),
-    and the lm_head at up to max_sampled_rows rows -> the number of products run."""
+    """Run each distinct (weight shape) product of the layers at every row count of
+    row_counts(min(max_tokens, MAX_SWEEP_ROWS)), and the lm_head at up to max_sampled_rows rows
+    -> the number of products run."""
+    max_tokens = min(max_tokens, MAX_SWEEP_ROWS)
     layer = model.layers[0]  # every layer has the same shapes
     products = [(layer.qkv_weight, layer.qkv_bias), (layer.o_weight, layer.o_bias), (layer.gate_up_weight, None),
                 (layer.down_weight, None)]

@@ -36,3 +36,15 @@ def test_warm_gemm_kernels_runs_each_layer_product_at_each_row_count(monkeypatch
     expected = {(rows, shape) for rows in warmup.row_counts(40) for shape in shapes} | {(r, head) for r in (1, 2, 3)}
     assert seen == expected
     assert calls == 4 * len(warmup.row_counts(40)) + 3
+
+
+def test_the_sweep_stops_at_max_sweep_rows(monkeypatch) -> None:
+    source = load_model_source("dummy:tiny", seed=0)
+    model = LlamaForCausalLM(source.config)
+    model.load_weights(source.weights("cpu", torch.float32))
+    monkeypatch.setattr(warmup, "MAX_SWEEP_ROWS", 24)
+    rows: list[int] = []
+    real_linear = F.linear
+    monkeypatch.setattr(warmup.F, "linear", lambda x, w, b=None: rows.append(x.shape[0]) or real_linear(x, w, b))
+    warmup.warm_gemm_kernels(model, max_tokens=1000, max_sampled_rows=1)
+    assert max(rows) == 24
