@@ -26,6 +26,7 @@ from torch.profiler import ProfilerActivity, profile
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.gpu_prefill import BLOCK_SIZE, FIXED_BLOCKS, MODEL, Bench  # noqa: E402
+from bench.gpu_profile import busy_and_gaps  # noqa: E402
 from gpu_stage.loaders import load_model_source  # noqa: E402
 from gpu_stage.model_runner import ModelRunner  # noqa: E402
 
@@ -82,13 +83,7 @@ def timeline(prof, label: str) -> None:
         ks = [k for k in kernels if s0 <= k[0] <= s1]
         if not ks:
             continue
-        busy, end, gaps = 0.0, ks[0][0], []
-        prev = ""
-        for start, stop, name in ks:
-            if start > end:
-                gaps.append((start - end, prev, name))
-            busy += max(0.0, stop - max(start, end))
-            end, prev = max(end, stop), name
+        busy, gaps, end = busy_and_gaps(ks)
         idle = sum(g for g, _, _ in gaps)
         print(f"  wall {(s1 - s0) / 1e3:7.2f} ms | host before first kernel {(ks[0][0] - s0) / 1e3:6.2f} | "
               f"busy {busy / 1e3:7.2f} | idle inside {idle / 1e3:6.2f} in {len(gaps)} gaps | "

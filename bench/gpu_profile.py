@@ -30,13 +30,9 @@ def report(prof, label: str, wall_ms: float, runs: int) -> None:
     idle_report(prof, runs)
 
 
-def idle_report(prof, runs: int) -> None:
-    """The device's idle time between its kernels, and the largest gaps with their neighbours:
-    what the host (launches, Python, syncs) costs beyond the kernels."""
-    kernels = sorted((e.time_range.start, e.time_range.end, e.name) for e in prof.events()
-                     if e.device_type == DeviceType.CUDA)
-    if not kernels:
-        return
+def busy_and_gaps(kernels: list[tuple[float, float, str]]) -> tuple[float, list[tuple[float, str, str]], float]:
+    """Kernels as (start, end, name), sorted by start (overlaps allowed) -> (time covered by at
+    least one kernel, the idle gaps as (length, kernel before, kernel after), the last end)."""
     gaps, busy, end = [], 0.0, kernels[0][0]
     prev = ""
     for start, stop, name in kernels:
@@ -44,6 +40,17 @@ def idle_report(prof, runs: int) -> None:
             gaps.append((start - end, prev, name))
         busy += max(0.0, stop - max(start, end))
         end, prev = max(end, stop), name
+    return busy, gaps, end
+
+
+def idle_report(prof, runs: int) -> None:
+    """The device's idle time between its kernels, and the largest gaps with their neighbours:
+    what the host (launches, Python, syncs) costs beyond the kernels."""
+    kernels = sorted((e.time_range.start, e.time_range.end, e.name) for e in prof.events()
+                     if e.device_type == DeviceType.CUDA)
+    if not kernels:
+        return
+    busy, gaps, end = busy_and_gaps(kernels)
     span = (end - kernels[0][0]) / 1e3
     idle = sum(g for g, _, _ in gaps) / 1e3
     print(f"  device span {span / runs:.2f} ms per run: busy {busy / 1e3 / runs:.2f}, idle {idle / runs:.2f} "
