@@ -17,6 +17,7 @@ from typing import Any, Sequence
 import orjson
 
 from emitter.openai_logprobs import chat_logprobs, completion_logprobs
+from emitter.sse import sse_event
 from stages.messages import RequestOutput, TokenLogprob
 
 COMPLETION_OBJECT = "text_completion"
@@ -97,6 +98,10 @@ class CompletionChunker:
             body["usage"] = None
         return orjson.dumps(body)
 
+    def sse(self, out: RequestOutput) -> bytes:
+        """`chunk(out)` as one SSE event (a stream's framer)."""
+        return sse_event(self.chunk(out))
+
     def usage_chunk(self, out: RequestOutput) -> bytes:
         return usage_chunk(self.meta, [out], chat=False)
 
@@ -138,6 +143,10 @@ class ChatChunker:
         logprobs = chat_logprobs(out.logprobs) if out.logprobs is not None else None
         choice = {"index": self.index, "delta": delta, "logprobs": logprobs, "finish_reason": out.finish_reason}
         return self._dump(choice)
+
+    def sse(self, out: RequestOutput) -> bytes:
+        """`chunk(out)` as one SSE event (a stream's framer)."""
+        return sse_event(self.chunk(out))
 
     def usage_chunk(self, out: RequestOutput) -> bytes:
         return usage_chunk(self.meta, [out], chat=True)

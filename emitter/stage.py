@@ -1,6 +1,8 @@
 """EmitterStage: turns each step's token events into text deltas on the requests' own streams.
 
-One message per step; per request one RequestOutput (one flush) per step. A stop string found here
+One message per step; per request one RequestOutput (one flush) per step, framed as its SSE bytes
+here when the stream has a framer (a streamed HTTP reply): one pass over the step's requests does
+all their per-token work, and the readers' tasks only write. A stop string found here
 ends the reply at once and sends Abort(reason="stop") upstream so the scheduler frees the blocks.
 """
 from __future__ import annotations
@@ -64,6 +66,8 @@ class EmitterStage(Stage[StepEvents]):
             out = emitter.on_event(event)
             if out is None:
                 continue
+            if stream.framer is not None and out.error is None:  # an error's event is the route's
+                out.sse = stream.framer(out)
             stream.push(out)
             if emitter.stopped_by_string and event.finish_reason is None:
                 # The reply ended here; the scheduler still runs it: free its blocks now.
@@ -72,8 +76,8 @@ class EmitterStage(Stage[StepEvents]):
                 entries.pop(event.request_id, None)
                 finished.append((event.request_id, entry, out))
         if traces:
-            # The step's emit work (detokenize, hold-back, hand-off), shared evenly by its events:
-            # two clock reads per step, not per token (the CPU clock is a system call).
+            # The step's emit work (detokenize, hold-back, SSE framing, hand-off), shared evenly by
+            # its events: two clock reads per step, not per token (the CPU clock is a system call).
             cpu_ns = (cpu_clock_ns() - c0) // len(traces)
             wall_ns = (host_clock_ns() - t0) // len(traces)
             for trace in traces:

@@ -32,7 +32,6 @@ from emitter.output_stream import OutputStream
 from emitter.sample_streams import SampleStreams
 from emitter.sse import SSE_DONE, sse_error, sse_event
 from ingress.errors import ApiError, bad_request, model_not_found, payload_too_large
-from ingress.stage import PreparedRequest
 from pipeline.asgi_stream import DisconnectWatch, EventStreamResponse
 from pipeline.engine import Engine
 from pipeline.json_response import error_response, json_response
@@ -120,6 +119,8 @@ async def _generate(request: Request, chat: bool) -> Response:
     reader = streams[0] if len(streams) == 1 else SampleStreams(streams)
     watch = DisconnectWatch(request.receive, lambda: engine.abort_streams(streams))
     meta = ResponseMeta(request_id, int(time.time()), engine.model_name)
+    # Before the first await: the emitter frames every output of a streamed reply.
+    chunkers = _attach_framers(streams, meta, chat, api.include_usage) if api.stream else []
     first = await reader.get()
     if first.error is not None and first.num_output_tokens == 0 and not first.text:
         watch.cancel()
@@ -129,7 +130,7 @@ async def _generate(request: Request, chat: bool) -> Response:
         headers = {**rid_header, "Retry-After": "1"} if status == 503 else rid_header
         return error_response(ApiError(status, first.error, type=kind), headers)
     if api.stream:
-        chunks = _sse_chunks(engine, streams, reader, first, meta, chat, api.include_usage)
+        chunks = _sse_chunks(engine, streams, reader, first, meta, chunkers, chat, api.include_usage)
         on_sent = lambda out: engine.record_write(streams[out.index], out)  # noqa: E731
         return EventStreamResponse(chunks, watch, on_sent, rid_header)
     try:
@@ -138,14 +139,24 @@ async def _generate(request: Request, chat: bool) -> Response:
         watch.cancel()
 
 
-async def _sse_chunks(
-    engine: Engine, streams: list[OutputStream], reader: OutputStream | SampleStreams, first: RequestOutput,
-    meta: ResponseMeta, chat: bool, include_usage: bool,
-) -> AsyncIterator[tuple[bytes, RequestOutput]]:
-    """One SSE event per output, each choice's chunks carrying its index; `[DONE]` (after the
-    usage, if asked for) once every choice has finished. An error ends the whole reply."""
+def _attach_framers(streams: list[OutputStream], meta: ResponseMeta, chat: bool,
+                    include_usage: bool) -> list[ChatChunker] | list[CompletionChunker]:
+    """Each choice's chunker, set as its stream's framer: the emitter turns each output into its
+    SSE event as it pushes it (`RequestOutput.sse`), in its one pass over the step."""
     make = ChatChunker if chat else CompletionChunker
     chunkers = [make(meta, include_usage, i) for i in range(len(streams))]
+    for stream, chunker in zip(streams, chunkers):
+        stream.framer = chunker.sse
+    return chunkers
+
+
+async def _sse_chunks(
+    engine: Engine, streams: list[OutputStream], reader: OutputStream | SampleStreams, first: RequestOutput,
+    meta: ResponseMeta, chunkers: list[ChatChunker] | list[CompletionChunker], chat: bool, include_usage: bool,
+) -> AsyncIterator[tuple[bytes, RequestOutput]]:
+    """One SSE event per output (framed by the emitter), each choice's chunks carrying its index;
+    `[DONE]` (after the usage, if asked for) once every choice has finished. An error ends the
+    whole reply."""
     lasts: list[RequestOutput] = [first] * len(streams)  # each choice's last output
     num_left = len(streams)
     out = first
@@ -159,7 +170,8 @@ async def _sse_chunks(
             data = prefix + sse_error(out.error) + SSE_DONE
             num_left = 0
         else:
-            data = prefix + sse_event(chunkers[out.index].chunk(out))
+            # Framed by the emitter; an output pushed without a framer (none here) is framed now.
+            data = prefix + (out.sse or chunkers[out.index].sse(out))
             if out.finish_reason is not None:
                 lasts[out.index] = out
                 num_left -= 1

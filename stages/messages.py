@@ -146,6 +146,9 @@ class RequestOutput:
     error: str | None = None
     error_status: int = 500
     index: int = 0  # the choice index of this sample within its request (n > 1)
+    # This output as SSE bytes, framed by the emitter when its stream has a framer (a streamed
+    # HTTP reply); b"" otherwise.
+    sse: bytes = b""
 
 
 @dataclass(slots=True)
