@@ -62,6 +62,7 @@ class LanesPolicy:
         self.prefill_step_cap = config.prefill_step_cap
         self.backlog_tokens = config.prefill_backlog_steps * config.max_num_batched_tokens
         self.deep_backlog = False  # this step's (order()): see chunk_size
+        self.alone = False  # this step's (order()): one request to serve and nobody waiting
         self.aging_steps = config.aging_steps
         self.max_preemptions_unprotected = config.max_preemptions_unprotected
         self.blocks_for = config.blocks_for
@@ -102,6 +103,7 @@ class LanesPolicy:
 
         self.deep_backlog = (self.prefill_step_cap is not None and self.backlog_tokens > 0
                              and sum(map(_queued_uncached, waiting)) >= self.backlog_tokens)
+        self.alone = len(running) + len(waiting) == 1
         decodes: list[RequestState] = []
         others: list[RequestState] = []
         for req in running:  # all RUNNING: a decode lacks exactly one token
@@ -125,8 +127,14 @@ class LanesPolicy:
         Under a deep backlog a prompt no longer than the step's first prefill joins whole past
         the cap: it delays nobody's first token by more than its own size would, and full steps
         prefill faster per token (shortest-first order: the joiners after the first are as long
-        or longer, so this admits equal prompts, the queue where ordering cannot help)."""
-        num = min(num_uncomputed, step.budget_left, self.max_chunk_tokens)
+        or longer, so this admits equal prompts, the queue where ordering cannot help).
+        A prefill with nobody else to serve (no other request running or waiting) is not chunked
+        below the budget: chunks exist to let others in between, and alone they only delay its
+        own first token (H200: 8,192 tokens in two 4,096 chunks ~230 ms, in one step ~213; the
+        second chunk's attention over the first is slower than one causal pass). A request that
+        arrives during that step waits for it, as for any step."""
+        limit = step.budget_left if self.alone else self.max_chunk_tokens
+        num = min(num_uncomputed, step.budget_left, limit)
         cap = self.prefill_step_cap
         if cap is None or num_uncomputed == 1 or step.num_prefill_tokens == 0:
             return num

@@ -167,3 +167,14 @@ def test_preempted_requests_finish_with_the_same_tokens(policy: str) -> None:
     big, num_big = run(num_blocks=200)
     assert num_small > 0 and num_big == 0
     assert small == big and all(len(v) == 6 for v in big.values())
+
+
+def test_a_long_prefill_alone_takes_the_whole_budget_and_is_chunked_again_when_another_arrives() -> None:
+    s = make_sched(max_num_batched_tokens=8, long_prefill_threshold=4)
+    s.add_request(make_req("L", 20, base=100))
+    assert shape(step(s)) == [("L", 0, 8, False)]  # nobody else: no chunk below the budget
+    s.add_request(make_req("M", 9, base=300))  # long lane too (9 >= 4): both are chunked again
+    assert shape(step(s)) == [("L", 8, 4, False), ("M", 0, 4, False)]
+    f = make_sched(max_num_batched_tokens=8, long_prefill_threshold=4, policy="fcfs")
+    f.add_request(make_req("L", 20, base=100))
+    assert shape(step(f)) == [("L", 0, 4, False)]  # vLLM's FCFS keeps its chunk cap
