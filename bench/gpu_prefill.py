@@ -54,15 +54,19 @@ class Bench:
         self.step += 1
         return elapsed * 1e3
 
-    def prefill_ms(self, num_tokens: int, reps: int) -> list[float]:
+    def prefill_ms(self, num_tokens: int, reps: int, num_prompts: int = 1) -> list[float]:
+        """Steps of `num_prompts` new prompts of `num_tokens` each (a saturated server's step)."""
         times = []
-        table = list(range(1, 1 + -(-(num_tokens + 1) // BLOCK_SIZE)))
+        width = -(-(num_tokens + 1) // BLOCK_SIZE)
+        tables = [list(range(1 + i * width, 1 + (i + 1) * width)) for i in range(num_prompts)]
+        assert tables[-1][-1] < self.runner.kv_cache.num_blocks, "pool too small for this prefill"
         for r in range(reps + 2):  # two warm-up reps
-            ids = torch.randint(0, self.vocab, (num_tokens,), generator=self.gen).tolist()
-            rid = f"p{num_tokens}-{r}"
-            new = [NewRequestData(rid, ids, SamplingParams(temperature=0.0))]
-            ms = self.execute([ScheduledChunk(rid, ids, 0, table, True)], new)
-            self.execute([], finished=[rid])
+            rids = [f"p{num_tokens}-{r}-{i}" for i in range(num_prompts)]
+            prompts = [torch.randint(0, self.vocab, (num_tokens,), generator=self.gen).tolist() for _ in rids]
+            new = [NewRequestData(rid, ids, SamplingParams(temperature=0.0)) for rid, ids in zip(rids, prompts)]
+            ms = self.execute([ScheduledChunk(rid, ids, 0, table, True)
+                               for rid, ids, table in zip(rids, prompts, tables)], new)
+            self.execute([], finished=rids)
             if r == 0:
                 self.first_rep_ms = ms  # the first step at this length: what a cold shape costs
             if r >= 2:

@@ -1,9 +1,12 @@
 """Where a step's time goes on the GPU: `python bench/gpu_profile.py` profiles one 2,048-token
 prefill and decode steps at batch 1 and at batch 64 (2,048-token contexts) of the Llama-3-8B shape
 through ModelRunner (triton backend, CUDA graphs) with torch.profiler, and prints the kernels by
-total device time and the gap between wall time and device time (host overhead, launches, syncs)."""
+total device time and the gap between wall time and device time (host overhead, launches, syncs).
+`--prefills 1x8192,4x2048` profiles only those prefill steps (prompts x tokens each), after the
+server's start-up warm-up."""
 from __future__ import annotations
 
+import argparse
 import sys
 import time
 from pathlib import Path
@@ -59,12 +62,31 @@ def idle_report(prof, runs: int) -> None:
         print(f"    gap {gap:8.1f} us  after {before[:45]}  before {after[:45]}")
 
 
+def profile_prefills(bench: Bench, cases: list[tuple[int, int]]) -> None:
+    """Each (prompts, tokens) case: one step of that many new prompts, profiled over 3 runs."""
+    for num_prompts, num_tokens in cases:
+        bench.prefill_ms(num_tokens, 1, num_prompts)
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            t0 = time.perf_counter()
+            bench.prefill_ms(num_tokens, 1, num_prompts)
+            wall = (time.perf_counter() - t0) * 1e3 / 3
+        report(prof, f"prefill {num_prompts} x {num_tokens} (3 runs, wall per run)", wall, 3)
+
+
 def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--prefills", default=None,
+                   help="only these prefill steps, e.g. 1x8192,4x2048 (prompts x tokens); no decode")
+    a = p.parse_args()
     source = load_model_source(MODEL, seed=0)
     runner = ModelRunner(source, "cuda", torch.bfloat16, FIXED_BLOCKS, BLOCK_SIZE, max_num_batched_tokens=8192,
                          max_num_seqs=64, attention_backend="triton", enforce_eager=False,
                          max_model_len=8192)
     bench = Bench(runner, source.config.vocab_size)
+    if a.prefills:
+        runner.warm_thread()  # as the server: cuDNN plans and cuBLAS kernels before the first step
+        profile_prefills(bench, [tuple(int(x) for x in case.split("x")) for case in a.prefills.split(",")])
+        return
     bench.prefill_ms(2048, 2)
     bench.decode_ms(1, 2048, 3)
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
