@@ -133,13 +133,18 @@ def forward(q: torch.Tensor, kv_layer: torch.Tensor, meta: AttentionMetadata) ->
 def fresh_sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     """A chunk with no cached context attends only to its own tokens: causal SDPA over the K/V this
     layer just stored (no gather from the paged cache, no host sync). q [n, H, D], k/v [n, Hkv, D]
-    -> [n, H, D]. Padded to the SDPA_BUCKET multiple with zero rows at the end, which no real row
-    sees under the causal mask (zeros, not garbage: a masked score still multiplies its value)."""
-    n = q.shape[0]
+    -> [n, H, D]. SDPA runs on the SDPA_BUCKET multiple of n rows, in one layout: rows of a fused
+    [q | k | v] matrix (`_fused_rows`), so that cuDNN builds one plan per bucket. The rows past n
+    are never seen by a real row under the causal mask; they must only be finite (a masked score
+    is a zero weight, and zero times inf or NaN is NaN)."""
+    n, num_heads, head_dim = q.shape
     size = -(-n // SDPA_BUCKET) * SDPA_BUCKET
-    qp, kp, vp = (_padded(x, size) for x in (q, k, v))
+    qkv = _fused_rows(q, k, v, size)
+    num_kv_heads = k.shape[1]
+    qp, kp, vp = qkv.split([num_heads * head_dim, num_kv_heads * head_dim, num_kv_heads * head_dim], dim=-1)
     o = torch.nn.functional.scaled_dot_product_attention(
-        _heads_first(qp), _heads_first(kp), _heads_first(vp), is_causal=True, enable_gqa=q.shape[1] != k.shape[1])
+        _heads_first(qp.view(size, num_heads, head_dim)), _heads_first(kp.view(size, num_kv_heads, head_dim)),
+        _heads_first(vp.view(size, num_kv_heads, head_dim)), is_causal=True, enable_gqa=num_heads != num_kv_heads)
     return o[0, :, :n].transpose(0, 1)
 
 
@@ -147,12 +152,32 @@ def _heads_first(x: torch.Tensor) -> torch.Tensor:
     return x.transpose(0, 1).unsqueeze(0)  # [n, H, D] -> [1, H, n, D] (a view)
 
 
-def _padded(x: torch.Tensor, size: int) -> torch.Tensor:
-    """x [n, ...] copied into a contiguous [size, ...] whose rows past n are zero: one layout per
-    bucket, so one cuDNN plan per bucket."""
-    out = x.new_empty((size, *x.shape[1:]))
-    out[: x.shape[0]] = x
-    out[x.shape[0] :].zero_()
+def _fused_rows(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, size: int) -> torch.Tensor:
+    """`size` rows of [q | k | v] ([size, (H + 2 Hkv) D]) whose first n are q, k, v's rows.
+
+    The model's q, k, v are column blocks of its fused q/k/v product, so this is a view of that
+    product (no copy) when its storage holds `size` rows from q's first: always in a step of
+    several prompts but the last (its rows past n are the next prompt's), and for a length that
+    is a bucket multiple. Otherwise a copy, zero past n (the product's last rows end its storage:
+    what follows is not ours to read)."""
+    n = q.shape[0]
+    widths = (q.shape[1] * q.shape[2], k.shape[1] * k.shape[2], v.shape[1] * v.shape[2])
+    width, item = sum(widths), q.element_size()
+    fused = (
+        all(x.stride() == (width, x.shape[2], 1) for x in (q, k, v))
+        and k.data_ptr() == q.data_ptr() + widths[0] * item
+        and v.data_ptr() == k.data_ptr() + widths[1] * item
+    )
+    if fused and q.storage_offset() + size * width <= q.untyped_storage().nbytes() // item:
+        return torch.as_strided(q, (size, width), (width, 1))
+    out = q.new_empty((size, width))
+    if fused:
+        out[:n] = torch.as_strided(q, (n, width), (width, 1))
+    else:
+        out[:n, : widths[0]] = q.reshape(n, widths[0])
+        out[:n, widths[0] : widths[0] + widths[1]] = k.reshape(n, widths[1])
+        out[:n, widths[0] + widths[1] :] = v.reshape(n, widths[2])
+    out[n:].zero_()
     return out
 
 
@@ -161,9 +186,10 @@ def warm_sdpa_plans(num_heads: int, num_kv_heads: int, head_dim: int, dtype: tor
     """Run fresh_sdpa once per bucket a chunk of SDPA_MIN_TOKENS..max_tokens can fall in, on the
     calling thread (torch keeps cuDNN's plans per thread) -> the number of buckets."""
     sizes = range(-(-SDPA_MIN_TOKENS // SDPA_BUCKET) * SDPA_BUCKET, max_tokens + SDPA_BUCKET, SDPA_BUCKET)
-    for size in sizes:
-        q = torch.zeros(size, num_heads, head_dim, device=device, dtype=dtype)
-        kv = torch.zeros(size, num_kv_heads, head_dim, device=device, dtype=dtype)
-        fresh_sdpa(q, kv, kv)
+    widths = [num_heads * head_dim, num_kv_heads * head_dim, num_kv_heads * head_dim]
+    for size in sizes:  # the layout of a step's fused q/k/v product (`_fused_rows`)
+        q, k, v = torch.zeros(size, sum(widths), device=device, dtype=dtype).split(widths, dim=-1)
+        fresh_sdpa(q.view(size, num_heads, head_dim), k.view(size, num_kv_heads, head_dim),
+                   v.view(size, num_kv_heads, head_dim))
     torch.cuda.synchronize(device)
     return len(sizes)

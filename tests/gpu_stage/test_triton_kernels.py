@@ -162,12 +162,39 @@ def test_fresh_sdpa_padding_leaves_the_real_rows_exact(n: int, heads: int, kv_he
     gen = _gen(n)
     q, k, v = (torch.randn(n, h, 16, generator=gen) for h in (heads, kv_heads, kv_heads))
     out = triton_backend.fresh_sdpa(q, k, v)
-    group = heads // kv_heads
-    ref = torch.nn.functional.scaled_dot_product_attention(
+    assert out.shape == q.shape
+    assert _rel(out, _causal_ref(q, k, v)) < 1e-5
+
+
+def _fused_qkv(rows: int, heads: int, kv_heads: int, dim: int, gen) -> tuple[torch.Tensor, ...]:
+    """q, k, v as the model makes them: column blocks of one [rows, (H + 2 Hkv) D] product."""
+    widths = [heads * dim, kv_heads * dim, kv_heads * dim]
+    q, k, v = torch.randn(rows, sum(widths), generator=gen).split(widths, dim=-1)
+    return q.view(rows, heads, dim), k.view(rows, kv_heads, dim), v.view(rows, kv_heads, dim)
+
+
+def _causal_ref(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    group = q.shape[1] // k.shape[1]
+    return torch.nn.functional.scaled_dot_product_attention(
         q.transpose(0, 1), k.repeat_interleave(group, 1).transpose(0, 1), v.repeat_interleave(group, 1).transpose(0, 1),
         is_causal=True).transpose(0, 1)
-    assert out.shape == q.shape
-    assert _rel(out, ref) < 1e-5
+
+
+@pytest.mark.parametrize("first,n,total", [(0, 300, 900), (300, 256, 556), (556, 344, 900), (0, 512, 512)])
+def test_fresh_sdpa_reads_a_fused_product_in_place_and_the_next_prompts_rows_change_nothing(first, n, total) -> None:
+    """A step of prompts (rows of one fused q/k/v product): a prompt whose bucket ends inside the
+    product is attended in place, the next prompt's rows as its padding; one whose bucket runs
+    past the product's end gets a zero-padded copy. Either way the real rows are exact."""
+    q, k, v = _fused_qkv(total, 4, 2, 16, _gen(total + first))
+    rows = slice(first, first + n)
+    size = -(-n // triton_backend.SDPA_BUCKET) * triton_backend.SDPA_BUCKET
+    fused = triton_backend._fused_rows(q[rows], k[rows], v[rows], size)
+    in_place = first + size <= total
+    assert (fused.data_ptr() == q[rows].data_ptr()) == in_place
+    if not in_place:
+        assert not fused[n:].any()
+    out = triton_backend.fresh_sdpa(q[rows], k[rows], v[rows])
+    assert _rel(out, _causal_ref(q[rows], k[rows], v[rows])) < 1e-5
 
 
 @pytest.mark.gpu
