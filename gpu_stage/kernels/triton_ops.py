@@ -25,30 +25,14 @@ class TritonOps:
 
     def __init__(self) -> None:
         self.gemv_plan: dict[GemvKey, dict] = {}  # key -> the kernel config that won
-        # Products of more rows than this run in blocks of this many rows (0: whole).
-        self.row_block = 0
 
     def linear(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
         if x.shape[0] == 1 and x.stride(1) == 1 and (cfg := self.gemv_plan.get((*weight.shape, "none"))):
             return gemv(x, weight, bias, config=cfg)
-        if self.row_block and x.shape[0] > self.row_block:
-            return _in_row_blocks(x, weight, bias, self.row_block)
         return F.linear(x, weight, bias)
 
     def gate_up_silu(self, x: torch.Tensor, gate_up_weight: torch.Tensor) -> torch.Tensor:
         """silu(x @ gate.T) * (x @ up.T), gate_up_weight = [gate; up]."""
         if x.shape[0] == 1 and x.stride(1) == 1 and (cfg := self.gemv_plan.get((*gate_up_weight.shape, "silu_mul"))):
             return gemv(x, gate_up_weight, act="silu_mul", config=cfg)
-        return _activation.silu_and_mul(self.linear(x, gate_up_weight))
-
-
-def _in_row_blocks(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, block: int) -> torch.Tensor:
-    """F.linear(x, weight, bias), `block` rows of x at a time into one output."""
-    out = x.new_empty((x.shape[0], weight.shape[0]))
-    wt = weight.t()
-    for r in range(0, x.shape[0], block):
-        if bias is None:
-            torch.mm(x[r:r + block], wt, out=out[r:r + block])
-        else:
-            torch.addmm(bias, x[r:r + block], wt, out=out[r:r + block])
-    return out
+        return _activation.silu_and_mul(F.linear(x, gate_up_weight))
