@@ -37,8 +37,8 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
                    help="per-step token budget (default 512 on CPU, 8192 on a GPU)")
     p.add_argument("--max-queued", type=int, default=d.max_queued, help="waiting requests; past them: 503")
     p.add_argument("--long-prefill-threshold", type=int, default=None,
-                   help="chunk cap for one prefill per step; shorter uncached prompts take the fast lane "
-                        "(default: half the step budget)")
+                   help="chunk cap for one prefill per step (lanes: not for a prompt alone in the server); "
+                        "shorter uncached prompts take the fast lane (default: half the step budget)")
     p.add_argument("--prefill-step-tokens", type=int, default=None,
                    help="lanes: prefill tokens that may join a step after its first prefill, whole "
                         "prompts only (default 768 on a GPU, 0: no cap on CPU)")
