@@ -2,7 +2,7 @@
 per-token path, for N decoding sequences (no model: each step's result is faked).
 
     python -m bench.host_step_cost [--seqs 8 64] [--context 2048] [--steps 256] [--warmup 32]
-                                   [--repeat 5] [--tokenizer smollm2|dummy] [--out PATH]
+                                   [--repeat 5] [--tokenizer smollm2|dummy] [--evict-mb MB] [--out PATH]
 
 For each N, with async scheduling off and on: a real Scheduler (the default lanes policy and shadow
 reservation, prefix caching on, 16-token blocks) holds N requests with distinct ~`context`-token
@@ -138,6 +138,19 @@ class StepHarness:
             pass
 
 
+class CacheEvictor:
+    """Streams `mb` MiB through the CPU caches before a step, as a CPU model step does to the host's
+    code and data (SmolLM2's fp32 weights are ~540 MB a step): the server's host work runs cold,
+    and a hot loop hides that (`--evict-mb 0`: off)."""
+
+    def __init__(self, mb: int) -> None:
+        self._src, self._dst = bytearray(mb << 20), bytearray(mb << 20)
+
+    def __call__(self) -> None:
+        if self._src:
+            self._dst[:] = self._src
+
+
 def max_tokens_for(num_seqs: int, context: int, num_steps: int) -> int:
     """Room for `num_steps` decodes after the prefills, and for the tokens early prompts decode
     while later ones prefill (2048-token steps): no request ends while it is timed."""
@@ -145,7 +158,7 @@ def max_tokens_for(num_seqs: int, context: int, num_steps: int) -> int:
 
 
 def measure(tok: Any, num_seqs: int, context: int, steps: int, warmup: int, repeat: int,
-            async_scheduling: bool) -> dict[str, Any]:
+            async_scheduling: bool, evict: CacheEvictor = CacheEvictor(0)) -> dict[str, Any]:
     """Per-step figures for one N and one async setting (see the module docstring)."""
     per_step: list[dict[str, int]] = []
     medians: dict[str, list[float]] = {phase: [] for phase in PHASES}
@@ -157,7 +170,10 @@ def measure(tok: Any, num_seqs: int, context: int, steps: int, warmup: int, repe
         for _ in range(warmup):
             h.step()
         gc.collect()
-        timed = [h.step() for _ in range(steps)]
+        timed = []
+        for _ in range(steps):
+            evict()
+            timed.append(h.step())
         assert all(t["num_decodes"] == num_seqs for t in timed), "every request decodes in every timed step"
         for phase in PHASES:
             medians[phase].append(statistics.median(t[phase] for t in timed))
@@ -183,6 +199,7 @@ def add_size_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--warmup", type=int, default=32)
     p.add_argument("--tokenizer", choices=["smollm2", "dummy"], default="smollm2")
     p.add_argument("--out", type=Path, default=None)
+    p.add_argument("--evict-mb", type=int, default=0, help="MiB streamed through the caches before each timed step")
 
 
 def write_report(report: dict[str, Any], out: Path | None) -> None:
@@ -200,9 +217,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeat", type=int, default=5)
     a = p.parse_args(argv)
     tok = load_tokenizer(a.tokenizer)
-    rows = [measure(tok, n, a.context, a.steps, a.warmup, a.repeat, async_on)
+    evict = CacheEvictor(a.evict_mb)
+    rows = [measure(tok, n, a.context, a.steps, a.warmup, a.repeat, async_on, evict)
             for n in a.seqs for async_on in (False, True)]
     write_report({"context": a.context, "steps": a.steps, "warmup": a.warmup, "repeat": a.repeat,
+                  "evict_mb": a.evict_mb,
                   "tokenizer": a.tokenizer, "block_size": BLOCK_SIZE, "rows": rows}, a.out)
     return 0
 

@@ -2,7 +2,7 @@
 process, stepped in turn.
 
     python -m bench.host_step_cost_ab BASE_DIR [--seqs 8 64] [--context 2048] [--steps 256]
-                                      [--warmup 32] [--tokenizer smollm2|dummy] [--out PATH]
+                                      [--warmup 32] [--tokenizer smollm2|dummy] [--evict-mb MB] [--out PATH]
 
 On a shared VM the time other guests steal comes in bursts that move whole runs by tens of
 percent, more than a change to the host path does; stepping both harnesses alternately puts them
@@ -23,7 +23,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from bench.host_step_cost import PHASES, add_size_args, max_tokens_for, write_report
+from bench.host_step_cost import PHASES, CacheEvictor, add_size_args, max_tokens_for, write_report
 
 PACKAGES = ("bench", "emitter", "gpu_stage", "ingress", "pipeline", "scheduler", "stages")
 THIS_TREE = Path(__file__).resolve().parents[1]
@@ -44,7 +44,7 @@ def load_tree(root: Path) -> ModuleType:
 
 
 def compare(trees: tuple[ModuleType, ModuleType], tokenizer: str, num_seqs: int, context: int,
-            steps: int, warmup: int, async_scheduling: bool) -> dict[str, Any]:
+            steps: int, warmup: int, async_scheduling: bool, evict: CacheEvictor = CacheEvictor(0)) -> dict[str, Any]:
     """One N and async setting: the base tree's and this tree's steps, taken in turn."""
     harnesses = []
     for tree in trees:
@@ -58,7 +58,12 @@ def compare(trees: tuple[ModuleType, ModuleType], tokenizer: str, num_seqs: int,
         base.step()
         this.step()
     gc.collect()
-    pairs = [(base.step(), this.step()) for _ in range(steps)]
+    pairs = []
+    for _ in range(steps):
+        evict()
+        b = base.step()
+        evict()
+        pairs.append((b, this.step()))
     assert base.digest.digest() == this.digest.digest(), "the two trees produced different outputs"
     row: dict[str, Any] = {"num_seqs": num_seqs, "async_scheduling": async_scheduling}
     for phase in PHASES + ("total",):
@@ -78,9 +83,11 @@ def main(argv: list[str] | None = None) -> int:
     add_size_args(p)
     a = p.parse_args(argv)
     trees = (load_tree(a.base_dir), load_tree(THIS_TREE))
-    rows = [compare(trees, a.tokenizer, n, a.context, a.steps, a.warmup, async_on)
+    evict = CacheEvictor(a.evict_mb)
+    rows = [compare(trees, a.tokenizer, n, a.context, a.steps, a.warmup, async_on, evict)
             for n in a.seqs for async_on in (False, True)]
     write_report({"base_dir": str(a.base_dir), "context": a.context, "steps": a.steps, "warmup": a.warmup,
+                  "evict_mb": a.evict_mb,
                   "tokenizer": a.tokenizer, "rows": rows}, a.out)
     return 0
 

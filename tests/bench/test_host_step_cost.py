@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 
 from bench.host_overhead import load_tokenizer
-from bench.host_step_cost import PHASES, StepHarness, main, measure
+from bench.host_step_cost import PHASES, CacheEvictor, StepHarness, main, measure
 
 
 def test_the_harness_keeps_the_stages_pipeline_and_every_sequence_decodes() -> None:
@@ -41,3 +41,15 @@ def test_main_prints_json_and_writes_it_when_asked(tmp_path, capsys) -> None:
     assert printed == json.loads(out.read_text())
     assert [(r["num_seqs"], r["async_scheduling"]) for r in printed["rows"]] == [
         (1, False), (1, True), (2, False), (2, True)]
+
+
+def test_eviction_streams_the_buffer_and_leaves_the_steps_unchanged() -> None:
+    evict = CacheEvictor(1)
+    evict._src[::4096] = b"\x01" * len(evict._src[::4096])
+    evict()
+    assert evict._dst == evict._src  # one MiB went through the caches
+    CacheEvictor(0)()  # off: nothing to stream
+    tok = load_tokenizer("dummy")
+    cold = measure(tok, 2, context=48, steps=6, warmup=2, repeat=1, async_scheduling=False, evict=evict)
+    hot = measure(tok, 2, context=48, steps=6, warmup=2, repeat=1, async_scheduling=False)
+    assert cold["output_sha256"] == hot["output_sha256"]  # the same steps, only colder
