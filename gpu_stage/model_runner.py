@@ -172,7 +172,7 @@ class ModelRunner:
             self.requests.pop(request_id, None)
         for new in batch.new_requests:
             self.requests[new.request_id] = self._new_state(new)
-        launched = LaunchedStep(StepResult(batch.step_id, []), [], [], None, [], t0, copies_done)
+        launched = LaunchedStep(StepResult(batch.step_id, [], started_ns=t0), [], [], None, [], t0, copies_done)
         if batch.chunks:
             rows, logit_rows, request_ids = self._sampling_rows(batch, launched.result)
             shape = self.graphs.shape_for(batch.chunks) if self.graphs is not None else None
@@ -189,6 +189,7 @@ class ModelRunner:
         if launched.pending is not None or launched.outputs:
             rows_of = {rid: j for j, rid in enumerate(launched.request_ids)}
             self._last_sampled = (self._sampled_ids(launched), rows_of)
+        launched.result.launched_ns = time.perf_counter_ns()
         return launched
 
     def _sampled_ids(self, launched: LaunchedStep) -> torch.Tensor:
@@ -234,7 +235,8 @@ class ModelRunner:
         for copies in launched.copies_done:
             if copies is not None:
                 copies.synchronize()  # the scheduler reads "step done" as "copies done"
-        result.duration_ns = time.perf_counter_ns() - launched.started_ns
+        result.synced_ns = time.perf_counter_ns()
+        result.duration_ns = result.synced_ns - launched.started_ns
         return result
 
     def _feed(self, batch: StepBatch) -> tuple[list[int], list[int], torch.Tensor] | None:

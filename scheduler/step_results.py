@@ -11,6 +11,18 @@ from __future__ import annotations
 from scheduler.finish import finish_reason
 from scheduler.request_state import RequestState, RequestStatus
 from stages.messages import SampledToken, StepBatch, StepResult, TokenEvent
+from stages.trace import RequestTrace
+
+
+def _mark_prefill_done(trace: RequestTrace, result: StepResult) -> None:
+    """The step that completed the prompt, on the GPU stage's clock where it ran there (taken up
+    by its launch thread, its work queued on the device, its sampled ids on the host), then now:
+    the scheduler has its result."""
+    if result.started_ns:
+        trace.mark("prefill_step_started", result.started_ns)
+        trace.mark("prefill_step_launched", result.launched_ns)
+        trace.mark("prefill_step_synced", result.synced_ns)
+    trace.mark("prefill_done")
 
 
 class StepResults:
@@ -46,7 +58,7 @@ class StepResults:
             before = req.num_computed_tokens
             after = req.num_computed_tokens = before + len(chunk.token_ids)
             if before < req.num_prompt_tokens <= after:  # the first crossing is the one traced
-                req.request.trace.mark("prefill_done")
+                _mark_prefill_done(req.request.trace, result)
             if caching and after // block_size > req.num_hashed_blocks:
                 self.kv.cache_computed(req)  # only when a block has just been completed
             if token is not None:

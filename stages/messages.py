@@ -100,6 +100,11 @@ class StepResult:
     failed: dict[str, str] = field(default_factory=dict)  # request_id -> message: that request only
     error: str | None = None  # the whole step failed: the engine is broken
     duration_ns: int = 0
+    # The GPU stage's clock (perf_counter ns; 0: not run there): the launch thread took the step,
+    # had queued all its device work, and its sampled ids reached the host.
+    started_ns: int = 0
+    launched_ns: int = 0
+    synced_ns: int = 0
 
 
 @dataclass(slots=True)

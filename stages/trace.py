@@ -28,6 +28,9 @@ EDGES: tuple[str, ...] = (
     "queued",
     "reserved",
     "first_scheduled",
+    "prefill_step_started",  # the step that completes the prompt: the GPU stage takes it up,
+    "prefill_step_launched",  # has queued its work on the device,
+    "prefill_step_synced",  # has its sampled ids on the host
     "prefill_done",
     "first_token_sampled",
     "first_token_written",

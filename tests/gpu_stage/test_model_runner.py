@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import random
+import time
 from dataclasses import dataclass, field
 
 import pytest
@@ -198,3 +199,12 @@ def test_steps_launched_ahead_of_their_inputs_give_the_same_tokens(source: Model
     for req in _requests():  # each reply ran to its end: EOS or max_tokens
         out = ahead[req.request_id]
         assert out[-1] == EOS or len(out) == req.params.max_tokens, (req.request_id, out)
+
+
+def test_a_step_reports_when_it_was_taken_up_queued_and_synced(source: ModelSource) -> None:
+    runner = _runner(source)
+    before = time.perf_counter_ns()
+    result = runner.execute(_one_step(runner, ["a"]))
+    after = time.perf_counter_ns()
+    assert before <= result.started_ns <= result.launched_ns <= result.synced_ns <= after
+    assert result.duration_ns == result.synced_ns - result.started_ns

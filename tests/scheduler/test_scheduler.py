@@ -411,3 +411,18 @@ def test_a_chunks_block_table_never_changes_under_it() -> None:
         for table, then, needed in kept:
             assert table[:needed] == then
     assert s.num_preemptions >= 1 and not s.has_work()
+
+
+def test_the_step_that_completes_the_prompt_is_traced_on_the_gpu_stage_clock() -> None:
+    s = make_sched(max_num_batched_tokens=4)
+    req = make_req("a", 6, max_tokens=2)
+    s.add_request(req)
+    run_step(s)  # the first chunk: no prefill_* edge yet
+    batch = s.schedule()
+    started = req.trace.marks_ns["first_scheduled"] + 10
+    s.update(batch, StepResult(batch.step_id, [SampledToken("a", 7)], started_ns=started,
+                               launched_ns=started + 20, synced_ns=started + 50))
+    marks = req.trace.marks_ns
+    assert (marks["prefill_step_started"], marks["prefill_step_launched"], marks["prefill_step_synced"]) == (
+        started, started + 20, started + 50)
+    assert marks["prefill_step_synced"] <= marks["prefill_done"]  # the result then reached the scheduler
