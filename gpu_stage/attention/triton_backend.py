@@ -135,8 +135,8 @@ def fresh_sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tenso
     layer just stored (no gather from the paged cache, no host sync). q [n, H, D], k/v [n, Hkv, D]
     -> [n, H, D]. SDPA runs on the SDPA_BUCKET multiple of n rows, in one layout: rows of a fused
     [q | k | v] matrix (`_fused_rows`), so that cuDNN builds one plan per bucket. The rows past n
-    are never seen by a real row under the causal mask; they must only be finite (a masked score
-    is a zero weight, and zero times inf or NaN is NaN)."""
+    are zeros: no real row sees them under the causal mask, but a masked score is still a zero
+    weight on their values, and zero times inf or NaN is NaN."""
     n, num_heads, head_dim = q.shape
     size = -(-n // SDPA_BUCKET) * SDPA_BUCKET
     qkv = _fused_rows(q, k, v, size)
@@ -155,11 +155,10 @@ def _heads_first(x: torch.Tensor) -> torch.Tensor:
 def _fused_rows(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, size: int) -> torch.Tensor:
     """`size` rows of [q | k | v] ([size, (H + 2 Hkv) D]) whose first n are q, k, v's rows.
 
-    The model's q, k, v are column blocks of its fused q/k/v product, so this is a view of that
-    product (no copy) when its storage holds `size` rows from q's first: always in a step of
-    several prompts but the last (its rows past n are the next prompt's), and for a length that
-    is a bucket multiple. Otherwise a copy, zero past n (the product's last rows end its storage:
-    what follows is not ours to read)."""
+    The model's q, k, v are column blocks of its fused q/k/v product, so for a length that is a
+    bucket multiple this is a view of that product: no copy. Otherwise one copy, zero past n. (The
+    next prompt's rows of the product would do as padding only while they are finite: a prompt
+    whose activations overflow in float16 must not turn its neighbour's attention into NaN.)"""
     n = q.shape[0]
     widths = (q.shape[1] * q.shape[2], k.shape[1] * k.shape[2], v.shape[1] * v.shape[2])
     width, item = sum(widths), q.element_size()
@@ -168,7 +167,7 @@ def _fused_rows(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, size: int) ->
         and k.data_ptr() == q.data_ptr() + widths[0] * item
         and v.data_ptr() == k.data_ptr() + widths[1] * item
     )
-    if fused and q.storage_offset() + size * width <= q.untyped_storage().nbytes() // item:
+    if fused and size == n:
         return torch.as_strided(q, (size, width), (width, 1))
     out = q.new_empty((size, width))
     if fused:

@@ -181,19 +181,19 @@ def _causal_ref(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tens
 
 
 @pytest.mark.parametrize("first,n,total", [(0, 300, 900), (300, 256, 556), (556, 344, 900), (0, 512, 512)])
-def test_fresh_sdpa_reads_a_fused_product_in_place_and_the_next_prompts_rows_change_nothing(first, n, total) -> None:
-    """A step of prompts (rows of one fused q/k/v product): a prompt whose bucket ends inside the
-    product is attended in place, the next prompt's rows as its padding; one whose bucket runs
-    past the product's end gets a zero-padded copy. Either way the real rows are exact."""
+def test_fresh_sdpa_reads_a_fused_product_in_place_when_no_padding_is_needed(first, n, total) -> None:
+    """A step of prompts (rows of one fused q/k/v product): a prompt of a bucket multiple is
+    attended in place; any other gets one zero-padded copy, never its neighbour's rows, even when
+    they are not finite. Either way the real rows are exact."""
     q, k, v = _fused_qkv(total, 4, 2, 16, _gen(total + first))
     rows = slice(first, first + n)
+    q[first + n:], v[first + n:] = float("inf"), float("nan")  # a neighbour that overflowed
     size = -(-n // triton_backend.SDPA_BUCKET) * triton_backend.SDPA_BUCKET
     fused = triton_backend._fused_rows(q[rows], k[rows], v[rows], size)
-    in_place = first + size <= total
-    assert (fused.data_ptr() == q[rows].data_ptr()) == in_place
-    if not in_place:
-        assert not fused[n:].any()
+    assert (fused.data_ptr() == q[rows].data_ptr()) == (n == size)
+    assert not fused[n:].any()
     out = triton_backend.fresh_sdpa(q[rows], k[rows], v[rows])
+    assert out.isfinite().all()
     assert _rel(out, _causal_ref(q[rows], k[rows], v[rows])) < 1e-5
 
 
