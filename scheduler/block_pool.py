@@ -116,20 +116,15 @@ class BlockPool:
     def cache_block(self, block_id: int, block_hash: bytes) -> bool:
         """Record that a used, fully computed block holds the block with `block_hash`. False (no
         change) when caching is off or another block already holds that content."""
-        assert self.ref_counts[block_id] > 0, f"caching block {block_id} that nobody holds"
-        if not self.enable_caching or block_hash in self._hash_to_block:
-            return False
-        assert self.block_hashes[block_id] is None, f"block {block_id} hashed twice"
-        self.block_hashes[block_id] = block_hash
-        self._hash_to_block[block_hash] = block_id
-        if self.on_cached is not None:
-            self.on_cached(block_id, block_hash)
-        return True
+        num_before = len(self._hash_to_block)
+        self.cache_blocks((block_id,), (block_hash,))
+        return len(self._hash_to_block) > num_before
 
     def cache_blocks(self, block_ids: Sequence[int], block_hashes: Sequence[bytes]) -> None:
-        """`cache_block` for each (block id, hash) pair in order: a prefill chunk completes up to
-        budget / block_size blocks in one step, registered in one call and one dict probe each
-        (setdefault: the size tells whether the hash was new) instead of a call and two probes."""
+        """Record each (block id, hash) pair in order, as `cache_block` does for one (the one place
+        the rule lives): a prefill chunk completes up to budget / block_size blocks in one step,
+        registered in one call and one dict probe each (setdefault: the size tells whether the
+        hash was new)."""
         ref_counts, hashes, by_hash = self.ref_counts, self.block_hashes, self._hash_to_block
         enabled, on_cached = self.enable_caching, self.on_cached
         for block_id, block_hash in zip(block_ids, block_hashes):
