@@ -15,6 +15,7 @@ import time
 from collections import deque
 from typing import Callable, Union
 
+from scheduler.host_charge import StepCostShares
 from scheduler.scheduler import OVERLOADED, Scheduler
 from scheduler.step_clock import StepClock
 from stages.channel import Channel, ChannelClosed
@@ -60,6 +61,8 @@ class SchedulerStage(Stage[SchedulerMessage]):
         self._timer: asyncio.TimerHandle | None = None
         self._timer_due_ns = 0
         self._pending_events: list[TokenEvent] = []
+        self._schedule_cost = StepCostShares()  # schedule() and update() calls, shared per request
+        self._update_cost = StepCostShares()
 
     async def handle(self, msg: SchedulerMessage) -> None:
         if isinstance(msg, StepResult):
@@ -103,22 +106,20 @@ class SchedulerStage(Stage[SchedulerMessage]):
             return
         c0, t0 = cpu_clock_ns(), host_clock_ns()
         self._pending_events.extend(self.scheduler.update(batch, result))
-        self._charge(batch, cpu_clock_ns() - c0, host_clock_ns() - t0)
+        self._charge(batch, self._update_cost, cpu_clock_ns() - c0, host_clock_ns() - t0)
         if self.scheduler.tiers is not None:  # recompute cost, for the wait-or-recompute choice
             self.scheduler.tiers.cost.observe_step(batch.num_tokens, result.duration_ns / 1e9)
 
-    def _charge(self, batch: StepBatch, cpu_ns: int, wall_ns: int) -> None:
-        """Share a step's host cost among its requests by their tokens in the step (a prefill
-        chunk's block hashing is its own request's work, not its neighbours')."""
-        num_tokens = batch.num_tokens
-        if num_tokens == 0:
-            return
+    def _charge(self, batch: StepBatch, shares: StepCostShares, cpu_ns: int, wall_ns: int) -> None:
+        """Share one call's host cost among the step's requests: decodes pay what a decode costs,
+        prefill chunks the rest by their tokens (scheduler/host_charge.py)."""
+        chunks = batch.chunks
         requests = self.scheduler.requests
-        for chunk in batch.chunks:
+        split = shares.split([len(c.token_ids) for c in chunks], cpu_ns, wall_ns)
+        for chunk, (cpu, wall) in zip(chunks, split):
             state = requests.get(chunk.request_id)
             if state is not None:
-                n = len(chunk.token_ids)
-                state.request.trace.add_host("schedule", cpu_ns * n // num_tokens, wall_ns * n // num_tokens)
+                state.request.trace.add_host("schedule", cpu, wall)
 
     async def after_burst(self) -> None:
         self._send_disk_jobs()  # reads started by arrivals go out before anything else
@@ -141,7 +142,7 @@ class SchedulerStage(Stage[SchedulerMessage]):
             batch = self.scheduler.schedule()
             if batch is None:
                 break
-            self._charge(batch, cpu_clock_ns() - c0, host_clock_ns() - t0)
+            self._charge(batch, self._schedule_cost, cpu_clock_ns() - c0, host_clock_ns() - t0)
             self.in_flight.append((batch, now_ns))
             self.clock.on_sent(now_ns)
             self.num_steps += 1
