@@ -198,6 +198,11 @@ class Scheduler(StepPlacement, StepResults):
         return (not steps or self.config.async_scheduling and len(steps) < MAX_STEPS_IN_FLIGHT
                 and all(steps.values()))
 
+    def has_free_seq_slot(self) -> bool:
+        """Could a request be admitted into the next step? Not while max_num_seqs are running:
+        then a step built ahead loses no arrival by being built early."""
+        return len(self.running) < self.config.max_num_seqs
+
     # -- introspection -----------------------------------------------------------------------
     @property
     def next_step_id(self) -> int:

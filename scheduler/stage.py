@@ -134,7 +134,8 @@ class SchedulerStage(Stage[SchedulerMessage]):
             if self.in_flight:
                 if not self.scheduler.can_schedule_ahead():
                     break
-                due_ns = self.clock.ahead_due_ns()
+                # Just in time, so that arrivals join it; at once when none could (a full batch).
+                due_ns = self.clock.ahead_due_ns() if self.scheduler.has_free_seq_slot() else now_ns
                 if now_ns < due_ns:
                     self._wake_at(due_ns, now_ns)
                     break

@@ -10,7 +10,8 @@ join the step; later ones wait at most one decode step more.
 
 The expectation is the last measured duration of a decode-only step (the only kind a step is
 built ahead of), chained from the last result: a step queued behind another starts when that one
-ends. Before any measurement the expected duration is 0: build at once.
+ends. Before any measurement the expected duration is 0: build at once. (The stage does not wait for
+the clock when no arrival could join the step anyway: max_num_seqs requests are running.)
 """
 from __future__ import annotations
 

@@ -1,0 +1,93 @@
+"""SchedulerStage: when a decode step is built ahead, and how a step's host cost reaches the traces.
+
+The stage is driven by hand (handle + after_burst, as its run loop calls them) against bare
+channels standing in for the GPU and emitter stages."""
+from __future__ import annotations
+
+import asyncio
+
+from scheduler.config import SchedulerConfig
+from scheduler.scheduler import Scheduler
+from scheduler.stage import SchedulerStage
+from stages.channel import Channel
+from stages.messages import GenerateRequest, SampledToken, StepBatch, StepResult
+from stages.sampling import SamplingParams
+from stages.trace import RequestTrace
+
+EOS = 2
+SECOND_NS = 1_000_000_000
+
+
+def make_stage(max_num_seqs: int) -> tuple[SchedulerStage, Channel]:
+    sched = Scheduler(SchedulerConfig(num_blocks=64, block_size=4, eos_token_ids=frozenset({EOS}),
+                                      max_num_seqs=max_num_seqs, async_scheduling=True, policy="fcfs"))
+    gpu: Channel = Channel("gpu", 16)
+    stage = SchedulerStage(sched, gpu, Channel("emitter", 16), inbox_size=16, on_engine_error=lambda e: None)
+    return stage, gpu
+
+
+def sent(gpu: Channel) -> list[StepBatch]:
+    out = []
+    while (batch := gpu.get_nowait()) is not None:
+        out.append(batch)
+    return out
+
+
+async def answer(stage: SchedulerStage, batch: StepBatch, duration_ns: int) -> None:
+    sampled = [SampledToken(c.request_id, 10) for c in batch.chunks if c.sample]
+    await stage.handle(StepResult(batch.step_id, sampled, duration_ns=duration_ns))
+    await stage.after_burst()
+
+
+async def decoding(stage: SchedulerStage, gpu: Channel, num_requests: int) -> list[StepBatch]:
+    """`num_requests` requests prefilled; the decode steps then in flight, the stage having
+    learned that a decode step takes a second (so a step built just in time is due much later)."""
+    for i in range(num_requests):
+        await stage.handle(GenerateRequest(f"r{i}", [100, 101, 102], SamplingParams(max_tokens=64), RequestTrace(f"r{i}")))
+    await stage.after_burst()
+    [prefill] = sent(gpu)
+    await answer(stage, prefill, SECOND_NS)
+    first, second = sent(gpu)  # the clock knows no decode time yet: both built at once
+    await answer(stage, first, SECOND_NS)  # now it does
+    return [second]
+
+
+def test_with_a_free_seat_the_next_decode_step_waits_for_arrivals() -> None:
+    async def run() -> None:
+        stage, gpu = make_stage(max_num_seqs=3)
+        await decoding(stage, gpu, num_requests=2)
+        assert sent(gpu) == []  # due half a second before the step in flight ends
+        assert stage._timer is not None
+        await stage.on_stop()
+    asyncio.run(run())
+
+
+def test_a_full_batch_gets_its_next_decode_step_at_once() -> None:
+    async def run() -> None:
+        stage, gpu = make_stage(max_num_seqs=2)
+        in_flight = await decoding(stage, gpu, num_requests=2)
+        [ahead] = sent(gpu)  # nobody could join it: no reason to wait
+        assert ahead.step_id == in_flight[0].step_id + 1 and len(ahead.chunks) == 2
+        assert stage._timer is None
+    asyncio.run(run())
+
+
+def test_a_prefill_chunk_is_charged_what_it_adds_not_its_neighbours_decodes() -> None:
+    async def run() -> None:
+        stage, gpu = make_stage(max_num_seqs=4)
+        await decoding(stage, gpu, num_requests=2)
+        stage._schedule_cost.per_decode = (1_000.0, 1_000.0)  # 1 us a decode in decode-only steps
+        before = {rid: stage.scheduler.requests[rid].request.trace.host_ns["schedule"] for rid in ("r0", "r1")}
+        long = GenerateRequest("long", list(range(100, 140)), SamplingParams(max_tokens=4), RequestTrace("long"))
+        await stage.handle(long)
+        arrival_ns, arrival_wall_ns = long.trace.host_ns["schedule"], long.trace.host_wall_ns["schedule"]
+        stage._charge(StepBatch(99, [], [], []), stage._schedule_cost, 0, 0)  # an empty step charges nobody
+        step = stage.scheduler.schedule()
+        assert step is not None and sorted(len(c.token_ids) for c in step.chunks) == [1, 1, 40]
+        stage._charge(step, stage._schedule_cost, 50_000, 60_000)
+        assert long.trace.host_ns["schedule"] - arrival_ns == 48_000
+        assert long.trace.host_wall_ns["schedule"] - arrival_wall_ns == 58_000
+        for rid in ("r0", "r1"):
+            assert stage.scheduler.requests[rid].request.trace.host_ns["schedule"] - before[rid] == 1_000
+        await stage.on_stop()
+    asyncio.run(run())
