@@ -12,6 +12,7 @@
 #   --ablate:   instead, `ttft bench --ablate`: the reference workload with one optimization off
 #               at a time (bench/ablate.py): OUTDIR/ablation.json/.md. Under 8 minutes.
 #   PDL_AB=1:   also time the runner's steps (CUDA graphs) with programmatic dependent launch off.
+#   SUITE_SERVE_ARGS="...": more `ttft serve` flags for the suite's server (later flags win).
 #   --tiers:    instead, the KV tiers: `ttft bench --workload multi-turn` (64 conversations, a
 #               device pool of a quarter of the working set) with a 48 GiB host tier and without
 #               (recompute), and bench/kv_tier_restore.py (a 4,096-token prefix from host memory
@@ -161,7 +162,7 @@ run_suite() {  # run_suite NAME [VAR=VALUE...]: ttft serve (dummy:llama-3.1-8b, 
     # llama-3.1-8b: the Llama-3-8B shape with a 128K context, so an 8,192-token prompt fits.
     env "$@" python3 -m pipeline.cli serve --model dummy:llama-3.1-8b --device cuda --port 8000 \
         --max-num-seqs 128 --max-num-batched-tokens 8192 --long-prefill-threshold 4096 \
-        --max-model-len 16384 > "$DETAIL/server-$name.log" 2>&1 &
+        --max-model-len 16384 ${SUITE_SERVE_ARGS:-} > "$DETAIL/server-$name.log" 2>&1 &
     SERVER=$!
     for _ in $(seq 1 240); do
         curl -sf http://127.0.0.1:8000/health >/dev/null 2>&1 && break
