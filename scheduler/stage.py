@@ -60,6 +60,7 @@ class SchedulerStage(Stage[SchedulerMessage]):
         self.clock = StepClock()
         self._timer: asyncio.TimerHandle | None = None
         self._timer_due_ns = 0
+        self._awaited_due_ns = 0  # the due time the next step waits for (0: none): its tick's lateness
         self._pending_events: list[TokenEvent] = []
         self._schedule_cost = StepCostShares()  # schedule() and update() calls, shared per request
         self._update_cost = StepCostShares()
@@ -139,6 +140,8 @@ class SchedulerStage(Stage[SchedulerMessage]):
                 if now_ns < due_ns:
                     self._wake_at(due_ns, now_ns)
                     break
+                self.clock.on_built_ahead(now_ns - self._awaited_due_ns if self._awaited_due_ns else 0)
+            self._awaited_due_ns = 0
             c0, t0 = cpu_clock_ns(), host_clock_ns()
             batch = self.scheduler.schedule()
             if batch is None:
@@ -164,7 +167,7 @@ class SchedulerStage(Stage[SchedulerMessage]):
             if self._timer_due_ns == due_ns:
                 return
             self._timer.cancel()
-        self._timer_due_ns = due_ns
+        self._timer_due_ns = self._awaited_due_ns = due_ns
         self._timer = asyncio.get_running_loop().call_later((due_ns - now_ns) / 1e9, self._tick)
 
     def _tick(self) -> None:

@@ -12,10 +12,18 @@ The expectation is the last measured duration of a decode-only step (the only ki
 built ahead of), chained from the last result: a step queued behind another starts when that one
 ends. Before any measurement the expected duration is 0: build at once. (The stage does not wait for
 the clock when no arrival could join the step anyway: max_num_seqs requests are running.)
+
+A tick can still come late: the event loop is busy with the last result (its tokens emitted and
+written to 64 sockets), and while the timer waits its turn the device runs out of queued work.
+On the H200 the steady decode steps at 64 streams then ran at 10-13 ms instead of 9.3
+(bench/results/20261130-NVIDIA-H200, "Seventh session"). So the clock learns how late the ticks
+come and moves the due time earlier by as much: quickly after a late tick, slowly back when
+steps are built without waiting for one.
 """
 from __future__ import annotations
 
 LEAD_NS = 1_500_000  # the least lead: build + launch of a decode step on the host, with margin
+LATE_UP, LATE_DOWN = 0.5, 1 / 16  # how fast the learned lateness follows a later / an on-time build
 
 
 class StepClock:
@@ -23,6 +31,7 @@ class StepClock:
         self.lead_ns = lead_ns
         self.decode_step_ns = 0  # last measured device time of a decode-only step
         self._end_ns = 0  # when the last step in flight is expected to end
+        self.late_ns = 0.0  # how late a step built ahead comes after its due time (learned)
 
     def on_sent(self, now_ns: int) -> None:
         """A step was sent; it starts when the one before it ends (or now)."""
@@ -34,6 +43,12 @@ class StepClock:
             self.decode_step_ns = duration_ns
         self._end_ns = now_ns + num_left * self.decode_step_ns
 
+    def on_built_ahead(self, late_ns: int) -> None:
+        """A step was built ahead `late_ns` after the due time it waited for (0: it did not wait,
+        or its tick came on time)."""
+        late = max(0, late_ns)
+        self.late_ns += (late - self.late_ns) * (LATE_UP if late > self.late_ns else LATE_DOWN)
+
     def ahead_due_ns(self) -> int:
         """When the next step should be built, if it is built ahead."""
-        return self._end_ns - max(self.lead_ns, self.decode_step_ns // 2)
+        return self._end_ns - max(self.lead_ns, self.decode_step_ns // 2) - int(self.late_ns)

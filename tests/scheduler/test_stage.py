@@ -5,10 +5,11 @@ channels standing in for the GPU and emitter stages."""
 from __future__ import annotations
 
 import asyncio
+import time
 
 from scheduler.config import SchedulerConfig
 from scheduler.scheduler import Scheduler
-from scheduler.stage import SchedulerStage
+from scheduler.stage import AheadDue, SchedulerStage
 from stages.channel import Channel
 from stages.messages import GenerateRequest, SampledToken, StepBatch, StepResult
 from stages.sampling import SamplingParams
@@ -90,4 +91,22 @@ def test_a_prefill_chunk_is_charged_what_it_adds_not_its_neighbours_decodes() ->
         for rid in ("r0", "r1"):
             assert stage.scheduler.requests[rid].request.trace.host_ns["schedule"] - before[rid] == 1_000
         await stage.on_stop()
+    asyncio.run(run())
+
+
+def test_a_tick_that_comes_late_teaches_the_clock() -> None:
+    async def run() -> None:
+        stage, gpu = make_stage(max_num_seqs=3)
+        await decoding(stage, gpu, num_requests=2)
+        assert stage._timer is not None and stage.clock.late_ns == 0
+        # The tick comes 3 s after the due time it was set for (the event loop was busy).
+        stage._timer.cancel()
+        stage._timer = None
+        stage._awaited_due_ns = time.perf_counter_ns() - 3 * SECOND_NS
+        stage.clock._end_ns -= 10 * SECOND_NS
+        await stage.handle(AheadDue())
+        await stage.after_burst()
+        assert len(sent(gpu)) == 1
+        assert 1.4 * SECOND_NS < stage.clock.late_ns < 1.6 * SECOND_NS  # halfway to 3 s at once
+        assert stage._awaited_due_ns == 0
     asyncio.run(run())

@@ -35,3 +35,20 @@ def test_a_prefill_result_does_not_teach_the_decode_time() -> None:
     assert clock.decode_step_ns == 6 * MS
     clock.on_sent(50 * MS)
     assert clock.ahead_due_ns() == 53 * MS
+
+
+def test_a_late_tick_moves_the_due_time_earlier_and_on_time_builds_move_it_back_slowly() -> None:
+    clock = StepClock(lead_ns=1 * MS)
+    clock.on_result(0, 10 * MS, decode_only=True, num_left=0)
+    clock.on_sent(0)  # expected to end at 10; due at 5 (half a step)
+    assert clock.ahead_due_ns() == 5 * MS
+    clock.on_built_ahead(4 * MS)  # the tick came 4 ms late: the device had 1 ms left
+    assert clock.late_ns == 2 * MS  # halfway to it at once
+    clock.on_built_ahead(4 * MS)
+    assert clock.late_ns == 3 * MS
+    assert clock.ahead_due_ns() == 2 * MS
+    for _ in range(16):
+        clock.on_built_ahead(0)  # on time (or no wait): back by a sixteenth of the way each time
+    assert 0.9 * MS < clock.late_ns < 1.2 * MS
+    clock.on_built_ahead(-2 * MS)  # built before the due time it had waited for: on time
+    assert clock.late_ns < 1.1 * MS
