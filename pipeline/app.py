@@ -25,6 +25,7 @@ from pipeline.json_response import error_response, json_response
 from pipeline.openai_routes import chat_completions, completions, list_models
 from pipeline.openapi import openapi_json
 from pipeline.perfetto import traces_to_perfetto
+from pipeline.profiler import ProfilerError
 
 log = logging.getLogger("ttft.app")
 
@@ -59,6 +60,29 @@ async def debug_traces(request: Request) -> Response:
     if request.query_params.get("format") == "perfetto":
         return Response(orjson.dumps(traces_to_perfetto(traces)), media_type="application/json")
     return json_response({"traces": [t.to_json() for t in traces]})
+
+
+async def start_profile(request: Request) -> Response:
+    profiler = request.app.state.engine.profiler
+    if profiler is None:
+        return error_response(not_found("profiling is off: start the server with --profile-dir DIR"))
+    try:
+        profiler.start()
+    except ProfilerError as exc:
+        return error_response(ApiError(409, str(exc)))
+    return json_response({"status": "profiling"})
+
+
+async def stop_profile(request: Request) -> Response:
+    profiler = request.app.state.engine.profiler
+    if profiler is None:
+        return error_response(not_found("profiling is off: start the server with --profile-dir DIR"))
+    try:
+        prof = profiler.stop()
+    except ProfilerError as exc:
+        return error_response(ApiError(409, str(exc)))
+    path = await asyncio.to_thread(profiler.write, prof)
+    return json_response({"status": "written", "path": str(path)})
 
 
 async def not_found_handler(request: Request, exc: Exception) -> Response:
@@ -98,6 +122,8 @@ def create_app(engine: Engine, api_key: str | None = None, protect_metrics: bool
         Route("/openapi.json", openapi_json, methods=["GET"]),
         Route("/metrics", metrics, methods=["GET"]),
         Route("/debug/traces", debug_traces, methods=["GET"]),
+        Route("/start_profile", start_profile, methods=["POST"]),
+        Route("/stop_profile", stop_profile, methods=["POST"]),
     ]
     app = Starlette(
         routes=routes,

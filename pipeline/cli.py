@@ -78,6 +78,8 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cpu-threads", type=int, default=None, help="torch threads for the CPU path")
     p.add_argument("--api-key", default=None, help="bearer token for every inference route (or TTFT_API_KEY)")
     p.add_argument("--protect-metrics", action="store_true", help="/metrics needs the API key too")
+    p.add_argument("--profile-dir", default=d.profile_dir,
+                   help="enable POST /start_profile and /stop_profile: torch.profiler traces written here")
     p.add_argument("--log-level", default="info")
 
 
@@ -102,7 +104,7 @@ def config_from_args(a: argparse.Namespace) -> EngineConfig:
         enable_prefix_caching=a.enable_prefix_caching, shadow=a.shadow,
         kv_host_gb=a.kv_host_gb, kv_disk_path=a.kv_disk_path, kv_disk_gb=a.kv_disk_gb, kv_offload_early=a.kv_offload_early,
         enable_chunked_prefill=a.enable_chunked_prefill,
-        async_scheduling=a.async_scheduling,
+        async_scheduling=a.async_scheduling, profile_dir=a.profile_dir,
     )
 
 

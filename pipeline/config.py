@@ -71,6 +71,7 @@ class EngineConfig:
     num_tokenizer_threads: int = 2
     cpu_threads: int | None = None  # torch intra-op threads on CPU (default: torch's own choice)
     max_traces: int = 1000  # recent traces kept for /debug/traces
+    profile_dir: str | None = None  # enables POST /start_profile, /stop_profile (torch.profiler traces here)
     limits: IngressLimits = field(default_factory=IngressLimits)
 
     def resolved_device(self) -> str:

@@ -26,6 +26,7 @@ from pipeline.build import BuiltModel, build_model
 from pipeline.config import EngineConfig
 from pipeline.health import EngineHealth
 from pipeline.metrics import EngineMetrics
+from pipeline.profiler import TorchProfiler
 from pipeline.samples import Sample, fan_out
 from pipeline.wiring import PipelineStages, wire_stages
 from stages.messages import Abort, GenerateRequest, RequestOutput
@@ -41,6 +42,8 @@ class Engine:
         self.health = EngineHealth()
         self.metrics = EngineMetrics()
         self.traces: deque[RequestTrace] = deque(maxlen=config.max_traces)
+        # torch.profiler over HTTP (POST /start_profile, /stop_profile) when --profile-dir is set
+        self.profiler = TorchProfiler(config.profile_dir) if config.profile_dir else None
         self.built: BuiltModel | None = None
         self.pipeline: PipelineStages | None = None  # the actors, once started
         self.on_fatal: Callable[[str], None] | None = None  # set by the server: exit non-zero
