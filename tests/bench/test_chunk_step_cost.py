@@ -10,8 +10,9 @@ def test_measure_times_decode_steps_and_each_chunk_step_of_every_prompt() -> Non
     assert out["chunk"]["steps"] == 2 * 4  # 100 tokens in chunks of 32: 4 steps a prompt
     for kind in ("decode", "chunk"):
         assert out[kind]["schedule_us"] > 0 and out[kind]["update_us"] > 0
-    # Every chunk step has the 2 decodes beside at most 32 of the prompt's tokens.
-    assert 0 < out["chunk_share_by_tokens_us"] <= out["chunk"]["total_us"] * 32 / 34
+    # Every chunk step has the 2 decodes beside at most 32 of the prompt's tokens (figures are
+    # rounded to 0.1 us).
+    assert 0 < out["chunk_share_by_tokens_us"] <= out["chunk"]["total_us"] * 32 / 34 + 0.1
     assert out["chunk_adds_us"] == round(out["chunk"]["total_us"] - out["decode"]["total_us"], 1)
 
 
