@@ -29,9 +29,7 @@ import torch
 from gpu_stage.attention import get_attention_backend
 from gpu_stage.compile_watch import WATCH
 from gpu_stage.cpu_malloc import keep_freed_memory
-from gpu_stage.cuda_graphs import (
-    MIXED_SEQ_BUCKETS, MIXED_TOKEN_BUCKETS, PREFILL_BUCKETS, CudaGraphRunner, decode_buckets,
-)
+from gpu_stage.cuda_graphs import MIXED_SEQ_BUCKETS, MIXED_TOKEN_BUCKETS, PREFILL_BUCKETS, CudaGraphRunner
 from gpu_stage.kv_cache import KvCache, blocks_for_memory
 from gpu_stage.kv_tiers.transfer import KvTransfer
 from gpu_stage.layer_ops import get_layer_ops
@@ -142,12 +140,9 @@ class ModelRunner:
         # faster per weight shape inside a CUDA graph; measured before the graphs capture the
         # choice. Eager steps keep cuBLAS: there a Triton launch's host cost outweighs the gain.
         if use_graphs:
-            from gpu_stage.kernels.blas_tuning import tune_blas
             from gpu_stage.kernels.gemv_tuning import tune_gemv
 
             tune_gemv(self.model, self.model.ops)
-            # Few-row products (decode batches): cuBLAS or cuBLASLt, per batch bucket and shape.
-            tune_blas(self.model, self.model.ops, decode_buckets(max_num_seqs))
         if cuda:
             self.warmup()
         if use_graphs:

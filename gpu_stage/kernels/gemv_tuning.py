@@ -30,7 +30,7 @@ NUM_LAYERS_CYCLED = 8
 REPEATS = 20
 
 
-def time_in_graph_us(fn: Callable[[int], object], num_weights: int) -> float:
+def _time_us(fn: Callable[[int], object], num_weights: int) -> float:
     """Mean device microseconds per call of fn(i), i cycling over the weights. The calls are
     replayed from a CUDA graph, as decode steps are: timed from Python, a Triton launch's host
     cost (tens of us) would hide the kernel's own time."""
@@ -51,7 +51,7 @@ def time_in_graph_us(fn: Callable[[int], object], num_weights: int) -> float:
     return start.elapsed_time(end) * 1e3 / (REPEATS * num_weights)
 
 
-def model_products(model) -> list[tuple[GemvKey, list[torch.Tensor], list[torch.Tensor | None]]]:
+def _products(model) -> list[tuple[GemvKey, list[torch.Tensor], list[torch.Tensor | None]]]:
     """(key, weights of several layers, their biases) per distinct one-row product of the model."""
     layers = list(model.layers)[:NUM_LAYERS_CYCLED]
     head = model.embed_weight if model.lm_head_weight is None else model.lm_head_weight
@@ -69,16 +69,16 @@ def model_products(model) -> list[tuple[GemvKey, list[torch.Tensor], list[torch.
 def tune_gemv(model, ops: TritonOps) -> list[dict]:
     """Fill ops.gemv_plan for the model's shapes on its (CUDA) device; -> one row per shape."""
     rows = []
-    for key, weights, biases in model_products(model):
+    for key, weights, biases in _products(model):
         x = torch.randn(1, key[1], device=weights[0].device, dtype=weights[0].dtype)
         if key[2] == "silu_mul":
-            base = time_in_graph_us(lambda i: activation.silu_and_mul(F.linear(x, weights[i])), len(weights))
+            base = _time_us(lambda i: activation.silu_and_mul(F.linear(x, weights[i])), len(weights))
         else:
-            base = time_in_graph_us(lambda i: F.linear(x, weights[i], biases[i]), len(weights))
+            base = _time_us(lambda i: F.linear(x, weights[i], biases[i]), len(weights))
         best, best_us = None, float("inf")
         timings = {}
         for cfg in GPU_CONFIGS:
-            us = time_in_graph_us(lambda i: gemv(x, weights[i], biases[i], act=key[2], config=cfg), len(weights))
+            us = _time_us(lambda i: gemv(x, weights[i], biases[i], act=key[2], config=cfg), len(weights))
             timings[f"{cfg['BLOCK_N']}x{cfg['BLOCK_K']}w{cfg['num_warps']}s{cfg['num_stages']}"] = round(us, 2)
             if us < best_us:
                 best, best_us = cfg, us

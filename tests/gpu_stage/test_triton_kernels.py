@@ -407,64 +407,6 @@ def test_tune_gemv_keeps_cublas_only_where_it_is_clearly_faster() -> None:
             assert key not in ops.gemv_plan and best > row["cublas_us"] * (1 + CUBLAS_MARGIN)
 
 
-def test_linear_runs_planned_row_counts_under_cublaslt_and_restores_the_library(monkeypatch) -> None:
-    from gpu_stage.kernels import triton_ops
-    from gpu_stage.kernels.triton_ops import TritonOps
-
-    state = {"lib": "cublas"}
-    seen: list[str] = []
-
-    def preferred(backend=None):  # stands in for the CUDA setting (a CPU build cannot select cuBLASLt)
-        if backend is not None:
-            state["lib"] = backend
-        return state["lib"]
-
-    def linear(x, w, b=None):
-        seen.append(state["lib"])
-        return x @ w.T if b is None else x @ w.T + b
-
-    monkeypatch.setattr(torch.backends.cuda, "preferred_blas_library", preferred)
-    monkeypatch.setattr(triton_ops.F, "linear", linear)
-    ops = TritonOps()
-    w = torch.randn(8, 32)
-    ops.lt_products.add((4, 8, 32))
-    x4, x3 = torch.randn(4, 32), torch.randn(3, 32)
-    assert _rel(ops.linear(x4, w), x4 @ w.T) < 1e-6 and seen == ["cublaslt"]
-    ops.linear(x3, w)  # three rows: not planned
-    ops.gate_up_silu(x4, w)  # the gate/up product at four rows: planned
-    assert seen == ["cublaslt", "cublas", "cublaslt"] and state["lib"] == "cublas"
-
-
-@pytest.mark.gpu
-@pytest.mark.skipif(DEVICE != "cuda", reason="times kernels with CUDA events")
-def test_tune_blas_takes_cublaslt_only_where_it_is_clearly_faster_and_it_computes_the_same() -> None:
-    from gpu_stage.kernels.blas_tuning import LT_MARGIN, tune_blas
-    from gpu_stage.kernels.triton_ops import TritonOps
-    from gpu_stage.attention import get_attention_backend
-    from gpu_stage.model.llama import LlamaForCausalLM
-    from gpu_stage.model_config import ModelConfig
-
-    cfg = ModelConfig(architecture="llama", vocab_size=32000, hidden_size=2048, intermediate_size=5632, num_layers=4,
-                      num_heads=16, num_kv_heads=4, head_dim=128, rms_norm_eps=1e-5, rope_theta=10000.0,
-                      max_position_embeddings=2048, tie_word_embeddings=False)
-    ops = TritonOps()
-    model = LlamaForCausalLM(cfg, DEVICE, torch.bfloat16, get_attention_backend("triton"), ops)
-    for p in model.parameters():
-        p.normal_(0, 0.02)
-    library = torch.backends.cuda.preferred_blas_library()
-    rows = tune_blas(model, ops, [1, 8, 64])
-    assert len(rows) == 5 * 2  # one row is the gemv's: not timed
-    for row in rows:
-        key = (row["rows"], *row["shape"])
-        assert (key in ops.lt_products) == (row["chosen"] == "cublaslt")
-        assert (row["chosen"] == "cublaslt") == (row["cublaslt_us"] * (1 + LT_MARGIN) < row["cublas_us"])
-    w = model.layers[0].down_weight
-    x = torch.randn(64, w.shape[1], device=DEVICE, dtype=torch.bfloat16)
-    ops.lt_products.add((64, *w.shape))
-    assert _rel(ops.linear(x, w).float(), (x.float() @ w.float().T)) < 1e-2
-    assert torch.backends.cuda.preferred_blas_library() == library
-
-
 def test_pdl_is_off_for_cpu_tensors_and_by_switch(monkeypatch) -> None:
     from gpu_stage.kernels import pdl
     assert pdl.pdl_args(torch.zeros(1)) == pdl.OFF  # the interpreter's (CPU) launches: plain
