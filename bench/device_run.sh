@@ -86,18 +86,7 @@ if [ -n "$ABLATE" ]; then
     done
 fi
 
-start_server() {  # start_server LOG FLAGS...: ttft serve on :8000, wait for /health (up to 300 s)
-    local log=$1; shift
-    python3 -m pipeline.cli serve --port 8000 "$@" > "$log" 2>&1 &
-    SERVER=$!
-    for _ in $(seq 1 300); do
-        curl -sf http://127.0.0.1:8000/health >/dev/null 2>&1 && return 0
-        kill -0 $SERVER 2>/dev/null || return 1
-        sleep 1
-    done
-    return 1
-}
-stop_server() { kill -TERM $SERVER 2>/dev/null; sleep 3; kill -9 $SERVER 2>/dev/null; wait $SERVER 2>/dev/null; }
+source bench/server_helpers.sh  # start_server, stop_server, SUITE_SERVE_FLAGS
 
 if [ -n "$TIERS" ]; then
     echo "== KV tiers: restore vs recompute, then multi-turn with and without the host tier"
@@ -159,10 +148,8 @@ fi
 
 run_suite() {  # run_suite NAME [VAR=VALUE...]: ttft serve (dummy:llama-3.1-8b, that environment), the suite
     local name=$1; shift
-    # llama-3.1-8b: the Llama-3-8B shape with a 128K context, so an 8,192-token prompt fits.
-    env "$@" python3 -m pipeline.cli serve --model dummy:llama-3.1-8b --device cuda --port 8000 \
-        --max-num-seqs 128 --max-num-batched-tokens 8192 --long-prefill-threshold 4096 \
-        --max-model-len 16384 ${SUITE_SERVE_ARGS:-} > "$DETAIL/server-$name.log" 2>&1 &
+    env "$@" python3 -m pipeline.cli serve "${SUITE_SERVE_FLAGS[@]}" --port 8000 \
+        ${SUITE_SERVE_ARGS:-} > "$DETAIL/server-$name.log" 2>&1 &
     SERVER=$!
     for _ in $(seq 1 240); do
         curl -sf http://127.0.0.1:8000/health >/dev/null 2>&1 && break

@@ -12,15 +12,8 @@ cd "$(dirname "$0")/.."
 OUTDIR=${1:?usage: itl_under_load.sh OUTDIR [BURNERS]}
 BURNERS=${2:-$(nproc)}
 mkdir -p "$OUTDIR"
-python3 -m pipeline.cli serve --model dummy:llama-3.1-8b --device cuda --port 8000 \
-    --max-num-seqs 128 --max-num-batched-tokens 8192 --long-prefill-threshold 4096 \
-    --max-model-len 16384 > "$OUTDIR/server.log" 2>&1 &
-SERVER=$!
-for _ in $(seq 1 240); do
-    curl -sf http://127.0.0.1:8000/health >/dev/null 2>&1 && break
-    kill -0 $SERVER 2>/dev/null || { tail -20 "$OUTDIR/server.log"; exit 1; }
-    sleep 1
-done
+source bench/server_helpers.sh
+start_server "$OUTDIR/server.log" "${SUITE_SERVE_FLAGS[@]}" || { tail -20 "$OUTDIR/server.log"; exit 1; }
 run() {  # run LABEL SEED
     python3 -m bench --base-url http://127.0.0.1:8000 --prompt-format tokens --seed "$2" \
         --input-len 2048 --output-len 128 --concurrency 64 --num-requests 64 --warmup 2 \
@@ -39,4 +32,4 @@ for _ in $(seq 1 "$BURNERS"); do python3 -c "while True: pass" & pids+=($!); don
 run busy 3002
 kill "${pids[@]}" 2>/dev/null; wait "${pids[@]}" 2>/dev/null
 run idle-2 3003
-kill -TERM $SERVER 2>/dev/null; sleep 3; kill -9 $SERVER 2>/dev/null; wait $SERVER 2>/dev/null
+stop_server

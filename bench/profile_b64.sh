@@ -13,15 +13,8 @@ OUTDIR=${1:?usage: profile_b64.sh OUTDIR [BURNERS]}
 BURNERS=${2:-$(nproc)}
 URL=http://127.0.0.1:8000
 mkdir -p "$OUTDIR/prof"
-python3 -m pipeline.cli serve --model dummy:llama-3.1-8b --device cuda --port 8000 \
-    --max-num-seqs 128 --max-num-batched-tokens 8192 --long-prefill-threshold 4096 \
-    --max-model-len 16384 --profile-dir "$OUTDIR/prof" > "$OUTDIR/server.log" 2>&1 &
-SERVER=$!
-for _ in $(seq 1 240); do
-    curl -sf $URL/health >/dev/null 2>&1 && break
-    kill -0 $SERVER 2>/dev/null || { tail -20 "$OUTDIR/server.log"; exit 1; }
-    sleep 1
-done
+source bench/server_helpers.sh
+start_server "$OUTDIR/server.log" "${SUITE_SERVE_FLAGS[@]}" --profile-dir "$OUTDIR/prof" || { tail -20 "$OUTDIR/server.log"; exit 1; }
 curl -sf -X POST $URL/start_profile >/dev/null && curl -sf -X POST $URL/stop_profile >/dev/null  # profiler set-up
 rm -f "$OUTDIR"/prof/*
 profiled() {  # profiled LABEL SEED
@@ -44,4 +37,4 @@ pids=()
 for _ in $(seq 1 "$BURNERS"); do python3 -c "while True: pass" & pids+=($!); done
 profiled busy 4002
 kill "${pids[@]}" 2>/dev/null; wait "${pids[@]}" 2>/dev/null
-kill -TERM $SERVER 2>/dev/null; sleep 3; kill -9 $SERVER 2>/dev/null; wait $SERVER 2>/dev/null
+stop_server
