@@ -30,6 +30,7 @@ from gpu_stage.attention import get_attention_backend
 from gpu_stage.compile_watch import WATCH
 from gpu_stage.cpu_malloc import keep_freed_memory
 from gpu_stage.cuda_graphs import MIXED_SEQ_BUCKETS, MIXED_TOKEN_BUCKETS, PREFILL_BUCKETS, CudaGraphRunner
+from gpu_stage.kernels import triton_available
 from gpu_stage.kv_cache import KvCache, blocks_for_memory
 from gpu_stage.kv_tiers.transfer import KvTransfer
 from gpu_stage.layer_ops import get_layer_ops
@@ -105,7 +106,7 @@ class ModelRunner:
         attention = get_attention_backend(attention_backend)
         self.model = LlamaForCausalLM(self.config, self.device, dtype, attention, get_layer_ops(attention_backend))
         self.model.load_weights(source.weights(self.device, dtype))
-        self.sampler = Sampler(source.tokenizer.eos_token_ids)
+        self.sampler = Sampler(source.tokenizer.eos_token_ids, fused_greedy=cuda and triton_available())
         self.inputs = StepInputs(max_num_batched_tokens, max_num_seqs, -(-self.max_model_len // block_size),
                                  block_size, self.device)
         self.requests: dict[str, RequestState] = {}

@@ -123,8 +123,15 @@ class Sampler:
     # copy of step N+1 never overwrites results of step N the host has not read yet.
     NUM_HOST_BUFFERS = 2
 
-    def __init__(self, eos_token_ids: Iterable[int] = ()) -> None:
+    def __init__(self, eos_token_ids: Iterable[int] = (), fused_greedy: bool = False) -> None:
+        """`fused_greedy`: a batch of greedy rows without logprobs is sampled by the Triton kernels
+        of kernels/greedy.py (two launches instead of seven; the runner turns it on on CUDA)."""
         self.eos_token_ids = tuple(sorted(set(eos_token_ids)))
+        self._greedy_kernel = None
+        if fused_greedy:
+            from gpu_stage.kernels.greedy import greedy_sample
+
+            self._greedy_kernel = greedy_sample
         self._host: list[torch.Tensor | None] = [None] * self.NUM_HOST_BUFFERS  # pinned (CUDA)
         self._turn = 0
 
@@ -146,6 +153,10 @@ class Sampler:
         raw_logprobs = torch.log_softmax(logits, dim=-1) if any(k is not None for k in ks) else None
         logits = self._ban_stop_ids(logits, rows)
         logits = apply_penalties(logits, rows)
+        if self._greedy_kernel is not None and not tensors.any_random and raw_logprobs is None:
+            on_device = self._greedy_kernel(logits)  # ids | ok flags, as the concatenation below packs them
+            packed, event = self._copy_to_host(on_device)
+            return PendingSample(on_device[: len(rows)], packed, event, len(rows), ks, 0)
 
         tokens = torch.argmax(logits, dim=-1)  # [B]
         # [B]: a row whose max is NaN, +inf or -inf (all banned) cannot be sampled.
