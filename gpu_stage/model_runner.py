@@ -106,7 +106,7 @@ class ModelRunner:
         attention = get_attention_backend(attention_backend)
         self.model = LlamaForCausalLM(self.config, self.device, dtype, attention, get_layer_ops(attention_backend))
         self.model.load_weights(source.weights(self.device, dtype))
-        self.sampler = Sampler(source.tokenizer.eos_token_ids, fused_greedy=cuda and triton_available())
+        self.sampler = Sampler(source.tokenizer.eos_token_ids, fused=cuda and triton_available())
         self.inputs = StepInputs(max_num_batched_tokens, max_num_seqs, -(-self.max_model_len // block_size),
                                  block_size, self.device)
         self.requests: dict[str, RequestState] = {}
@@ -272,6 +272,7 @@ class ModelRunner:
             for chunks in steps:
                 staged = self.inputs.stage(chunks, rows * len(chunks), [0.0] * len(chunks), self.config.vocab_size)
                 self.sampler(self._forward(staged, self.kv_cache), rows * len(chunks), staged.sampling)
+            self.sampler.warm_up(self.config.vocab_size, self.device)
             if self.device.type == "cuda" and self.attention_backend == "triton":
                 from gpu_stage.kernels.decode_attention import MAX_SPLITS
 

@@ -123,17 +123,28 @@ class Sampler:
     # copy of step N+1 never overwrites results of step N the host has not read yet.
     NUM_HOST_BUFFERS = 2
 
-    def __init__(self, eos_token_ids: Iterable[int] = (), fused_greedy: bool = False) -> None:
-        """`fused_greedy`: a batch of greedy rows without logprobs is sampled by the Triton kernels
-        of kernels/greedy.py (two launches instead of seven; the runner turns it on on CUDA)."""
+    def __init__(self, eos_token_ids: Iterable[int] = (), fused: bool = False) -> None:
+        """`fused`: a batch whose rows are greedy or sample with a temperature alone (no top_k,
+        top_p, min_p, logprobs) is sampled by the Triton kernels of kernels/sampling.py, two
+        launches instead of 7-15 (the runner turns it on on CUDA)."""
         self.eos_token_ids = tuple(sorted(set(eos_token_ids)))
-        self._greedy_kernel = None
-        if fused_greedy:
-            from gpu_stage.kernels.greedy import greedy_sample
+        self._row_kernel = None
+        if fused:
+            from gpu_stage.kernels.sampling import sample_rows
 
-            self._greedy_kernel = greedy_sample
+            self._row_kernel = sample_rows
         self._host: list[torch.Tensor | None] = [None] * self.NUM_HOST_BUFFERS  # pinned (CUDA)
         self._turn = 0
+
+    def warm_up(self, vocab: int, device: torch.device) -> None:
+        """Compile the fused kernels' two variants (all greedy; some rows sampling) before serving:
+        a compile on a request's path costs about a second."""
+        if self._row_kernel is None:
+            return
+        logits = torch.zeros((2, vocab), dtype=torch.float32, device=device)
+        self._row_kernel(logits)
+        self._row_kernel(logits, torch.tensor([True, False], device=device), torch.ones(2, device=device),
+                         torch.full((2,), 0.5, device=device))
 
     def __call__(self, logits: torch.Tensor, rows: list[SamplingRow],
                  tensors: SamplingTensors | None = None) -> SamplerOutput:
@@ -153,8 +164,13 @@ class Sampler:
         raw_logprobs = torch.log_softmax(logits, dim=-1) if any(k is not None for k in ks) else None
         logits = self._ban_stop_ids(logits, rows)
         logits = apply_penalties(logits, rows)
-        if self._greedy_kernel is not None and not tensors.any_random and raw_logprobs is None:
-            on_device = self._greedy_kernel(logits)  # ids | ok flags, as the concatenation below packs them
+        if (self._row_kernel is not None and raw_logprobs is None
+                and not (tensors.need_top_k or tensors.need_top_p or tensors.need_min_p)):
+            # ids | ok flags, as the concatenation below packs them
+            if tensors.any_random:
+                on_device = self._row_kernel(logits, tensors.greedy, tensors.temperature, tensors.uniform)
+            else:
+                on_device = self._row_kernel(logits)
             packed, event = self._copy_to_host(on_device)
             return PendingSample(on_device[: len(rows)], packed, event, len(rows), ks, 0)
 

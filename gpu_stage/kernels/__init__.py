@@ -6,6 +6,7 @@
     rms_norm           LlamaDecoderLayer's RMSNorm (+ the residual add fused in)
     rope               rope.apply_rope on q and k, in place
     activation         F.silu(gate) * up
+    sampling           the sampler's torch path for greedy and temperature-only rows
 
 Importing a kernel module needs triton; with TRITON_INTERPRET=1 set before that import the kernels
 run on CPU tensors (slowly: tests use tiny shapes). Elementwise kernels reproduce the reference's

@@ -137,23 +137,37 @@ def test_non_finite_row_is_an_error_for_that_row_only() -> None:
 
 
 @pytest.mark.parametrize("banned", [False, True])
-def test_fused_greedy_matches_the_torch_path(banned: bool) -> None:
-    """Sampler(fused_greedy=True) (the Triton kernels; on CPU under the interpreter) gives the
-    torch path's ids and errors for a greedy batch, min_tokens bans and non-finite rows included;
-    a batch with a random row or logprobs takes the torch path. (The kernels need the logits on
-    the GPU where there is one: the runner turns the flag on only there.)"""
+def test_fused_matches_the_torch_path(banned: bool) -> None:
+    """Sampler(fused=True) (the Triton kernels; on CPU under the interpreter) gives the torch
+    path's ids and errors for greedy rows and rows sampling with a temperature, min_tokens bans and
+    non-finite rows included; a batch with top_p or logprobs takes the torch path. (The kernels
+    need the logits on the GPU where there is one: the runner turns the flag on only there.)"""
     pytest.importorskip("triton")
     gen = torch.Generator().manual_seed(11)
     logits = torch.randn(4, 300, generator=gen).to("cuda" if torch.cuda.is_available() else "cpu")
     logits[2, 7] = float("nan")
     logits[1, 3] = 50.0  # its argmax is token 3, an eos id: banned below min_tokens
-    rows = [_row(temperature=0.0, min_tokens=4 if banned else 0) for _ in range(4)]
-    fused, plain = Sampler(eos_token_ids=[3], fused_greedy=True), Sampler(eos_token_ids=[3])
-    a, b = fused(logits, rows), plain(logits, rows)
-    assert set(a.errors) == set(b.errors) == {2}
-    assert [t for i, t in enumerate(a.token_ids) if i != 2] == [t for i, t in enumerate(b.token_ids) if i != 2]
-    assert (a.token_ids[1] == 3) is not banned
-    # Each call draws from its own freshly seeded row: the same uniform for both paths.
-    assert fused(logits, rows[:3] + [_row(seed=5)]).token_ids == plain(logits, rows[:3] + [_row(seed=5)]).token_ids
-    with_logprobs = rows[:3] + [_row(temperature=0.0, logprobs=2)]
-    assert fused(logits, with_logprobs).top_logprobs == plain(logits, with_logprobs).top_logprobs
+    fused, plain = Sampler(eos_token_ids=[3], fused=True), Sampler(eos_token_ids=[3])
+
+    def batch(*extra: dict) -> list[SamplingRow]:  # greedy rows, then the extra rows, freshly seeded
+        greedy = [_row(temperature=0.0, min_tokens=4 if banned else 0) for _ in range(4 - len(extra))]
+        return greedy + [_row(**params) for params in extra]
+
+    for extra in ((), ({"seed": 5},), ({"seed": 6, "temperature": 0.5}, {"seed": 7, "temperature": 2.0}),
+                  ({"seed": 8, "top_p": 0.9},), ({"temperature": 0.0, "logprobs": 2},)):
+        a, b = fused(logits, batch(*extra)), plain(logits, batch(*extra))
+        assert set(a.errors) == set(b.errors) == {2}
+        assert [t for i, t in enumerate(a.token_ids) if i != 2] == [t for i, t in enumerate(b.token_ids) if i != 2]
+        assert a.top_logprobs == b.top_logprobs
+        if not extra:
+            assert (a.token_ids[1] == 3) is not banned
+
+
+def test_warm_up_runs_both_fused_variants_and_leaves_the_sampler_usable() -> None:
+    pytest.importorskip("triton")
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    sampler = Sampler(fused=True)
+    sampler.warm_up(64, torch.device(device))
+    out = sampler(torch.arange(64.0).repeat(2, 1).to(device), [_row(temperature=0.0), _row(seed=1)])
+    assert out.token_ids[0] == 63 and 0 <= out.token_ids[1] < 64 and not out.errors
+    Sampler().warm_up(64, torch.device(device))  # not fused: nothing to compile

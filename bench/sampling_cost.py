@@ -1,0 +1,93 @@
+"""Sampling a step's logits on the GPU: the sampler's torch path against its fused Triton kernels
+(gpu_stage/kernels/sampling.py), both through Sampler.start as the runner calls it.
+
+    python3 bench/sampling_cost.py [--vocab 128256] [--rows 1 8 32 64 128 256] [--reps 200]
+
+For each row count and kind of row (greedy; temperature 0.7; temperature with top_p 0.9, which the
+fused path leaves to torch; top_p and top_k 50): the device time of one start() on each path (CUDA
+events around `reps` calls queued behind a sleeping kernel, so that the host's launches never leave
+the device waiting) and the host time it takes to queue one (median, wall clock); for greedy rows,
+whether the two paths agree on the ids and ok flags. Logits are float32, as the decode graphs write
+them. Prints one JSON object.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from gpu_stage.sampler import Sampler, SamplingRow, SamplingTensors  # noqa: E402
+from stages.sampling import SamplingParams  # noqa: E402
+
+
+def _device_us(fn, reps: int) -> float:
+    fn()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda._sleep(50_000_000)  # ~25 ms at ~2 GHz: the launches below queue up behind it
+    start.record()
+    for _ in range(reps):
+        fn()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) * 1e3 / reps
+
+
+def _host_us(fn, reps: int) -> float:
+    times = []
+    for _ in range(reps):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter_ns()
+        fn()
+        times.append(time.perf_counter_ns() - t0)
+    return statistics.median(times) / 1e3
+
+
+KINDS = {  # row kind -> its sampling parameters
+    "greedy": {"temperature": 0.0},
+    "temperature": {"temperature": 0.7},
+    "top_p": {"temperature": 0.7, "top_p": 0.9},
+    "top_p_top_k": {"temperature": 0.7, "top_p": 0.9, "top_k": 50},
+}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--vocab", type=int, default=128256)
+    p.add_argument("--rows", type=int, nargs="+", default=[1, 8, 32, 64, 128, 256])
+    p.add_argument("--reps", type=int, default=200)
+    a = p.parse_args()
+    device = torch.device("cuda")
+    report = {"gpu": torch.cuda.get_device_name(0), "vocab": a.vocab, "rows": []}
+    for num_rows in a.rows:
+        gen = torch.Generator().manual_seed(num_rows)
+        logits = (torch.randn(num_rows, a.vocab, generator=gen) * 4).to(device)
+        entry = {"rows": num_rows}
+        for kind, params in KINDS.items():
+            rows = [SamplingRow(SamplingParams(**params), [], [], torch.Generator().manual_seed(i))
+                    for i in range(num_rows)]
+            tensors = SamplingTensors.build(rows, device, a.vocab)  # the uniforms are drawn once here
+            outs = {}
+            for path, sampler in (("torch", Sampler()), ("fused", Sampler(fused=True))):
+                def run(s=sampler):
+                    return s.start(logits, rows, tensors)
+
+                entry[f"{kind}_{path}_device_us"] = round(_device_us(run, a.reps), 2)
+                entry[f"{kind}_{path}_host_us"] = round(_host_us(run, a.reps), 2)
+                outs[path] = sampler.finish(run())
+            entry[f"{kind}_same_ids"] = outs["torch"].token_ids == outs["fused"].token_ids
+            entry[f"{kind}_same_errors"] = outs["torch"].errors == outs["fused"].errors
+        report["rows"].append(entry)
+        print(entry, file=sys.stderr)
+    print(json.dumps(report, indent=1))
+
+
+if __name__ == "__main__":
+    main()
