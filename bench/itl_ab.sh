@@ -7,11 +7,16 @@
 # scenario twice on each, on fresh prompts (a seed per run). Between runs of a few seconds the
 # figure moves by ~0.1 ms from machine to machine and ~0.05 ms between runs, so only a same-machine
 # A/B shows a change of that size. Prints one line per run and the median of each side.
+# ITL_AB_CONCURRENCY (default 64) sets the streams (and requests: at least 8); ITL_AB_EXTRA_BODY a
+# JSON object merged into every request (e.g. '{"temperature": 0.7}'; the bench sends greedy).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BASE=$(cd "${1:?usage: itl_ab.sh BASE_DIR OUTDIR [ROUNDS]}" && pwd)
 OUTDIR=$(mkdir -p "${2:?usage: itl_ab.sh BASE_DIR OUTDIR [ROUNDS]}" && cd "$2" && pwd)
 ROUNDS=${3:-2}
+CONC=${ITL_AB_CONCURRENCY:-64}
+NREQ=$(( CONC > 8 ? CONC : 8 ))
+EXTRA=${ITL_AB_EXTRA_BODY:-}
 HERE=$(pwd)
 source bench/server_helpers.sh
 seed=4001
@@ -24,8 +29,8 @@ for round in $(seq 1 "$ROUNDS"); do
         for run in 1 2; do
             label=$side-r$round-$run
             python3 -m bench --base-url http://127.0.0.1:8000 --prompt-format tokens --seed $seed \
-                --input-len 2048 --output-len 128 --concurrency 64 --num-requests 64 --warmup 2 \
-                --result-dir "$OUTDIR" --label "$label" > "$OUTDIR/$label.txt" 2>&1
+                --input-len 2048 --output-len 128 --concurrency "$CONC" --num-requests "$NREQ" --warmup 2 \
+                ${EXTRA:+--extra-body "$EXTRA"} --result-dir "$OUTDIR" --label "$label" > "$OUTDIR/$label.txt" 2>&1
             seed=$((seed + 1))
         done
         stop_server
@@ -34,7 +39,7 @@ done
 python3 - "$OUTDIR" <<'EOF'
 import glob, json, statistics, sys
 sides = {"new": [], "base": []}
-for path in sorted(glob.glob(f"{sys.argv[1]}/*-c64.json")):
+for path in sorted(glob.glob(f"{sys.argv[1]}/*-r[0-9]*-[0-9]-c*.json")):
     m = json.load(open(path))["metrics"]
     side = "base" if "-base-r" in path.rsplit("/", 1)[-1] else "new"
     sides[side].append(m["median_itl_ms"])
