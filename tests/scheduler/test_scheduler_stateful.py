@@ -282,7 +282,14 @@ class TieredSchedulerMachine(CachingSchedulerMachine):
     waits forever. Copies that are not a fence run beside the next steps on the device, so every
     step is also checked at launch: it writes no block whose copy to host is still running unless
     it is a fence. (Random runs reach host loads and disk writes; the rarer disk-read chains are
-    driven directly in test_kv_tiers.py.)"""
+    driven directly in test_kv_tiers.py.)
+
+    The copies model the device's one copy stream (gpu_stage/kv_tiers/transfer.py): ops run in the
+    order they were queued (an early load queued after a step's offload reads what that offload
+    wrote), each no sooner than the compute it waits for. A step's ops wait for the steps before
+    it (`wait_compute`); a fence's run before the step's own writes, other ops after them (the
+    worst order); early ops that wait for the steps in flight run after those steps' writes, the
+    others at once (before any write of a step in flight: the worst order for them)."""
 
     tiers = TierConfig(num_host_blocks=4, num_disk_blocks=10, block_nbytes=64)
 
@@ -291,11 +298,14 @@ class TieredSchedulerMachine(CachingSchedulerMachine):
         self.host: dict[int, list[int | None]] = {}  # host slot -> its tokens
         self.disk: dict[bytes, list[int | None]] = {}  # block hash -> its tokens
         self.disk_jobs: list[KvDiskRequest] = []
-        self._deferred_ops: KvTransferOps | None = None
-        self._early: list[list] = []  # [ops, steps in flight it waits for]
-        # Device blocks being copied to host (offloads not yet reported done) -> the step whose
-        # result reports them done. On the device these copies run beside any step launched
-        # before that result, so only a fenced step may write such a block.
+        # The copy stream: (ops, the number of steps whose writes must be done before they run),
+        # in queue order. `_steps_written`: how many steps have written (steps run in order).
+        self._copy_queue: list[tuple[KvTransferOps, int]] = []
+        self._steps_written = 0
+        # Device blocks being copied to host by ops that are not a fence (not yet reported done)
+        # -> the step whose result reports them done. On the device these copies run beside any
+        # step launched before that result, so only a fenced step may write such a block. (A
+        # fence's copies finish before its step's forward, so before every later step's too.)
         self._copying: dict[int, int] = {}
 
     @rule(i=st.integers(0, 50), max_tokens=st.integers(1, 3))
@@ -319,19 +329,23 @@ class TieredSchedulerMachine(CachingSchedulerMachine):
         self.s.check()
 
     def _run_ops(self, batch: StepBatch) -> None:
-        if batch.kv_ops is None:
-            return
-        if not batch.kv_ops.fence:
-            # The copies run beside the forward: take the worst order, the forward first.
-            self._deferred_ops = batch.kv_ops
-            return
-        self._copy(batch.kv_ops)
+        """Before the step's writes: the queue up to its fence's ops, which must have run."""
+        assert self._steps_written == batch.step_id, "steps run in the order they were built"
+        self._pump()
+        ops = batch.kv_ops
+        if ops is not None and ops.fence:
+            assert all(queued is not ops for queued, _ in self._copy_queue), "a fence's copies ran first"
 
     def _launched(self, batch: StepBatch) -> None:
         ops = batch.kv_ops
         if ops is not None:
-            for block, _ in ops.offloads:
-                self._copying[block] = batch.step_id
+            assert ops.fence or not ops.loads, "a step's loads are a fence"
+            # A fence's copies run before the step's writes; other ops beside its forward: take
+            # the worst order, after its writes.
+            self._copy_queue.append((ops, batch.step_id + (0 if ops.fence else 1)))
+            if not ops.fence:
+                for block, _ in ops.offloads:
+                    self._copying[block] = batch.step_id
         fenced = ops is not None and ops.fence
         for chunk in batch.chunks:
             n = 1 if chunk.token_ids == [PENDING_TOKEN] else len(chunk.token_ids)
@@ -356,19 +370,19 @@ class TieredSchedulerMachine(CachingSchedulerMachine):
             self._copying[block] = self.s.next_step_id
         if ops.wait_compute and self.in_flight:
             event("early loads wait for the steps in flight")
-            self._early.append([ops, len(self.in_flight)])
+            self._copy_queue.append((ops, self.s.next_step_id))
         else:
-            self._copy(ops)
+            self._copy_queue.append((ops, 0))
+        self._pump()
 
     def _after_writes(self, batch: StepBatch) -> None:
-        for entry in self._early:
-            entry[1] -= 1
-        while self._early and self._early[0][1] <= 0:
-            self._copy(self._early.pop(0)[0])
-        if self._deferred_ops is not None:
-            ops, self._deferred_ops = self._deferred_ops, None
-            assert not ops.loads, "loads are always a fence"
-            self._copy(ops)
+        self._steps_written = batch.step_id + 1
+        self._pump()
+
+    def _pump(self) -> None:
+        """Run the queued copies, in order, while the first one's compute is done."""
+        while self._copy_queue and self._copy_queue[0][1] <= self._steps_written:
+            self._copy(self._copy_queue.pop(0)[0])
 
     def _copy(self, ops: KvTransferOps) -> None:
         event("tier copies")
