@@ -16,19 +16,15 @@ per sequence.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
 
 import torch
 
 from gpu_stage.attention.metadata import AttentionMetadata
 from gpu_stage.kernels import decode_attention as decode_mod
-from gpu_stage.kernels import interpreting
+from gpu_stage.kernels import interpreting, num_sms
 from gpu_stage.kernels.kv_store import store_kv as _store_kv
 from gpu_stage.kernels.prefill_attention import prefill_attention
 from gpu_stage.kernels.rope import rope_store_kv_
-
-INTERPRETER_NUM_SMS = 4  # small, so that CPU tests exercise several splits
-
 
 # Steps of fresh prefills, one at least this long, go to torch's SDPA (cuDNN on an H200). Per layer
 # at the Llama-3-8B shape (bench/chunk_attention.py, bench/results/20261130-NVIDIA-H200/s5-*): a
@@ -64,17 +60,10 @@ def sdpa_rows(query_lens: list[int], seq_lens: list[int]) -> list[tuple[int, int
     return list(zip(starts, query_lens))
 
 
-@lru_cache(maxsize=8)
-def _num_sms(device: torch.device) -> int:
-    if device.type != "cuda":
-        return INTERPRETER_NUM_SMS
-    return torch.cuda.get_device_properties(device).multi_processor_count
-
-
 def decode_num_splits(num_seqs: int, num_kv_heads: int, max_seq_len: int, device: torch.device) -> int:
     """A power of two (each count is a separate compiled kernel: few variants, all warmed up)."""
     cfg = decode_mod.INTERPRETER_CONFIG if interpreting() else decode_mod.GPU_CONFIG
-    n = decode_mod.choose_num_splits(num_seqs, num_kv_heads, max_seq_len, _num_sms(device), cfg["BLOCK_N"])
+    n = decode_mod.choose_num_splits(num_seqs, num_kv_heads, max_seq_len, num_sms(device), cfg["BLOCK_N"])
     return 1 << (n.bit_length() - 1)
 
 

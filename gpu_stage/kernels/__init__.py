@@ -16,6 +16,11 @@ bit in most elements; attention accumulates in float32 and rounds once.
 from __future__ import annotations
 
 import os
+from functools import lru_cache
+
+import torch
+
+INTERPRETER_NUM_SMS = 4  # small, so that CPU tests exercise several splits
 
 
 def triton_available() -> bool:
@@ -32,3 +37,12 @@ def interpreting() -> bool:
 
 def next_pow2(n: int) -> int:
     return 1 << max(0, int(n) - 1).bit_length()
+
+
+@lru_cache(maxsize=8)
+def num_sms(device: torch.device) -> int:
+    """The device's SM count (asked once per device: kernels size their grids from it every step);
+    INTERPRETER_NUM_SMS off CUDA."""
+    if device.type != "cuda":
+        return INTERPRETER_NUM_SMS
+    return torch.cuda.get_device_properties(device).multi_processor_count

@@ -31,7 +31,7 @@ import torch
 import triton
 import triton.language as tl
 
-from gpu_stage.kernels import interpreting
+from gpu_stage.kernels import interpreting, num_sms as device_num_sms
 
 GPU_BLOCK = 2048
 INTERPRETER_BLOCK = 64
@@ -176,7 +176,7 @@ def sample_rows(
         temperature = uniform = greedy_u8 = out
     block = INTERPRETER_BLOCK if interpreting() else GPU_BLOCK
     if num_sms is None:
-        num_sms = torch.cuda.get_device_properties(device).multi_processor_count if logits.is_cuda else 4
+        num_sms = device_num_sms(device)
     num_splits = choose_num_splits(num_rows, vocab, num_sms, block)
     # Each part's row is padded to 16 bytes: Triton specialises pointers on 16-byte alignment, so
     # views at unaligned offsets (some row counts) would compile another variant while serving.
