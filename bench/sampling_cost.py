@@ -3,12 +3,12 @@
 
     python3 bench/sampling_cost.py [--vocab 128256] [--rows 1 8 32 64 128 256] [--reps 200]
 
-For each row count and kind of row (greedy; temperature 0.7; temperature with top_p 0.9, which the
-fused path leaves to torch; top_p and top_k 50): the device time of one start() on each path (CUDA
-events around `reps` calls queued behind a sleeping kernel, so that the host's launches never leave
-the device waiting) and the host time it takes to queue one (median, wall clock); for greedy rows,
-whether the two paths agree on the ids and ok flags. Logits are float32, as the decode graphs write
-them. Prints one JSON object.
+For each row count and kind of row (greedy; temperature 0.7; temperature with top_p 0.9; top_p and
+top_k 50; min_p 0.05): the device time of one start() on each path (CUDA events around `reps` calls
+queued behind a sleeping kernel long enough that the host's launches never leave the device
+waiting) and the host time it takes to queue one (median, wall clock); whether the two paths agree
+on the ids and errors (they draw the same inverse CDF over the same kept tokens). Logits are
+float32, as the decode graphs write them. Prints one JSON object.
 """
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ def _device_us(fn, reps: int) -> float:
     fn()
     torch.cuda.synchronize()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    torch.cuda._sleep(50_000_000)  # ~25 ms at ~2 GHz: the launches below queue up behind it
+    torch.cuda._sleep(400_000_000)  # ~200 ms at ~2 GHz: the launches below queue up behind it
     start.record()
     for _ in range(reps):
         fn()
@@ -55,6 +55,7 @@ KINDS = {  # row kind -> its sampling parameters
     "temperature": {"temperature": 0.7},
     "top_p": {"temperature": 0.7, "top_p": 0.9},
     "top_p_top_k": {"temperature": 0.7, "top_p": 0.9, "top_k": 50},
+    "min_p": {"temperature": 0.7, "min_p": 0.05},
 }
 
 

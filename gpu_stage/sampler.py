@@ -3,8 +3,8 @@
 Order of processing (as vLLM): logprobs are taken from the raw model log-softmax; then min_tokens
 bans the stop ids, the repetition penalty (HF semantics, over prompt + output) and the frequency /
 presence penalties (over output) edit the logits; temperature 0 takes the argmax; otherwise
-temperature, top_k, top_p and min_p shape the distribution and the token is drawn by inverse CDF
-with ONE uniform from the request's own generator. Each request's randomness is therefore its own:
+temperature, top_k, top_p and min_p shape the distribution (`truncation_mask`) and the token is
+drawn by inverse CDF, in vocabulary order, with ONE uniform from the request's own generator. Each request's randomness is therefore its own:
 a seeded request gives the same tokens whatever else shares its batch.
 """
 from __future__ import annotations
@@ -124,9 +124,9 @@ class Sampler:
     NUM_HOST_BUFFERS = 2
 
     def __init__(self, eos_token_ids: Iterable[int] = (), fused: bool = False) -> None:
-        """`fused`: a batch whose rows are greedy or sample with a temperature alone (no top_k,
-        top_p, min_p, logprobs) is sampled by the Triton kernels of kernels/sampling.py, two
-        launches instead of 7-15 (the runner turns it on on CUDA)."""
+        """`fused`: a batch without logprobs is sampled by the Triton kernels of
+        kernels/sampling.py (truncation by kernels/truncation.py, without a sort): 2 launches
+        instead of 7-15, or ~12-22 instead of a sort of every row (the runner turns it on on CUDA)."""
         self.eos_token_ids = tuple(sorted(set(eos_token_ids)))
         self._row_kernel = None
         if fused:
@@ -137,14 +137,17 @@ class Sampler:
         self._turn = 0
 
     def warm_up(self, vocab: int, device: torch.device) -> None:
-        """Compile the fused kernels' two variants (all greedy; some rows sampling) before serving:
-        a compile on a request's path costs about a second."""
+        """Compile the fused kernels' variants (all greedy; some rows sampling; some truncating)
+        before serving: a compile on a request's path costs about a second."""
         if self._row_kernel is None:
             return
         logits = torch.zeros((2, vocab), dtype=torch.float32, device=device)
         self._row_kernel(logits)
-        self._row_kernel(logits, torch.tensor([True, False], device=device), torch.ones(2, device=device),
-                         torch.full((2,), 0.5, device=device))
+        draw = (torch.tensor([True, False], device=device), torch.ones(2, device=device),
+                torch.full((2,), 0.5, device=device))
+        self._row_kernel(logits, *draw)
+        self._row_kernel(logits, *draw, top_k=torch.full((2,), 2, dtype=torch.int32, device=device),
+                         top_p=torch.full((2,), 0.5, device=device), min_p=torch.full((2,), 0.1, device=device))
 
     def __call__(self, logits: torch.Tensor, rows: list[SamplingRow],
                  tensors: SamplingTensors | None = None) -> SamplerOutput:
@@ -164,11 +167,14 @@ class Sampler:
         raw_logprobs = torch.log_softmax(logits, dim=-1) if any(k is not None for k in ks) else None
         logits = self._ban_stop_ids(logits, rows)
         logits = apply_penalties(logits, rows)
-        if (self._row_kernel is not None and raw_logprobs is None
-                and not (tensors.need_top_k or tensors.need_top_p or tensors.need_min_p)):
+        if self._row_kernel is not None and raw_logprobs is None:
             # ids | ok flags, as the concatenation below packs them
             if tensors.any_random:
-                on_device = self._row_kernel(logits, tensors.greedy, tensors.temperature, tensors.uniform)
+                t = tensors
+                on_device = self._row_kernel(logits, t.greedy, t.temperature, t.uniform,
+                                             top_k=t.top_k if t.need_top_k else None,
+                                             top_p=t.top_p if t.need_top_p else None,
+                                             min_p=t.min_p if t.need_min_p else None)
             else:
                 on_device = self._row_kernel(logits)
             packed, event = self._copy_to_host(on_device)
@@ -287,32 +293,50 @@ def _padded(seqs: list[list[int]], vocab: int, device: torch.device) -> torch.Te
 
 def _sample(logits: torch.Tensor, t: SamplingTensors) -> tuple[torch.Tensor, torch.Tensor]:
     """logits [R, V] -> (tokens [R], row_ok [R] bool), every row drawn with its staged uniform
-    (greedy rows have neutral parameters; the caller drops their draw)."""
+    (greedy rows have neutral parameters; the caller drops their draw): the inverse CDF, in
+    vocabulary order, of softmax(logits / temperature) over the tokens the truncation keeps."""
     vocab = logits.shape[1]
-    device = logits.device
     logits = logits / t.temperature[:, None]
-    need_sort = t.need_top_k or t.need_top_p
-    order = None
-    if need_sort:
-        logits, order = logits.sort(dim=-1, descending=True)  # [R, V]
-        if t.need_top_k:
-            ks = torch.where(t.top_k > 0, t.top_k, vocab)[:, None]
-            logits = logits.masked_fill(torch.arange(vocab, device=device)[None, :] >= ks, float("-inf"))
+    keep = truncation_mask(logits, t)
+    if keep is not None:
+        logits = logits.masked_fill(~keep, float("-inf"))
     probs = torch.softmax(logits, dim=-1)  # [R, V]
-    if t.need_top_p:
-        # Keep the most likely tokens until their mass reaches top_p (the crossing token included):
-        # drop a token when the mass of the tokens strictly more likely is already >= top_p.
-        mass_before = probs.cumsum(dim=-1) - probs
-        drop = mass_before >= t.top_p[:, None]
-        drop[:, 0] = False  # the most likely token always stays (a top_p that rounds to 0 in fp32)
-        probs = probs.masked_fill(drop, 0.0)
-    if t.need_min_p:
-        probs = probs.masked_fill(probs < t.min_p[:, None] * probs.max(dim=-1, keepdim=True).values, 0.0)
     cdf = probs.cumsum(dim=-1)  # [R, V]; zero-probability tokens repeat the previous value
     total = cdf[:, -1:]  # [R, 1]
     # Strictly below the total so that searchsorted(right) lands on a token with probability > 0.
     target = torch.minimum(t.uniform[:, None] * total, torch.nextafter(total, torch.zeros_like(total)))
     picked = torch.searchsorted(cdf, target, right=True).clamp_(max=vocab - 1)  # [R, 1]
-    tokens = picked if order is None else order.gather(1, picked)
     row_ok = torch.isfinite(total[:, 0]) & (total[:, 0] > 0)
-    return tokens[:, 0], row_ok
+    return picked[:, 0], row_ok
+
+
+def truncation_mask(scaled: torch.Tensor, t: SamplingTensors) -> torch.Tensor | None:
+    """scaled = logits / temperature [R, V] -> bool [R, V], the tokens each row may draw (None: all).
+
+    Thresholds, ties included (kernels/truncation.py finds the same ones without a sort):
+    - top_k: values >= the k-th largest (vLLM's rule: every logit equal to it stays);
+    - top_p, over the top-k tokens: a token stays when the tokens strictly more likely hold less
+      than top_p of their mass (the crossing token included; so the most likely always stays);
+    - min_p: a token's probability at least min_p times the most likely token's."""
+    if not (t.need_top_k or t.need_top_p or t.need_min_p):
+        return None
+    vocab = scaled.shape[1]
+    top = scaled.max(dim=-1, keepdim=True).values  # [R, 1]
+    keep = torch.ones_like(scaled, dtype=torch.bool)
+    if t.need_top_k or t.need_top_p:
+        ordered = scaled.sort(dim=-1, descending=True).values  # [R, V]
+        floor = torch.full_like(top, float("-inf"))
+        if t.need_top_k:
+            k = torch.where((t.top_k > 0) & (t.top_k < vocab), t.top_k, vocab).long()
+            floor = ordered.gather(1, k[:, None] - 1)  # the k-th largest value
+        if t.need_top_p:
+            weights = torch.exp(ordered - top).masked_fill(ordered < floor, 0.0)
+            mass_before = weights.cumsum(dim=-1) - weights
+            need = t.top_p[:, None] * weights.sum(dim=-1, keepdim=True)
+            count = (mass_before < need).sum(dim=-1, keepdim=True).clamp_(min=1)
+            cut = ordered.gather(1, count - 1)  # the least likely value that stays
+            floor = torch.where(t.top_p[:, None] < 1.0, torch.maximum(cut, floor), floor)
+        keep &= scaled >= floor
+    if t.need_min_p:
+        keep &= torch.exp(scaled - top) >= t.min_p[:, None]
+    return keep

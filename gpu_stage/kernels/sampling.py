@@ -1,6 +1,7 @@
 """Sampling one token per row in two small kernels, for rows that are greedy or sample with a
-temperature alone (no top_k, top_p, min_p, logprobs: those take the sampler's torch path). The
-result goes straight into the step's packed array (ids | ok flags).
+temperature, and with top_k, top_p or min_p through the threshold search of kernels/truncation.py
+(rows asking for logprobs take the sampler's torch path). The result goes straight into the step's
+packed array (ids | ok flags).
 
 Why: the torch path spends a reduction per question and a kernel per elementwise step. On the H200
 with Llama-3's 128,256 logits (`python3 bench/sampling_cost.py`, bench/results/20261130-NVIDIA-H200,
@@ -17,6 +18,9 @@ row, searchsorted). Here the vocabulary is split over enough programs to cover t
    torch path draws it (softmax, cumsum, searchsorted right): the slices' sums, rescaled to the row's
    maximum, find the slice where the cumulative mass first exceeds uniform * total, and a scan of
    that slice the token.
+When some row truncates, between the two: truncation.thresholds finds each row's cut-off key, and
+`_kept_mass_kernel` sums each slice's kept mass (relative to the row's maximum), which the pick
+reads instead of the online sums; its scan drops the same tokens.
 
 Same results as the torch path: a greedy token is the first index of the row's maximum (as
 torch.argmax); a row is ok when that maximum is finite and no logit is NaN (torch's max propagates
@@ -32,6 +36,7 @@ import triton
 import triton.language as tl
 
 from gpu_stage.kernels import interpreting, num_sms as device_num_sms
+from gpu_stage.kernels.truncation import order_key, row_max, thresholds
 
 GPU_BLOCK = 2048
 INTERPRETER_BLOCK = 64
@@ -94,11 +99,46 @@ def _slice_kernel(
         tl.store(part_ssum_ptr + slot, s_sum)
 
 
+@triton.jit
+def _kept(xs, top, thr, min_p, TRUNCATE: tl.constexpr):
+    """exp(xs - top), 0 where the row's truncation drops the token (key below its cut-off, or
+    below min_p of the most likely token, whose weight is exp(0) = 1)."""
+    e = tl.where(xs == float("-inf"), 0.0, tl.exp(xs - top))
+    if TRUNCATE:
+        e = tl.where((order_key(xs) >= thr) & (e >= min_p), e, 0.0)
+    return e
+
+
+@triton.jit(do_not_specialize=["num_splits"])
+def _kept_mass_kernel(
+    logits_ptr, stride_row, vocab, temperature_ptr, thr_ptr, min_p_ptr, part_smax_ptr, kept_ptr, num_splits,
+    BLOCK: tl.constexpr, BLOCK_S: tl.constexpr,
+):
+    """Each slice's mass of the tokens its row keeps, relative to the row's maximum."""
+    row = tl.program_id(0).to(tl.int64)
+    split = tl.program_id(1)
+    top = row_max(part_smax_ptr, row, num_splits, BLOCK_S)
+    temperature = tl.load(temperature_ptr + row)
+    thr = tl.load(thr_ptr + row)
+    min_p = tl.load(min_p_ptr + row)
+    chunk = tl.cdiv(tl.cdiv(vocab, num_splits), BLOCK) * BLOCK
+    start = split * chunk
+    end = tl.minimum(start + chunk, vocab)
+    cols = tl.arange(0, BLOCK)
+    mass = 0.0
+    for tile in range(start, end, BLOCK):
+        idx = tile + cols
+        x = tl.load(logits_ptr + row * stride_row + idx, mask=idx < end, other=float("-inf")).to(tl.float32)
+        mass += tl.sum(_kept(tl.math.div_rn(x, temperature), top, thr, min_p, True), 0)
+    tl.store(kept_ptr + row * num_splits + split, mass)
+
+
 @triton.jit(do_not_specialize=["num_rows", "num_splits"])
 def _pick_kernel(
     logits_ptr, stride_row, vocab, temperature_ptr, greedy_ptr, uniform_ptr,
     part_max_ptr, part_idx_ptr, part_nan_ptr, part_smax_ptr, part_ssum_ptr, out_ptr, num_rows, num_splits,
-    ANY_RANDOM: tl.constexpr, BLOCK: tl.constexpr, BLOCK_S: tl.constexpr,
+    thr_ptr, min_p_ptr, kept_ptr,
+    ANY_RANDOM: tl.constexpr, TRUNCATE: tl.constexpr, BLOCK: tl.constexpr, BLOCK_S: tl.constexpr,
 ):
     row = tl.program_id(0).to(tl.int64)
     s = tl.arange(0, BLOCK_S)
@@ -118,7 +158,14 @@ def _pick_kernel(
             s_max = tl.load(part_smax_ptr + base + s, mask=s_ok, other=float("-inf"))
             s_sum = tl.load(part_ssum_ptr + base + s, mask=s_ok, other=0.0)
             top = tl.max(s_max, 0)
-            mass = tl.where(s_max == float("-inf"), 0.0, s_sum * tl.exp(s_max - top))  # [BLOCK_S]
+            thr = 0
+            min_p = 0.0
+            if TRUNCATE:  # each slice's kept mass, already relative to the row's maximum
+                thr = tl.load(thr_ptr + row)
+                min_p = tl.load(min_p_ptr + row)
+                mass = tl.load(kept_ptr + base + s, mask=s_ok, other=0.0)
+            else:
+                mass = tl.where(s_max == float("-inf"), 0.0, s_sum * tl.exp(s_max - top))  # [BLOCK_S]
             total = tl.sum(mass, 0)
             target = tl.load(uniform_ptr + row) * total
             cum = tl.cumsum(mass, 0)
@@ -139,8 +186,7 @@ def _pick_kernel(
                 i = tile + cols
                 in_row = i < end
                 x = tl.load(logits_ptr + row * stride_row + i, mask=in_row, other=float("-inf")).to(tl.float32)
-                xs = tl.math.div_rn(x, temperature)
-                e = tl.where(xs == float("-inf"), 0.0, tl.exp(xs - top))
+                e = _kept(tl.math.div_rn(x, temperature), top, thr, min_p, TRUNCATE)
                 hit = ((running + tl.cumsum(e, 0)) > rest) & in_row
                 found = tl.minimum(found, tl.min(tl.where(hit, i, vocab), 0))
                 last_with_mass = tl.maximum(last_with_mass, tl.max(tl.where(e > 0, i, start), 0))
@@ -158,9 +204,13 @@ def sample_rows(
     uniform: torch.Tensor | None = None,  # [R] float32 in [0, 1): each sampling row's draw
     out: torch.Tensor | None = None,
     num_sms: int | None = None,
+    top_k: torch.Tensor | None = None,  # [R] int32, 0: no limit; None: no row has one
+    top_p: torch.Tensor | None = None,  # [R] float32, 1: no limit; None: no row has one
+    min_p: torch.Tensor | None = None,  # [R] float32, 0: no limit; None: no row has one
 ) -> torch.Tensor:
     """logits [R, V] (any float dtype, rows contiguous) -> int32 [2R]: each row's token, then its
-    ok flag (1: it could be sampled). `out`: where to write them."""
+    ok flag (1: it could be sampled). `out`: where to write them. top_k / top_p / min_p (with
+    greedy, temperature and uniform) truncate the sampling rows: kernels/truncation.py."""
     num_rows, vocab = logits.shape
     assert logits.stride(1) == 1 and vocab > 0
     device = logits.device
@@ -180,7 +230,9 @@ def sample_rows(
     num_splits = choose_num_splits(num_rows, vocab, num_sms, block)
     # Each part's row is padded to 16 bytes: Triton specialises pointers on 16-byte alignment, so
     # views at unaligned offsets (some row counts) would compile another variant while serving.
-    parts = torch.empty((5, -(-num_rows * num_splits // 4) * 4), dtype=torch.float32, device=device)
+    truncate = any_random and (top_k is not None or top_p is not None or min_p is not None)
+    parts = torch.empty((6 if truncate else 5, -(-num_rows * num_splits // 4) * 4), dtype=torch.float32,
+                        device=device)
     part_max, part_smax, part_ssum = parts[0], parts[3], parts[4]
     part_idx, part_nan = parts[1].view(torch.int32), parts[2].view(torch.int32)
     _slice_kernel[(num_rows, num_splits)](
@@ -188,9 +240,22 @@ def sample_rows(
         part_max, part_idx, part_nan, part_smax, part_ssum, num_splits,
         ANY_RANDOM=any_random, BLOCK=block, num_warps=8 if block >= 2048 else 4,
     )
+    thr = kept = out  # unused pointers unless truncating
+    if truncate:
+        thr = thresholds(logits, temperature, part_smax, num_splits, MAX_SPLITS, num_sms, top_k, top_p)
+        if min_p is None:
+            min_p = torch.zeros(num_rows, dtype=torch.float32, device=device)
+        kept = parts[5]
+        _kept_mass_kernel[(num_rows, num_splits)](
+            logits, logits.stride(0), vocab, temperature, thr, min_p, part_smax, kept, num_splits,
+            BLOCK=block, BLOCK_S=MAX_SPLITS, num_warps=8 if block >= 2048 else 4,
+        )
+    else:
+        min_p = out
     _pick_kernel[(num_rows,)](
         logits, logits.stride(0), vocab, temperature, greedy_u8, uniform,
-        part_max, part_idx, part_nan, part_smax, part_ssum, out, num_rows, num_splits,
-        ANY_RANDOM=any_random, BLOCK=block, BLOCK_S=MAX_SPLITS, num_warps=8 if block >= 2048 else 4,
+        part_max, part_idx, part_nan, part_smax, part_ssum, out, num_rows, num_splits, thr, min_p, kept,
+        ANY_RANDOM=any_random, TRUNCATE=truncate, BLOCK=block, BLOCK_S=MAX_SPLITS,
+        num_warps=8 if block >= 2048 else 4,
     )
     return out
