@@ -2,12 +2,14 @@
 (gpu_stage/kernels/sampling.py), both through Sampler.start as the runner calls it.
 
     python3 bench/sampling_cost.py [--vocab 128256] [--rows 1 8 32 64 128 256] [--reps 200]
+        [--paths torch fused] [--kinds greedy temperature top_p top_p_top_k min_p] [--kernels]
 
 For each row count and kind of row (greedy; temperature 0.7; temperature with top_p 0.9; top_p and
 top_k 50; min_p 0.05): the device time of one start() on each path (CUDA events around `reps` calls
 queued behind a sleeping kernel long enough that the host's launches never leave the device
 waiting) and the host time it takes to queue one (median, wall clock); whether the two paths agree
-on the ids and errors (they draw the same inverse CDF over the same kept tokens). Logits are
+on the ids and errors (they draw the same inverse CDF over the same kept tokens); with --kernels,
+each kernel's time on the fused path (torch.profiler). Logits are
 float32, as the decode graphs write them. Prints one JSON object.
 """
 from __future__ import annotations
@@ -59,11 +61,32 @@ KINDS = {  # row kind -> its sampling parameters
 }
 
 
+def _kernel_us(fn, reps: int) -> dict[str, float]:
+    """Each kernel's mean device time per call (torch.profiler), by kernel name."""
+    from torch.profiler import ProfilerActivity, profile
+
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(reps):
+            fn()
+        torch.cuda.synchronize()
+    totals: dict[str, float] = {}
+    for event in prof.events():
+        if event.device_type == torch.autograd.DeviceType.CUDA:
+            totals[event.name] = totals.get(event.name, 0.0) + event.device_time / reps
+    return {name: round(us, 2) for name, us in sorted(totals.items(), key=lambda kv: -kv[1])}
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--vocab", type=int, default=128256)
     p.add_argument("--rows", type=int, nargs="+", default=[1, 8, 32, 64, 128, 256])
     p.add_argument("--reps", type=int, default=200)
+    p.add_argument("--paths", nargs="+", choices=["torch", "fused"], default=["torch", "fused"])
+    p.add_argument("--kinds", nargs="+", choices=list(KINDS), default=list(KINDS))
+    p.add_argument("--kernels", action="store_true",
+                   help="also each kernel's device time per call on the fused path (torch.profiler)")
     a = p.parse_args()
     device = torch.device("cuda")
     report = {"gpu": torch.cuda.get_device_name(0), "vocab": a.vocab, "rows": []}
@@ -71,20 +94,26 @@ def main() -> None:
         gen = torch.Generator().manual_seed(num_rows)
         logits = (torch.randn(num_rows, a.vocab, generator=gen) * 4).to(device)
         entry = {"rows": num_rows}
-        for kind, params in KINDS.items():
+        for kind in a.kinds:
+            params = KINDS[kind]
             rows = [SamplingRow(SamplingParams(**params), [], [], torch.Generator().manual_seed(i))
                     for i in range(num_rows)]
             tensors = SamplingTensors.build(rows, device, a.vocab)  # the uniforms are drawn once here
             outs = {}
-            for path, sampler in (("torch", Sampler()), ("fused", Sampler(fused=True))):
+            for path in a.paths:
+                sampler = Sampler(fused=path == "fused")
+
                 def run(s=sampler):
                     return s.start(logits, rows, tensors)
 
                 entry[f"{kind}_{path}_device_us"] = round(_device_us(run, a.reps), 2)
                 entry[f"{kind}_{path}_host_us"] = round(_host_us(run, a.reps), 2)
                 outs[path] = sampler.finish(run())
-            entry[f"{kind}_same_ids"] = outs["torch"].token_ids == outs["fused"].token_ids
-            entry[f"{kind}_same_errors"] = outs["torch"].errors == outs["fused"].errors
+                if a.kernels and path == "fused":
+                    entry[f"{kind}_fused_kernels_us"] = _kernel_us(run, a.reps)
+            if len(outs) == 2:
+                entry[f"{kind}_same_ids"] = outs["torch"].token_ids == outs["fused"].token_ids
+                entry[f"{kind}_same_errors"] = outs["torch"].errors == outs["fused"].errors
         report["rows"].append(entry)
         print(entry, file=sys.stderr)
     print(json.dumps(report, indent=1))
