@@ -2,15 +2,17 @@
 (gpu_stage/kernels/sampling.py), both through Sampler.start as the runner calls it.
 
     python3 bench/sampling_cost.py [--vocab 128256] [--rows 1 8 32 64 128 256] [--reps 200]
-        [--paths torch fused] [--kinds greedy temperature top_p top_p_top_k min_p] [--kernels]
+        [--paths torch fused cached] [--kinds greedy temperature top_p top_p_top_k min_p penalties] [--kernels]
 
 For each row count and kind of row (greedy; temperature 0.7; temperature with top_p 0.9; top_p and
-top_k 50; min_p 0.05): the device time of one start() on each path (CUDA events around `reps` calls
-queued behind a sleeping kernel long enough that the host's launches never leave the device
-waiting) and the host time it takes to queue one (median, wall clock); whether the two paths agree
-on the ids and errors (they draw the same inverse CDF over the same kept tokens); with --kernels,
-each kernel's time on the fused path (torch.profiler). Logits are
-float32, as the decode graphs write them. Prints one JSON object.
+top_k 50; min_p 0.05; repetition and frequency penalties), on each path (`torch`: the sampler's
+torch ops; `fused`: its Triton kernels; `cached`: the kernels with the penalties' histories in a
+PenaltyCache, as the runner serves them, instead of rebuilt from each row's 2,048 + 64 ids): the
+device time of one start() (CUDA events around `reps` calls queued behind a sleeping kernel long
+enough that the host's launches never leave the device waiting), the host time it takes to queue
+one (median, wall clock), and whether each path gives the torch path's ids and errors (they draw the
+same inverse CDF over the same kept tokens); with --kernels, each kernel's time on the other paths
+(torch.profiler). Logits are float32, as the decode graphs write them. Prints one JSON object.
 """
 from __future__ import annotations
 
@@ -25,6 +27,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from gpu_stage.penalty_cache import PenaltyCache  # noqa: E402
 from gpu_stage.sampler import Sampler, SamplingRow, SamplingTensors  # noqa: E402
 from stages.sampling import SamplingParams  # noqa: E402
 
@@ -58,7 +61,9 @@ KINDS = {  # row kind -> its sampling parameters
     "top_p": {"temperature": 0.7, "top_p": 0.9},
     "top_p_top_k": {"temperature": 0.7, "top_p": 0.9, "top_k": 50},
     "min_p": {"temperature": 0.7, "min_p": 0.05},
+    "penalties": {"temperature": 0.7, "repetition_penalty": 1.1, "frequency_penalty": 0.2},
 }
+PROMPT_LEN, OUTPUT_LEN = 2048, 64  # each row's history (the penalties read it)
 
 
 def _kernel_us(fn, reps: int) -> dict[str, float]:
@@ -83,7 +88,7 @@ def main() -> None:
     p.add_argument("--vocab", type=int, default=128256)
     p.add_argument("--rows", type=int, nargs="+", default=[1, 8, 32, 64, 128, 256])
     p.add_argument("--reps", type=int, default=200)
-    p.add_argument("--paths", nargs="+", choices=["torch", "fused"], default=["torch", "fused"])
+    p.add_argument("--paths", nargs="+", choices=["torch", "fused", "cached"], default=["torch", "fused", "cached"])
     p.add_argument("--kinds", nargs="+", choices=list(KINDS), default=list(KINDS))
     p.add_argument("--kernels", action="store_true",
                    help="also each kernel's device time per call on the fused path (torch.profiler)")
@@ -96,24 +101,31 @@ def main() -> None:
         entry = {"rows": num_rows}
         for kind in a.kinds:
             params = KINDS[kind]
-            rows = [SamplingRow(SamplingParams(**params), [], [], torch.Generator().manual_seed(i))
-                    for i in range(num_rows)]
-            tensors = SamplingTensors.build(rows, device, a.vocab)  # the uniforms are drawn once here
+            history = torch.randint(0, a.vocab, (num_rows, PROMPT_LEN + OUTPUT_LEN), generator=gen).tolist()
             outs = {}
             for path in a.paths:
-                sampler = Sampler(fused=path == "fused")
+                cache = PenaltyCache(a.vocab, device) if path == "cached" else None
+                rows = [SamplingRow(SamplingParams(**params), h[:PROMPT_LEN], h[PROMPT_LEN:],
+                                    torch.Generator().manual_seed(i)) for i, h in enumerate(history)]
+                if cache is not None:
+                    for i, row in enumerate(rows):
+                        if row.params.needs_penalties:
+                            row.penalty_slot = cache.slot(str(i), row.prompt_token_ids, row.output_token_ids)
+                tensors = SamplingTensors.build(rows, device, a.vocab)  # the uniforms are drawn once here
+                sampler = Sampler(fused=path != "torch", penalties=cache)
 
-                def run(s=sampler):
+                def run(s=sampler, rows=rows, tensors=tensors):
                     return s.start(logits, rows, tensors)
 
                 entry[f"{kind}_{path}_device_us"] = round(_device_us(run, a.reps), 2)
                 entry[f"{kind}_{path}_host_us"] = round(_host_us(run, a.reps), 2)
                 outs[path] = sampler.finish(run())
-                if a.kernels and path == "fused":
-                    entry[f"{kind}_fused_kernels_us"] = _kernel_us(run, a.reps)
-            if len(outs) == 2:
-                entry[f"{kind}_same_ids"] = outs["torch"].token_ids == outs["fused"].token_ids
-                entry[f"{kind}_same_errors"] = outs["torch"].errors == outs["fused"].errors
+                if a.kernels and path != "torch":
+                    entry[f"{kind}_{path}_kernels_us"] = _kernel_us(run, a.reps)
+            for path in outs:
+                if path != "torch" and "torch" in outs:
+                    entry[f"{kind}_{path}_same_ids"] = outs["torch"].token_ids == outs[path].token_ids
+                    entry[f"{kind}_{path}_same_errors"] = outs["torch"].errors == outs[path].errors
         report["rows"].append(entry)
         print(entry, file=sys.stderr)
     print(json.dumps(report, indent=1))

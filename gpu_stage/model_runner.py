@@ -37,6 +37,7 @@ from gpu_stage.layer_ops import get_layer_ops
 from gpu_stage.memory_profile import profile_step
 from gpu_stage.model.llama import LlamaForCausalLM
 from gpu_stage.model_source import ModelSource
+from gpu_stage.penalty_cache import PenaltyCache
 from gpu_stage.sampler import PendingSample, Sampler, SamplerOutput, SamplingRow, SamplingTensors, draw_uniforms
 from gpu_stage.step_inputs import StagedStep, StepInputs
 from stages.messages import (
@@ -106,7 +107,10 @@ class ModelRunner:
         attention = get_attention_backend(attention_backend)
         self.model = LlamaForCausalLM(self.config, self.device, dtype, attention, get_layer_ops(attention_backend))
         self.model.load_weights(source.weights(self.device, dtype))
-        self.sampler = Sampler(source.tokenizer.eos_token_ids, fused=cuda and triton_available())
+        # Penalised requests' histories on the device, advanced by each step's sampled ids.
+        self.penalties = PenaltyCache(self.config.vocab_size, self.device)
+        self.sampler = Sampler(source.tokenizer.eos_token_ids, fused=cuda and triton_available(),
+                               penalties=self.penalties)
         self.inputs = StepInputs(max_num_batched_tokens, max_num_seqs, -(-self.max_model_len // block_size),
                                  block_size, self.device)
         self.requests: dict[str, RequestState] = {}
@@ -171,6 +175,7 @@ class ModelRunner:
             copies_done.append(self.kv_transfer.run(batch.kv_ops))  # queued before the forward
         for request_id in batch.finished_ids:
             self.requests.pop(request_id, None)
+            self.penalties.release(request_id)
         for new in batch.new_requests:
             self.requests[new.request_id] = self._new_state(new)
         launched = LaunchedStep(StepResult(batch.step_id, [], started_ns=t0), [], [], None, [], t0, copies_done)
@@ -189,7 +194,10 @@ class ModelRunner:
         self._last_sampled = None
         if launched.pending is not None or launched.outputs:
             rows_of = {rid: j for j, rid in enumerate(launched.request_ids)}
-            self._last_sampled = (self._sampled_ids(launched), rows_of)
+            sampled_ids = self._sampled_ids(launched)
+            self._last_sampled = (sampled_ids, rows_of)
+            if staged.sampling is not None and staged.sampling.need_penalties:
+                self.penalties.advance(staged.sampling.penalty_slot, sampled_ids)
         launched.result.launched_ns = time.perf_counter_ns()
         return launched
 
@@ -347,7 +355,10 @@ class ModelRunner:
             except Exception as exc:
                 result.failed[chunk.request_id] = f"{type(exc).__name__}: {exc}"
                 continue
-            rows.append(SamplingRow(state.params, state.prompt_token_ids, state.output_token_ids, state.generator))
+            slot = (self.penalties.slot(chunk.request_id, state.prompt_token_ids, state.output_token_ids)
+                    if state.params.needs_penalties else 0)
+            rows.append(SamplingRow(state.params, state.prompt_token_ids, state.output_token_ids, state.generator,
+                                    slot))
             chunk_index.append(i)
             request_ids.append(chunk.request_id)
         return rows, chunk_index, request_ids

@@ -26,6 +26,7 @@ class SamplingRow:
     prompt_token_ids: list[int]
     output_token_ids: list[int]
     generator: torch.Generator | None = None  # CPU generator; None: torch's global one
+    penalty_slot: int = 0  # its PenaltyCache slot (0: none; the penalties come from the id lists)
 
 
 @dataclass
@@ -52,6 +53,16 @@ def row_parameters(rows: list[SamplingRow]) -> tuple[list[float], list[int], lis
     return temperature, top_k, top_p, min_p
 
 
+def penalty_parameters(rows: list[SamplingRow]) -> tuple[list[int], list[float], list[float], list[float]]:
+    """(PenaltyCache slot, repetition, frequency, presence) per row; neutral for rows without
+    penalties (a greedy row may have them: they apply before the argmax)."""
+    slot = [r.penalty_slot for r in rows]
+    repetition = [r.params.repetition_penalty for r in rows]
+    frequency = [r.params.frequency_penalty for r in rows]
+    presence = [r.params.presence_penalty for r in rows]
+    return slot, repetition, frequency, presence
+
+
 @dataclass
 class SamplingTensors:
     """The rows' sampling parameters as [R] tensors on the logits' device, plus host-side flags
@@ -63,19 +74,27 @@ class SamplingTensors:
     top_p: torch.Tensor  # float32
     min_p: torch.Tensor  # float32
     uniform: torch.Tensor  # float32
+    penalty_slot: torch.Tensor  # int32: the row's PenaltyCache slot (0: none)
+    repetition: torch.Tensor  # float32 (1: none)
+    frequency: torch.Tensor  # float32 (0: none)
+    presence: torch.Tensor  # float32 (0: none)
     any_random: bool
     need_top_k: bool
     need_top_p: bool
     need_min_p: bool
+    need_penalties: bool
+    need_repetition: bool
 
     @staticmethod
-    def flags(rows: list[SamplingRow], vocab: int) -> tuple[bool, bool, bool, bool]:
+    def flags(rows: list[SamplingRow], vocab: int) -> tuple[bool, bool, bool, bool, bool, bool]:
         random_rows = [r.params for r in rows if not r.params.greedy]
         return (
             bool(random_rows),
             any(p.top_k is not None and p.top_k < vocab for p in random_rows),
             any(p.top_p < 1.0 for p in random_rows),
             any(p.min_p > 0.0 for p in random_rows),
+            any(r.params.needs_penalties for r in rows),
+            any(r.params.repetition_penalty != 1.0 for r in rows),
         )
 
     @classmethod
@@ -84,6 +103,7 @@ class SamplingTensors:
         """From lists (the CPU path and tests; the runner stages these in its pinned buffer)."""
         uniforms = draw_uniforms(rows) if uniforms is None else uniforms
         temperature, top_k, top_p, min_p = row_parameters(rows)
+        slot, repetition, frequency, presence = penalty_parameters(rows)
 
         def t(values: list, dtype: torch.dtype) -> torch.Tensor:
             return torch.tensor(values, dtype=dtype).to(device)
@@ -91,7 +111,8 @@ class SamplingTensors:
         return cls(
             t([r.params.greedy for r in rows], torch.bool), t(temperature, torch.float32),
             t(top_k, torch.int32), t(top_p, torch.float32), t(min_p, torch.float32),
-            t(uniforms, torch.float32), *cls.flags(rows, vocab),
+            t(uniforms, torch.float32), t(slot, torch.int32), t(repetition, torch.float32),
+            t(frequency, torch.float32), t(presence, torch.float32), *cls.flags(rows, vocab),
         )
 
     def select(self, i: int) -> SamplingTensors:
@@ -100,8 +121,10 @@ class SamplingTensors:
             return x[i : i + 1]
 
         return SamplingTensors(one(self.greedy), one(self.temperature), one(self.top_k), one(self.top_p),
-                               one(self.min_p), one(self.uniform), self.any_random, self.need_top_k,
-                               self.need_top_p, self.need_min_p)
+                               one(self.min_p), one(self.uniform), one(self.penalty_slot),
+                               one(self.repetition), one(self.frequency), one(self.presence),
+                               self.any_random, self.need_top_k, self.need_top_p, self.need_min_p,
+                               self.need_penalties, self.need_repetition)
 
 
 @dataclass
@@ -123,10 +146,13 @@ class Sampler:
     # copy of step N+1 never overwrites results of step N the host has not read yet.
     NUM_HOST_BUFFERS = 2
 
-    def __init__(self, eos_token_ids: Iterable[int] = (), fused: bool = False) -> None:
+    def __init__(self, eos_token_ids: Iterable[int] = (), fused: bool = False, penalties=None) -> None:
         """`fused`: a batch without logprobs is sampled by the Triton kernels of
         kernels/sampling.py (truncation by kernels/truncation.py, without a sort): 2 launches
-        instead of 7-15, or ~12-22 instead of a sort of every row (the runner turns it on on CUDA)."""
+        instead of 7-15, or ~12-22 instead of a sort of every row (the runner turns it on on CUDA).
+        `penalties`: a PenaltyCache holding the rows' histories (rows with a slot read them there;
+        without one, from their id lists)."""
+        self.penalties = penalties
         self.eos_token_ids = tuple(sorted(set(eos_token_ids)))
         self._row_kernel = None
         if fused:
@@ -166,7 +192,11 @@ class Sampler:
         ks = [r.params.logprobs for r in rows]
         raw_logprobs = torch.log_softmax(logits, dim=-1) if any(k is not None for k in ks) else None
         logits = self._ban_stop_ids(logits, rows)
-        logits = apply_penalties(logits, rows)
+        if tensors.need_penalties:
+            if self.penalties is not None and all(r.penalty_slot for r in rows if r.params.needs_penalties):
+                logits = self.penalties.apply(logits, tensors)
+            else:
+                logits = apply_penalties(logits, rows)
         if self._row_kernel is not None and raw_logprobs is None:
             # ids | ok flags, as the concatenation below packs them
             if tensors.any_random:
@@ -253,30 +283,41 @@ class Sampler:
 
 
 def apply_penalties(logits: torch.Tensor, rows: list[SamplingRow]) -> torch.Tensor:
-    """Repetition penalty over prompt + output (HF: divide positive logits, multiply negative ones),
-    then logits -= frequency * count + presence * (count > 0) over the output tokens (OpenAI)."""
+    """The rows' penalties from their id lists (PenaltyCache keeps the same on the device)."""
     idx = [i for i, r in enumerate(rows) if r.params.needs_penalties]
     if not idx:
         return logits
     device, vocab = logits.device, logits.shape[1]
-    num_rows = len(idx)
-    logits = logits.clone()
-    sub = logits[idx]  # [R, V]
     outputs = _padded([rows[i].output_token_ids for i in idx], vocab, device)  # [R, Lo]
-    counts = torch.zeros(num_rows, vocab + 1, device=device)  # the extra column takes the padding
-    counts = counts.scatter_add_(1, outputs, torch.ones(outputs.shape, device=device))[:, :vocab]
-    # Floored so that a valid but tiny penalty (it rounds to 0 in fp32) cannot make logits infinite.
-    rep = torch.tensor([max(rows[i].params.repetition_penalty, 1e-30) for i in idx], device=device)[:, None]
+    counts = torch.zeros(len(idx), vocab + 1, dtype=torch.int32, device=device)  # the extra column: padding
+    counts = counts.scatter_add_(1, outputs, torch.ones_like(outputs, dtype=torch.int32))[:, :vocab]
+    seen = None
     if any(rows[i].params.repetition_penalty != 1.0 for i in idx):
         prompts = _padded([rows[i].prompt_token_ids for i in idx], vocab, device)  # [R, Lp]
-        seen = torch.zeros(num_rows, vocab + 1, dtype=torch.bool, device=device)
-        seen = seen.scatter_(1, prompts, True)[:, :vocab] | (counts > 0)  # [R, V]
-        sub = torch.where(seen, torch.where(sub > 0, sub / rep, sub * rep), sub)
-    freq = torch.tensor([rows[i].params.frequency_penalty for i in idx], device=device)[:, None]
-    presence = torch.tensor([rows[i].params.presence_penalty for i in idx], device=device)[:, None]
-    sub = sub - freq * counts - presence * (counts > 0).to(sub.dtype)
-    logits[idx] = sub
+        seen = torch.zeros(len(idx), vocab + 1, dtype=torch.bool, device=device)
+        seen = seen.scatter_(1, prompts, True)[:, :vocab]
+
+    def param(name: str) -> torch.Tensor:
+        return torch.tensor([getattr(rows[i].params, name) for i in idx], dtype=torch.float32, device=device)
+
+    logits = logits.clone()
+    logits[idx] = penalize(logits[idx], counts, seen, param("repetition_penalty"), param("frequency_penalty"),
+                           param("presence_penalty"))
     return logits
+
+
+def penalize(logits: torch.Tensor, counts: torch.Tensor, seen: torch.Tensor | None, repetition: torch.Tensor,
+             frequency: torch.Tensor, presence: torch.Tensor) -> torch.Tensor:
+    """logits [R, V], output token counts [R, V], prompt tokens [R, V] bool (None: no row has a
+    repetition penalty), parameters [R] -> new logits. The repetition penalty over prompt + output
+    (HF: divide positive logits, multiply negative ones), then logits -= frequency * count +
+    presence * (count > 0) (OpenAI). Neutral parameters (1, 0, 0) leave a row as it is."""
+    counts = counts.to(logits.dtype)
+    if seen is not None:
+        # Floored so that a valid but tiny penalty (it rounds to 0 in fp32) cannot make logits infinite.
+        rep = repetition.clamp(min=1e-30)[:, None]
+        logits = torch.where(seen | (counts > 0), torch.where(logits > 0, logits / rep, logits * rep), logits)
+    return logits - frequency[:, None] * counts - presence[:, None] * (counts > 0).to(logits.dtype)
 
 
 def _padded(seqs: list[list[int]], vocab: int, device: torch.device) -> torch.Tensor:

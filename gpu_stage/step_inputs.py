@@ -4,7 +4,7 @@ device with ONE host-to-device copy into a persistent device buffer; the model r
 Packed, int32, 16-byte aligned segments (floats stored as their bits):
     input_ids [T] | positions [T] | slot_mapping [T] | cu_seqlens_q [B+1] | seq_lens [B] |
     logits_indices [S] | block_tables [B, W] | sampling: greedy, temperature, top_k, top_p, min_p,
-    uniform [R each] | feed_dst, feed_src [F each]
+    uniform, penalty_slot, repetition, frequency, presence [R each] | feed_dst, feed_src [F each]
 The offsets are a function of (T, B, W, S, R) alone (the feed segments come last). A CUDA graph captured for a bucket therefore
 reads the same device addresses at every replay of that bucket: staging a step with the bucket's
 `GraphShape` (rows padded up to it, block tables W_max wide) lands it exactly where the graph looks.
@@ -32,10 +32,11 @@ import numpy as np
 import torch
 
 from gpu_stage.attention.metadata import AttentionMetadata
-from gpu_stage.sampler import SamplingRow, SamplingTensors, row_parameters
+from gpu_stage.sampler import SamplingRow, SamplingTensors, penalty_parameters, row_parameters
 
 ALIGN = 4  # int32 elements: 16 bytes
-_SAMPLING = ("greedy", "temperature", "top_k", "top_p", "min_p", "uniform")
+_SAMPLING = ("greedy", "temperature", "top_k", "top_p", "min_p", "uniform", "penalty_slot", "repetition",
+             "frequency", "presence")
 
 
 class Chunk(Protocol):  # stages.messages.ScheduledChunk satisfies it
@@ -209,6 +210,11 @@ class StepInputs:
             seg("top_p").view(np.float32)[:] = top_p
             seg("min_p").view(np.float32)[:] = min_p
             seg("uniform").view(np.float32)[:] = uniforms
+            slot, repetition, frequency, presence = penalty_parameters(list(rows))
+            seg("penalty_slot")[:] = slot
+            seg("repetition").view(np.float32)[:] = repetition
+            seg("frequency").view(np.float32)[:] = frequency
+            seg("presence").view(np.float32)[:] = presence
         if num_feeds:
             seg("feed_dst")[:] = feed[0]
             seg("feed_src")[:] = feed[1]
@@ -235,7 +241,9 @@ class StepInputs:
             sampling = SamplingTensors(
                 view("greedy") != 0, view("temperature").view(torch.float32), view("top_k"),
                 view("top_p").view(torch.float32), view("min_p").view(torch.float32),
-                view("uniform").view(torch.float32), *SamplingTensors.flags(list(rows), vocab_size),
+                view("uniform").view(torch.float32), view("penalty_slot"), view("repetition").view(torch.float32),
+                view("frequency").view(torch.float32), view("presence").view(torch.float32),
+                *SamplingTensors.flags(list(rows), vocab_size),
             )
         return StagedStep(view("input_ids"), view("positions"), view("logits_indices"), meta, sampling,
                           layout, num_tokens, num_seqs)

@@ -19,8 +19,9 @@ class StepPlacement:
     def _schedule_ahead(self, req: RequestState, step: StepBuilder) -> None:
         """The decode after the one in flight, if its input is the only thing it waits for: the
         step in flight samples the token (its chunk ends at the known tokens), that token cannot
-        end the request by length, and the sampler needs no history the host has not seen yet
-        (penalties; min_tokens still banning EOS). Never preempts: no room means no decode ahead."""
+        end the request by length, and the sampler needs no count the host has not seen yet
+        (min_tokens still banning EOS; the penalties' histories live on the device, advanced by
+        each step: gpu_stage/penalty_cache.py). Never preempts: no room means no decode ahead."""
         params = req.params
         num_tokens = len(req.all_token_ids)  # (once per request per step: no property calls)
         num_output = num_tokens - req.num_prompt_tokens
@@ -28,7 +29,7 @@ class StepPlacement:
                 or req.num_computed_tokens + req.num_in_flight_tokens != num_tokens
                 or num_output + 1 >= params.max_tokens
                 or num_tokens + 1 >= self._max_model_len
-                or params.needs_penalties or num_output < params.min_tokens):
+                or num_output < params.min_tokens):
             return
         # Its slot in the last block (most steps: no growth), else grow by a block.
         if num_tokens < len(req.block_ids) * self._block_size or self._grow(req, num_tokens + 1):

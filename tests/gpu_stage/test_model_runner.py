@@ -125,6 +125,7 @@ def test_batched_steps_equal_each_request_alone(source: ModelSource) -> None:
     runner = _runner(source)
     together = _drive(runner, _requests(), token_budget=16)  # forces chunked prefill + mixing
     assert not runner.requests  # every finished request's state was dropped
+    assert runner.penalties.num_slots_in_use == 0  # and its penalty history slot freed
     for req in _requests():
         req.arrival_step = 0
         alone = _drive(_runner(source), [req], token_budget=64, seed=9)

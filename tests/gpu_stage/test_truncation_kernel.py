@@ -6,6 +6,8 @@ Without CUDA the kernels run under Triton's interpreter (tests/gpu_stage/conftes
 vocabularies split into several slices; the `gpu` case runs Llama-3's vocabulary."""
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -45,8 +47,7 @@ def _kernel_mask(logits: torch.Tensor, t: SamplingTensors, num_sms: int) -> torc
 
 
 def _torch_mask(logits: torch.Tensor, t: SamplingTensors) -> torch.Tensor:
-    no_min_p = SamplingTensors(t.greedy, t.temperature, t.top_k, t.top_p, t.min_p, t.uniform, t.any_random,
-                               t.need_top_k, t.need_top_p, False)
+    no_min_p = dataclasses.replace(t, need_min_p=False)
     keep = truncation_mask(logits.to(DEVICE) / t.temperature[:, None], no_min_p)
     return torch.ones(logits.shape, dtype=torch.bool) if keep is None else keep.cpu()
 

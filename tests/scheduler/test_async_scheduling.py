@@ -103,7 +103,9 @@ def test_no_decode_ahead_when_the_pending_token_may_be_the_last() -> None:
     assert s.can_schedule_ahead() and s.schedule() is None
 
 
-def test_no_decode_ahead_when_sampling_needs_history_the_host_lacks() -> None:
+def test_no_decode_ahead_when_sampling_needs_a_count_the_host_lacks() -> None:
+    """min_tokens bans EOS by the host's count of outputs: no decode ahead while it applies. A
+    penalised request gets one: its history is kept on the device (gpu_stage/penalty_cache.py)."""
     s = make_sched()
     prefilled(s, ("pen", 4))
     add(s, "min", 4, min_tokens=3)
@@ -114,7 +116,8 @@ def test_no_decode_ahead_when_sampling_needs_history_the_host_lacks() -> None:
     step1 = s.schedule()
     assert [c.request_id for c in step1.chunks] == ["pen", "min", "plain"]
     step2 = s.schedule()  # min has 1 output < min_tokens 3: the EOS ban needs its count
-    assert chunks(step2) == [("plain", [PENDING_TOKEN], 5, True)]
+    assert [c.request_id for c in step2.chunks] == ["pen", "plain"]
+    assert all(c.token_ids == [PENDING_TOKEN] for c in step2.chunks)
 
 
 def test_nothing_is_built_ahead_of_a_prefill_or_with_async_off() -> None:
