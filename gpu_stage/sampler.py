@@ -147,9 +147,9 @@ class Sampler:
     NUM_HOST_BUFFERS = 2
 
     def __init__(self, eos_token_ids: Iterable[int] = (), fused: bool = False, penalties=None) -> None:
-        """`fused`: a batch without logprobs is sampled by the Triton kernels of
-        kernels/sampling.py (truncation by kernels/truncation.py, without a sort): 2 launches
-        instead of 7-15, or ~12-22 instead of a sort of every row (the runner turns it on on CUDA).
+        """`fused`: tokens are drawn by the Triton kernels of kernels/sampling.py (truncation by
+        kernels/truncation.py, without a sort): 2 launches instead of 7-15, or ~12-22 instead of a
+        sort of every row (the runner turns it on on CUDA); logprobs stay torch's.
         `penalties`: a PenaltyCache holding the rows' histories (rows with a slot read them there;
         without one, from their id lists)."""
         self.penalties = penalties
@@ -197,37 +197,37 @@ class Sampler:
                 logits = self.penalties.apply(logits, tensors)
             else:
                 logits = apply_penalties(logits, rows)
-        if self._row_kernel is not None and raw_logprobs is None:
-            # ids | ok flags, as the concatenation below packs them
-            if tensors.any_random:
-                t = tensors
-                on_device = self._row_kernel(logits, t.greedy, t.temperature, t.uniform,
-                                             top_k=t.top_k if t.need_top_k else None,
-                                             top_p=t.top_p if t.need_top_p else None,
-                                             min_p=t.min_p if t.need_min_p else None)
-            else:
-                on_device = self._row_kernel(logits)
-            packed, event = self._copy_to_host(on_device)
-            return PendingSample(on_device[: len(rows)], packed, event, len(rows), ks, 0)
-
-        tokens = torch.argmax(logits, dim=-1)  # [B]
-        # [B]: a row whose max is NaN, +inf or -inf (all banned) cannot be sampled.
-        ok = torch.isfinite(logits.max(dim=-1).values)
-        if tensors.any_random:
-            sampled, row_ok = _sample(logits, tensors)
-            tokens = torch.where(tensors.greedy, tokens, sampled)
-            ok = ok & (tensors.greedy | row_ok)
-        token_ids = tokens.to(torch.int32)
-        parts = [token_ids, ok.to(torch.int32)]
+        num_rows = len(rows)
+        ids_ok = self._ids_and_ok(logits, tensors)  # int32 [2R]: ids | ok flags
+        token_ids = ids_ok[:num_rows]
+        parts = [ids_ok]
         max_k = 0
-        if raw_logprobs is not None:
+        if raw_logprobs is not None:  # of the drawn token, from the raw model distribution
             max_k = max(k or 0 for k in ks)
-            parts.append(raw_logprobs.gather(1, tokens[:, None])[:, 0].view(torch.int32))  # float bits
+            parts.append(raw_logprobs.gather(1, token_ids[:, None].long())[:, 0].view(torch.int32))  # float bits
             if max_k:
                 top_v, top_i = raw_logprobs.topk(max_k, dim=-1)  # [B, k]
                 parts += [top_i.to(torch.int32).reshape(-1), top_v.reshape(-1).view(torch.int32)]
-        packed, event = self._copy_to_host(torch.cat(parts))
-        return PendingSample(token_ids, packed, event, len(rows), ks, max_k)
+        packed, event = self._copy_to_host(parts[0] if len(parts) == 1 else torch.cat(parts))
+        return PendingSample(token_ids, packed, event, num_rows, ks, max_k)
+
+    def _ids_and_ok(self, logits: torch.Tensor, t: SamplingTensors) -> torch.Tensor:
+        """The drawn ids, then each row's ok flag (int32 [2R]): the Triton kernels, or torch."""
+        if self._row_kernel is not None:
+            if not t.any_random:
+                return self._row_kernel(logits)
+            return self._row_kernel(logits, t.greedy, t.temperature, t.uniform,
+                                    top_k=t.top_k if t.need_top_k else None,
+                                    top_p=t.top_p if t.need_top_p else None,
+                                    min_p=t.min_p if t.need_min_p else None)
+        tokens = torch.argmax(logits, dim=-1)  # [B]
+        # [B]: a row whose max is NaN, +inf or -inf (all banned) cannot be sampled.
+        ok = torch.isfinite(logits.max(dim=-1).values)
+        if t.any_random:
+            sampled, row_ok = _sample(logits, t)
+            tokens = torch.where(t.greedy, tokens, sampled)
+            ok = ok & (t.greedy | row_ok)
+        return torch.cat([tokens.to(torch.int32), ok.to(torch.int32)])
 
     def finish(self, pending: PendingSample) -> SamplerOutput:
         """Wait for the copy (the step's one host sync) and unpack it."""

@@ -1,7 +1,7 @@
 """Sampling one token per row in two small kernels, for rows that are greedy or sample with a
 temperature, and with top_k, top_p or min_p through the threshold search of kernels/truncation.py
-(rows asking for logprobs take the sampler's torch path). The result goes straight into the step's
-packed array (ids | ok flags).
+(logprobs, when asked, are torch's). The result goes straight into the step's packed array (ids |
+ok flags).
 
 Why: the torch path spends a reduction per question and a kernel per elementwise step. On the H200
 with Llama-3's 128,256 logits (`python3 bench/sampling_cost.py`, bench/results/20261130-NVIDIA-H200,

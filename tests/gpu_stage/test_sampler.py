@@ -140,8 +140,8 @@ def test_non_finite_row_is_an_error_for_that_row_only() -> None:
 def test_fused_matches_the_torch_path(banned: bool) -> None:
     """Sampler(fused=True) (the Triton kernels; on CPU under the interpreter) gives the torch
     path's ids and errors for greedy rows and rows sampling with a temperature, top_p, top_k or
-    min_p, min_tokens bans and non-finite rows included; a batch with logprobs takes the torch
-    path. (The kernels need the logits on the GPU where there is one: the runner turns the flag on
+    min_p, min_tokens bans and non-finite rows included, and the same logprobs where rows ask for
+    them. (The kernels need the logits on the GPU where there is one: the runner turns the flag on
     only there.)"""
     pytest.importorskip("triton")
     gen = torch.Generator().manual_seed(11)
@@ -156,11 +156,11 @@ def test_fused_matches_the_torch_path(banned: bool) -> None:
 
     for extra in ((), ({"seed": 5},), ({"seed": 6, "temperature": 0.5}, {"seed": 7, "temperature": 2.0}),
                   ({"seed": 8, "top_p": 0.9},), ({"seed": 9, "top_k": 20, "min_p": 0.05},),
-                  ({"temperature": 0.0, "logprobs": 2},)):
+                  ({"temperature": 0.0, "logprobs": 2},), ({"seed": 10, "top_p": 0.8, "logprobs": 3},)):
         a, b = fused(logits, batch(*extra)), plain(logits, batch(*extra))
         assert set(a.errors) == set(b.errors) == {2}
         assert [t for i, t in enumerate(a.token_ids) if i != 2] == [t for i, t in enumerate(b.token_ids) if i != 2]
-        assert a.top_logprobs == b.top_logprobs
+        assert a.top_logprobs == b.top_logprobs and a.logprobs == b.logprobs
         if not extra:
             assert (a.token_ids[1] == 3) is not banned
 
