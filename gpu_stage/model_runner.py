@@ -38,7 +38,8 @@ from gpu_stage.memory_profile import profile_step
 from gpu_stage.model.llama import LlamaForCausalLM
 from gpu_stage.model_source import ModelSource
 from gpu_stage.penalty_cache import PenaltyCache
-from gpu_stage.sampler import PendingSample, Sampler, SamplerOutput, SamplingRow, SamplingTensors, draw_uniforms
+from gpu_stage.sampler import (PendingSample, Sampler, SamplerOutput, SamplingRow, SamplingTensors, device_ids,
+                               draw_uniforms)
 from gpu_stage.step_inputs import StagedStep, StepInputs
 from stages.messages import (
     PENDING_TOKEN, KvTransferOps, NewRequestData, SampledToken, ScheduledChunk, StepBatch, StepResult,
@@ -369,7 +370,7 @@ class ModelRunner:
         if logit_rows == list(range(len(rows))):
             logits = logits[: len(rows)]
         else:  # a failed request or an unsampled chunk in between: gather (rare)
-            logits = logits[torch.tensor(logit_rows, device=logits.device)]
+            logits = logits[device_ids(logit_rows, logits.device)]
         try:
             launched.pending = self.sampler.start(logits, rows, tensors)
         except Exception:

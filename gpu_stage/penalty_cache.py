@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import torch
 
-from gpu_stage.sampler import SamplingTensors, penalize
+from gpu_stage.sampler import SamplingTensors, device_ids, penalize
 
 INITIAL_SLOTS = 8
 
@@ -86,11 +86,6 @@ class PenaltyCache:
             self.counts[slot].index_add_(0, output, torch.ones_like(output, dtype=torch.int32))
 
     def _ids(self, ids: list[int]) -> torch.Tensor | None:
-        """The ids inside the vocabulary, on the device; copied from pinned memory (no sync)."""
+        """The ids inside the vocabulary, on the device (no sync)."""
         ids = [t for t in ids if 0 <= t < self.vocab]
-        if not ids:
-            return None
-        host = torch.tensor(ids, dtype=torch.int64)
-        if self.device.type != "cuda":
-            return host
-        return host.pin_memory().to(self.device, non_blocking=True)
+        return device_ids(ids, self.device) if ids else None

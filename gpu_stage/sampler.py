@@ -278,8 +278,18 @@ class Sampler:
         if not ban_rows:
             return logits
         logits = logits.clone()
-        logits[torch.tensor(ban_rows), torch.tensor(ban_ids)] = float("-inf")
+        logits[device_ids(ban_rows, logits.device), device_ids(ban_ids, logits.device)] = float("-inf")
         return logits
+
+
+def device_ids(values: list[int], device: torch.device) -> torch.Tensor:
+    """int64 ids on `device`. On CUDA through pinned memory, not waited for: a copy from pageable
+    memory (or indexing a CUDA tensor with a CPU one) first waits for everything queued on the
+    device, the forward included, and stalls the launch thread."""
+    host = torch.tensor(values, dtype=torch.int64)
+    if device.type != "cuda":
+        return host
+    return host.pin_memory().to(device, non_blocking=True)
 
 
 def apply_penalties(logits: torch.Tensor, rows: list[SamplingRow]) -> torch.Tensor:
