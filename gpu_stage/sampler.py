@@ -10,7 +10,7 @@ a seeded request gives the same tokens whatever else shares its batch.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterable
+from typing import Iterable, NamedTuple
 
 import numpy as np
 import torch
@@ -63,6 +63,17 @@ def penalty_parameters(rows: list[SamplingRow]) -> tuple[list[int], list[float],
     return slot, repetition, frequency, presence
 
 
+class SamplingFlags(NamedTuple):
+    """Which of the sampler's steps a batch needs, from its rows' parameters (host values)."""
+
+    any_random: bool
+    need_top_k: bool
+    need_top_p: bool
+    need_min_p: bool
+    need_penalties: bool
+    need_repetition: bool
+
+
 @dataclass
 class SamplingTensors:
     """The rows' sampling parameters as [R] tensors on the logits' device, plus host-side flags
@@ -86,9 +97,9 @@ class SamplingTensors:
     need_repetition: bool
 
     @staticmethod
-    def flags(rows: list[SamplingRow], vocab: int) -> tuple[bool, bool, bool, bool, bool, bool]:
+    def flags(rows: list[SamplingRow], vocab: int) -> SamplingFlags:
         random_rows = [r.params for r in rows if not r.params.greedy]
-        return (
+        return SamplingFlags(
             bool(random_rows),
             any(p.top_k is not None and p.top_k < vocab for p in random_rows),
             any(p.top_p < 1.0 for p in random_rows),

@@ -202,6 +202,7 @@ class StepInputs:
         seg("seq_lens")[:num_seqs] = seq_lens
         seg("seq_lens")[num_seqs:] = 1
         seg("logits_indices")[:] = logits_rows
+        flags = SamplingTensors.flags(list(rows), vocab_size) if rows else None
         if rows:
             temperature, top_k, top_p, min_p = row_parameters(list(rows))
             seg("greedy")[:] = [r.params.greedy for r in rows]
@@ -210,6 +211,7 @@ class StepInputs:
             seg("top_p").view(np.float32)[:] = top_p
             seg("min_p").view(np.float32)[:] = min_p
             seg("uniform").view(np.float32)[:] = uniforms
+        if rows and flags.need_penalties:  # else the segments are never read
             slot, repetition, frequency, presence = penalty_parameters(list(rows))
             seg("penalty_slot")[:] = slot
             seg("repetition").view(np.float32)[:] = repetition
@@ -242,8 +244,7 @@ class StepInputs:
                 view("greedy") != 0, view("temperature").view(torch.float32), view("top_k"),
                 view("top_p").view(torch.float32), view("min_p").view(torch.float32),
                 view("uniform").view(torch.float32), view("penalty_slot"), view("repetition").view(torch.float32),
-                view("frequency").view(torch.float32), view("presence").view(torch.float32),
-                *SamplingTensors.flags(list(rows), vocab_size),
+                view("frequency").view(torch.float32), view("presence").view(torch.float32), *flags,
             )
         return StagedStep(view("input_ids"), view("positions"), view("logits_indices"), meta, sampling,
                           layout, num_tokens, num_seqs)
