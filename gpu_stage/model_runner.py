@@ -353,11 +353,13 @@ class ModelRunner:
                     raise KeyError(f"request {chunk.request_id!r} was never announced to the runner")
                 if self.request_fault_injector is not None:
                     self.request_fault_injector(chunk.request_id)
+                # Its penalty history (filled the first time: the pools may grow, and a failed
+                # allocation fails this request only).
+                slot = (self.penalties.slot(chunk.request_id, state.prompt_token_ids, state.output_token_ids)
+                        if state.params.needs_penalties else 0)
             except Exception as exc:
                 result.failed[chunk.request_id] = f"{type(exc).__name__}: {exc}"
                 continue
-            slot = (self.penalties.slot(chunk.request_id, state.prompt_token_ids, state.output_token_ids)
-                    if state.params.needs_penalties else 0)
             rows.append(SamplingRow(state.params, state.prompt_token_ids, state.output_token_ids, state.generator,
                                     slot))
             chunk_index.append(i)

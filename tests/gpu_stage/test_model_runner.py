@@ -153,6 +153,20 @@ def test_request_failure_fails_only_that_request(source: ModelSource) -> None:
     assert result.sampled[0].token_id == result.sampled[1].token_id  # same prompt, greedy
 
 
+def test_a_penalty_history_that_cannot_be_allocated_fails_only_its_request(source: ModelSource) -> None:
+    runner = _runner(source)
+
+    def no_memory() -> None:
+        raise RuntimeError("out of memory (injected)")
+
+    runner.penalties._grow = no_memory
+    batch = _one_step(runner, ["plain", "penalised"])
+    batch.new_requests[1].params = SamplingParams(temperature=0.0, repetition_penalty=1.2)
+    result = runner.execute(batch)
+    assert set(result.failed) == {"penalised"} and "out of memory" in result.failed["penalised"]
+    assert [t.request_id for t in result.sampled] == ["plain"]
+
+
 def test_step_fault_propagates_and_unknown_request_fails(source: ModelSource) -> None:
     runner = _runner(source)
 
