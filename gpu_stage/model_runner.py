@@ -197,7 +197,7 @@ class ModelRunner:
             rows_of = {rid: j for j, rid in enumerate(launched.request_ids)}
             sampled_ids = self._sampled_ids(launched)
             self._last_sampled = (sampled_ids, rows_of)
-            if staged.sampling is not None and staged.sampling.need_penalties:
+            if staged.sampling is not None and staged.sampling.flags.need_penalties:
                 self.penalties.advance(staged.sampling.penalty_slot, sampled_ids)
         launched.result.launched_ns = time.perf_counter_ns()
         return launched

@@ -55,7 +55,7 @@ class PenaltyCache:
         assert self.counts is not None and self.seen is not None, "no request has a slot"
         slots = t.penalty_slot.long()
         counts = self.counts.index_select(0, slots)
-        seen = self.seen.index_select(0, slots) if t.need_repetition else None
+        seen = self.seen.index_select(0, slots) if t.flags.need_repetition else None
         return penalize(logits, counts, seen, t.repetition, t.frequency, t.presence)
 
     def advance(self, slots: torch.Tensor, token_ids: torch.Tensor) -> None:

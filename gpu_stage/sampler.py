@@ -73,6 +73,18 @@ class SamplingFlags(NamedTuple):
     need_penalties: bool
     need_repetition: bool
 
+    @staticmethod
+    def of(rows: list[SamplingRow], vocab: int) -> SamplingFlags:
+        random_rows = [r.params for r in rows if not r.params.greedy]
+        return SamplingFlags(
+            bool(random_rows),
+            any(p.top_k is not None and p.top_k < vocab for p in random_rows),
+            any(p.top_p < 1.0 for p in random_rows),
+            any(p.min_p > 0.0 for p in random_rows),
+            any(r.params.needs_penalties for r in rows),
+            any(r.params.repetition_penalty != 1.0 for r in rows),
+        )
+
 
 @dataclass
 class SamplingTensors:
@@ -89,24 +101,7 @@ class SamplingTensors:
     repetition: torch.Tensor  # float32 (1: none)
     frequency: torch.Tensor  # float32 (0: none)
     presence: torch.Tensor  # float32 (0: none)
-    any_random: bool
-    need_top_k: bool
-    need_top_p: bool
-    need_min_p: bool
-    need_penalties: bool
-    need_repetition: bool
-
-    @staticmethod
-    def flags(rows: list[SamplingRow], vocab: int) -> SamplingFlags:
-        random_rows = [r.params for r in rows if not r.params.greedy]
-        return SamplingFlags(
-            bool(random_rows),
-            any(p.top_k is not None and p.top_k < vocab for p in random_rows),
-            any(p.top_p < 1.0 for p in random_rows),
-            any(p.min_p > 0.0 for p in random_rows),
-            any(r.params.needs_penalties for r in rows),
-            any(r.params.repetition_penalty != 1.0 for r in rows),
-        )
+    flags: SamplingFlags
 
     @classmethod
     def build(cls, rows: list[SamplingRow], device: torch.device, vocab: int,
@@ -123,7 +118,7 @@ class SamplingTensors:
             t([r.params.greedy for r in rows], torch.bool), t(temperature, torch.float32),
             t(top_k, torch.int32), t(top_p, torch.float32), t(min_p, torch.float32),
             t(uniforms, torch.float32), t(slot, torch.int32), t(repetition, torch.float32),
-            t(frequency, torch.float32), t(presence, torch.float32), *cls.flags(rows, vocab),
+            t(frequency, torch.float32), t(presence, torch.float32), SamplingFlags.of(rows, vocab),
         )
 
     def select(self, i: int) -> SamplingTensors:
@@ -133,9 +128,7 @@ class SamplingTensors:
 
         return SamplingTensors(one(self.greedy), one(self.temperature), one(self.top_k), one(self.top_p),
                                one(self.min_p), one(self.uniform), one(self.penalty_slot),
-                               one(self.repetition), one(self.frequency), one(self.presence),
-                               self.any_random, self.need_top_k, self.need_top_p, self.need_min_p,
-                               self.need_penalties, self.need_repetition)
+                               one(self.repetition), one(self.frequency), one(self.presence), self.flags)
 
 
 @dataclass
@@ -203,7 +196,7 @@ class Sampler:
         ks = [r.params.logprobs for r in rows]
         raw_logprobs = torch.log_softmax(logits, dim=-1) if any(k is not None for k in ks) else None
         logits = self._ban_stop_ids(logits, rows)
-        if tensors.need_penalties:
+        if tensors.flags.need_penalties:
             if self.penalties is not None and all(r.penalty_slot for r in rows if r.params.needs_penalties):
                 logits = self.penalties.apply(logits, tensors)
             else:
@@ -225,16 +218,16 @@ class Sampler:
     def _ids_and_ok(self, logits: torch.Tensor, t: SamplingTensors) -> torch.Tensor:
         """The drawn ids, then each row's ok flag (int32 [2R]): the Triton kernels, or torch."""
         if self._row_kernel is not None:
-            if not t.any_random:
+            if not t.flags.any_random:
                 return self._row_kernel(logits)
             return self._row_kernel(logits, t.greedy, t.temperature, t.uniform,
-                                    top_k=t.top_k if t.need_top_k else None,
-                                    top_p=t.top_p if t.need_top_p else None,
-                                    min_p=t.min_p if t.need_min_p else None)
+                                    top_k=t.top_k if t.flags.need_top_k else None,
+                                    top_p=t.top_p if t.flags.need_top_p else None,
+                                    min_p=t.min_p if t.flags.need_min_p else None)
         tokens = torch.argmax(logits, dim=-1)  # [B]
         # [B]: a row whose max is NaN, +inf or -inf (all banned) cannot be sampled.
         ok = torch.isfinite(logits.max(dim=-1).values)
-        if t.any_random:
+        if t.flags.any_random:
             sampled, row_ok = _sample(logits, t)
             tokens = torch.where(t.greedy, tokens, sampled)
             ok = ok & (t.greedy | row_ok)
@@ -380,18 +373,18 @@ def truncation_mask(scaled: torch.Tensor, t: SamplingTensors) -> torch.Tensor | 
     - top_p, over the top-k tokens: a token stays when the tokens strictly more likely hold less
       than top_p of their mass (the crossing token included; so the most likely always stays);
     - min_p: a token's probability at least min_p times the most likely token's."""
-    if not (t.need_top_k or t.need_top_p or t.need_min_p):
+    if not (t.flags.need_top_k or t.flags.need_top_p or t.flags.need_min_p):
         return None
     vocab = scaled.shape[1]
     top = scaled.max(dim=-1, keepdim=True).values  # [R, 1]
     keep = torch.ones_like(scaled, dtype=torch.bool)
-    if t.need_top_k or t.need_top_p:
+    if t.flags.need_top_k or t.flags.need_top_p:
         ordered = scaled.sort(dim=-1, descending=True).values  # [R, V]
         floor = torch.full_like(top, float("-inf"))
-        if t.need_top_k:
+        if t.flags.need_top_k:
             k = torch.where((t.top_k > 0) & (t.top_k < vocab), t.top_k, vocab).long()
             floor = ordered.gather(1, k[:, None] - 1)  # the k-th largest value
-        if t.need_top_p:
+        if t.flags.need_top_p:
             weights = torch.exp(ordered - top).masked_fill(ordered < floor, 0.0)
             mass_before = weights.cumsum(dim=-1) - weights
             need = t.top_p[:, None] * weights.sum(dim=-1, keepdim=True)
@@ -399,6 +392,6 @@ def truncation_mask(scaled: torch.Tensor, t: SamplingTensors) -> torch.Tensor | 
             cut = ordered.gather(1, count - 1)  # the least likely value that stays
             floor = torch.where(t.top_p[:, None] < 1.0, torch.maximum(cut, floor), floor)
         keep &= scaled >= floor
-    if t.need_min_p:
+    if t.flags.need_min_p:
         keep &= torch.exp(scaled - top) >= t.min_p[:, None]
     return keep

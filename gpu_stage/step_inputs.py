@@ -32,7 +32,7 @@ import numpy as np
 import torch
 
 from gpu_stage.attention.metadata import AttentionMetadata
-from gpu_stage.sampler import SamplingRow, SamplingTensors, penalty_parameters, row_parameters
+from gpu_stage.sampler import SamplingFlags, SamplingRow, SamplingTensors, penalty_parameters, row_parameters
 
 ALIGN = 4  # int32 elements: 16 bytes
 _SAMPLING = ("greedy", "temperature", "top_k", "top_p", "min_p", "uniform", "penalty_slot", "repetition",
@@ -202,7 +202,7 @@ class StepInputs:
         seg("seq_lens")[:num_seqs] = seq_lens
         seg("seq_lens")[num_seqs:] = 1
         seg("logits_indices")[:] = logits_rows
-        flags = SamplingTensors.flags(list(rows), vocab_size) if rows else None
+        flags = SamplingFlags.of(list(rows), vocab_size) if rows else None
         if rows:
             temperature, top_k, top_p, min_p = row_parameters(list(rows))
             seg("greedy")[:] = [r.params.greedy for r in rows]
@@ -244,7 +244,7 @@ class StepInputs:
                 view("greedy") != 0, view("temperature").view(torch.float32), view("top_k"),
                 view("top_p").view(torch.float32), view("min_p").view(torch.float32),
                 view("uniform").view(torch.float32), view("penalty_slot"), view("repetition").view(torch.float32),
-                view("frequency").view(torch.float32), view("presence").view(torch.float32), *flags,
+                view("frequency").view(torch.float32), view("presence").view(torch.float32), flags,
             )
         return StagedStep(view("input_ids"), view("positions"), view("logits_indices"), meta, sampling,
                           layout, num_tokens, num_seqs)

@@ -92,7 +92,7 @@ def test_sampling_parameters_roundtrip_and_buffers_reused() -> None:
     got = staged.sampling
     for name in ("greedy", "temperature", "top_k", "top_p", "min_p", "uniform"):
         assert torch.equal(getattr(got, name), getattr(ref, name)), name
-    assert (got.any_random, got.need_top_k, got.need_top_p, got.need_min_p) == (True, True, True, True)
+    assert (got.flags.any_random, got.flags.need_top_k, got.flags.need_top_p, got.flags.need_min_p) == (True, True, True, True)
     first_ptr = staged.input_ids.data_ptr()
     again = inputs.stage(_chunks()[:2])
     assert again.input_ids.data_ptr() == first_ptr  # persistent buffer, no allocation per step

@@ -42,12 +42,12 @@ def _kernel_mask(logits: torch.Tensor, t: SamplingTensors, num_sms: int) -> torc
     num_splits = choose_num_splits(num_rows, vocab, num_sms, 64)
     part_smax = scaled.max(-1).values.repeat_interleave(num_splits)  # only the row's max is read
     thr = thresholds(logits, t.temperature, part_smax, num_splits, MAX_SPLITS, num_sms,
-                     t.top_k if t.need_top_k else None, t.top_p if t.need_top_p else None)
+                     t.top_k if t.flags.need_top_k else None, t.top_p if t.flags.need_top_p else None)
     return (_keys(scaled) >= thr[:, None]).cpu()
 
 
 def _torch_mask(logits: torch.Tensor, t: SamplingTensors) -> torch.Tensor:
-    no_min_p = dataclasses.replace(t, need_min_p=False)
+    no_min_p = dataclasses.replace(t, flags=t.flags._replace(need_min_p=False))
     keep = truncation_mask(logits.to(DEVICE) / t.temperature[:, None], no_min_p)
     return torch.ones(logits.shape, dtype=torch.bool) if keep is None else keep.cpu()
 
