@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from gpu_stage.sampler import Sampler, SamplingRow, apply_penalties
+from gpu_stage.sampler import Sampler, SamplingRow, SamplingTensors, apply_penalties, truncation_mask
 from stages.sampling import SamplingParams
 
 PROBS = [0.5, 0.3, 0.15, 0.05]  # a hand-made distribution over 4 tokens (plus banned padding)
@@ -173,3 +173,37 @@ def test_warm_up_runs_both_fused_variants_and_leaves_the_sampler_usable() -> Non
     out = sampler(torch.arange(64.0).repeat(2, 1).to(device), [_row(temperature=0.0), _row(seed=1)])
     assert out.token_ids[0] == 63 and 0 <= out.token_ids[1] < 64 and not out.errors
     Sampler().warm_up(64, torch.device(device))  # not fused: nothing to compile
+
+
+@pytest.mark.parametrize("peaked", [True, False])
+def test_cpu_truncation_from_the_top_candidates_equals_the_whole_sort(peaked: bool, monkeypatch) -> None:
+    """On CPU top_k and top_p look among each row's TOP_P_CANDIDATES largest values first; the
+    kept sets equal those of a sort of the whole row, also when a row's nucleus reaches past the
+    candidates (a flat distribution: every row is then sorted whole)."""
+    import gpu_stage.sampler as sampler_mod
+
+    gen = torch.Generator().manual_seed(21)
+    vocab = 3000
+    scaled = torch.randn(6, vocab, generator=gen) * 2
+    if peaked:
+        scaled[:, :30] += 10
+    scaled[:, 100:104] = scaled[:, 100:101]  # ties
+    params = [{"top_p": 0.9}, {"top_k": 40}, {"top_k": 200, "top_p": 0.5}, {"temperature": 0.0},
+              {"top_p": 0.8, "min_p": 0.01}, {"top_k": 101}]
+    rows = [_row(seed=i, **p) for i, p in enumerate(params)]
+    t = SamplingTensors.build(rows, torch.device("cpu"), vocab)
+    widths = []
+    cut_off = sampler_mod._cut_off
+
+    def spy(scaled, top, t, width):
+        widths.append(width)
+        return cut_off(scaled, top, t, width)
+
+    monkeypatch.setattr(sampler_mod, "_cut_off", spy)
+    monkeypatch.setattr(sampler_mod, "TOP_P_CANDIDATES", 64)
+    from_candidates = truncation_mask(scaled, t)
+    assert widths == ([200] if peaked else [200, vocab])  # the largest top_k sets the width
+    monkeypatch.setattr(sampler_mod, "TOP_P_CANDIDATES", vocab)
+    whole = truncation_mask(scaled, t)
+    assert torch.equal(from_candidates, whole)
+    assert int(whole[1].sum()) == 40 and int(whole[5].sum()) >= 101
