@@ -4,18 +4,22 @@ Order of processing (as vLLM): logprobs are taken from the raw model log-softmax
 bans the stop ids, the repetition penalty (HF semantics, over prompt + output) and the frequency /
 presence penalties (over output) edit the logits; temperature 0 takes the argmax; otherwise
 temperature, top_k, top_p and min_p shape the distribution (`truncation_mask`) and the token is
-drawn by inverse CDF, in vocabulary order, with ONE uniform from the request's own generator. Each request's randomness is therefore its own:
-a seeded request gives the same tokens whatever else shares its batch.
+drawn by inverse CDF, in vocabulary order, with ONE uniform from the request's own generator. Each
+request's randomness is therefore its own: a seeded request gives the same tokens whatever else
+shares its batch.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterable, NamedTuple
+from typing import TYPE_CHECKING, Iterable, NamedTuple
 
 import numpy as np
 import torch
 
 from stages.sampling import SamplingParams
+
+if TYPE_CHECKING:
+    from gpu_stage.penalty_cache import PenaltyCache
 
 
 @dataclass
@@ -153,7 +157,8 @@ class Sampler:
     # copy of step N+1 never overwrites results of step N the host has not read yet.
     NUM_HOST_BUFFERS = 2
 
-    def __init__(self, eos_token_ids: Iterable[int] = (), fused: bool = False, penalties=None) -> None:
+    def __init__(self, eos_token_ids: Iterable[int] = (), fused: bool = False,
+                 penalties: PenaltyCache | None = None) -> None:
         """`fused`: tokens are drawn by the Triton kernels of kernels/sampling.py (truncation by
         kernels/truncation.py, without a sort): 2 launches instead of 7-15, or ~12-22 instead of a
         sort of every row (the runner turns it on on CUDA); logprobs stay torch's.

@@ -202,8 +202,9 @@ class StepInputs:
         seg("seq_lens")[:num_seqs] = seq_lens
         seg("seq_lens")[num_seqs:] = 1
         seg("logits_indices")[:] = logits_rows
-        flags = SamplingFlags.of(list(rows), vocab_size) if rows else None
+        flags = None
         if rows:
+            flags = SamplingFlags.of(list(rows), vocab_size)
             temperature, top_k, top_p, min_p = row_parameters(list(rows))
             seg("greedy")[:] = [r.params.greedy for r in rows]
             seg("temperature").view(np.float32)[:] = temperature
@@ -211,12 +212,12 @@ class StepInputs:
             seg("top_p").view(np.float32)[:] = top_p
             seg("min_p").view(np.float32)[:] = min_p
             seg("uniform").view(np.float32)[:] = uniforms
-        if rows and flags.need_penalties:  # else the segments are never read
-            slot, repetition, frequency, presence = penalty_parameters(list(rows))
-            seg("penalty_slot")[:] = slot
-            seg("repetition").view(np.float32)[:] = repetition
-            seg("frequency").view(np.float32)[:] = frequency
-            seg("presence").view(np.float32)[:] = presence
+            if flags.need_penalties:  # else the segments are never read
+                slot, repetition, frequency, presence = penalty_parameters(list(rows))
+                seg("penalty_slot")[:] = slot
+                seg("repetition").view(np.float32)[:] = repetition
+                seg("frequency").view(np.float32)[:] = frequency
+                seg("presence").view(np.float32)[:] = presence
         if num_feeds:
             seg("feed_dst")[:] = feed[0]
             seg("feed_src")[:] = feed[1]
