@@ -3,6 +3,7 @@
 
     python3 bench/sampling_cost.py [--vocab 128256] [--rows 1 8 32 64 128 256] [--reps 200]
         [--paths torch fused cached] [--kinds greedy temperature top_p top_p_top_k min_p penalties] [--kernels]
+        [--device cuda|cpu] [--scale 4] [--peaked]
 
 For each row count and kind of row (greedy; temperature 0.7; temperature with top_p 0.9; top_p and
 top_k 50; min_p 0.05; repetition and frequency penalties), on each path (`torch`: the sampler's
@@ -12,7 +13,8 @@ device time of one start() (CUDA events around `reps` calls queued behind a slee
 enough that the host's launches never leave the device waiting), the host time it takes to queue
 one (median, wall clock), and whether each path gives the torch path's ids and errors (they draw the
 same inverse CDF over the same kept tokens); with --kernels, each kernel's time on the other paths
-(torch.profiler). Logits are float32, as the decode graphs write them. Prints one JSON object.
+(torch.profiler). `--device cpu` times the CPU serving path (wall time per call, torch and cached
+paths). Logits are float32, as the decode graphs write them. Prints one JSON object.
 """
 from __future__ import annotations
 
@@ -34,6 +36,11 @@ from stages.sampling import SamplingParams  # noqa: E402
 
 def _device_us(fn, reps: int) -> float:
     fn()
+    if not torch.cuda.is_initialized():  # the CPU path: its calls compute before they return
+        t0 = time.perf_counter_ns()
+        for _ in range(reps):
+            fn()
+        return (time.perf_counter_ns() - t0) / 1e3 / reps
     torch.cuda.synchronize()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     torch.cuda._sleep(400_000_000)  # ~200 ms at ~2 GHz: the launches below queue up behind it
@@ -48,7 +55,8 @@ def _device_us(fn, reps: int) -> float:
 def _host_us(fn, reps: int) -> float:
     times = []
     for _ in range(reps):
-        torch.cuda.synchronize()
+        if torch.cuda.is_initialized():
+            torch.cuda.synchronize()
         t0 = time.perf_counter_ns()
         fn()
         times.append(time.perf_counter_ns() - t0)
@@ -90,14 +98,26 @@ def main() -> None:
     p.add_argument("--reps", type=int, default=200)
     p.add_argument("--paths", nargs="+", choices=["torch", "fused", "cached"], default=["torch", "fused", "cached"])
     p.add_argument("--kinds", nargs="+", choices=list(KINDS), default=list(KINDS))
+    p.add_argument("--device", choices=["cuda", "cpu"], default="cuda",
+                   help="cpu: the CPU serving path (torch and cached paths only; wall time per call)")
+    p.add_argument("--scale", type=float, default=4.0,
+                   help="the logits' standard deviation (small: a flat distribution, whose top_p nucleus is wide)")
+    p.add_argument("--peaked", action="store_true",
+                   help="raise 30 logits of each row by 10, as a trained model's step (default: random)")
     p.add_argument("--kernels", action="store_true",
                    help="also each kernel's device time per call on the fused path (torch.profiler)")
     a = p.parse_args()
-    device = torch.device("cuda")
-    report = {"gpu": torch.cuda.get_device_name(0), "vocab": a.vocab, "rows": []}
+    device = torch.device(a.device)
+    if device.type == "cpu":
+        a.paths = [path for path in a.paths if path != "fused"]  # the kernels need the GPU
+    name = torch.cuda.get_device_name(0) if device.type == "cuda" else f"cpu ({torch.get_num_threads()} threads)"
+    report = {"device": name, "vocab": a.vocab, "scale": a.scale, "peaked": a.peaked, "rows": []}
     for num_rows in a.rows:
         gen = torch.Generator().manual_seed(num_rows)
-        logits = (torch.randn(num_rows, a.vocab, generator=gen) * 4).to(device)
+        logits = torch.randn(num_rows, a.vocab, generator=gen) * a.scale
+        if a.peaked:
+            logits[:, :30] += 10
+        logits = logits.to(device)
         entry = {"rows": num_rows}
         for kind in a.kinds:
             params = KINDS[kind]
@@ -112,7 +132,8 @@ def main() -> None:
                         if row.params.needs_penalties:
                             row.penalty_slot = cache.slot(str(i), row.prompt_token_ids, row.output_token_ids)
                 tensors = SamplingTensors.build(rows, device, a.vocab)  # the uniforms are drawn once here
-                sampler = Sampler(fused=path != "torch", penalties=cache)
+                sampler = Sampler(fused=path == "fused" or (path == "cached" and device.type == "cuda"),
+                                  penalties=cache)
 
                 def run(s=sampler, rows=rows, tensors=tensors):
                     return s.start(logits, rows, tensors)

@@ -390,6 +390,8 @@ def truncation_mask(scaled: torch.Tensor, t: SamplingTensors) -> torch.Tensor | 
         width = vocab
         if not scaled.is_cuda:  # a partial selection: exact while every row's cut falls inside it
             width = min(vocab, max(TOP_P_CANDIDATES if t.flags.need_top_p else 0, t.flags.max_top_k))
+            if width < vocab and t.flags.need_top_p and _nucleus_may_pass(scaled, top, t, width):
+                width = vocab  # a flat row: sort at once rather than select, then sort
         floor = _cut_off(scaled, top, t, width)
         if floor is None:  # some row's top_p reaches past the candidates
             floor = _cut_off(scaled, top, t, vocab)
@@ -404,6 +406,16 @@ def truncation_mask(scaled: torch.Tensor, t: SamplingTensors) -> torch.Tensor | 
 # steps of ~160-280 ms. A trained model's nucleus nearly always lies among these; when a row's does
 # not, the rows are sorted whole.
 TOP_P_CANDIDATES = 1024
+
+
+def _nucleus_may_pass(scaled: torch.Tensor, top: torch.Tensor, t: SamplingTensors, width: int) -> bool:
+    """Whether some row's top_p nucleus cannot fit in `width` candidates even if each held the
+    largest weight (exp(0) = 1): width < top_p * its mass. (A top_k row fits: its k <= width.)"""
+    open_rows = (t.top_p < 1.0) & ~((t.top_k > 0) & (t.top_k < scaled.shape[1]))
+    if not bool(open_rows.any()):
+        return False
+    mass = torch.exp(scaled[open_rows] - top[open_rows]).sum(dim=-1)
+    return bool((width < t.top_p[open_rows] * mass).any())
 
 
 def _cut_off(scaled: torch.Tensor, top: torch.Tensor, t: SamplingTensors, width: int) -> torch.Tensor | None:

@@ -207,3 +207,27 @@ def test_cpu_truncation_from_the_top_candidates_equals_the_whole_sort(peaked: bo
     whole = truncation_mask(scaled, t)
     assert torch.equal(from_candidates, whole)
     assert int(whole[1].sum()) == 40 and int(whole[5].sum()) >= 101
+
+
+def test_cpu_truncation_sorts_at_once_a_row_too_flat_for_the_candidates(monkeypatch) -> None:
+    """A top_p row whose mass could not fit in the candidates even at the largest weight each is
+    sorted whole at once (no selection first); a top_k row beside it never forces that."""
+    import gpu_stage.sampler as sampler_mod
+
+    vocab = 2000
+    scaled = torch.zeros(2, vocab)
+    scaled[0] = torch.arange(vocab) * 1e-5  # flat, without ties: every token weighs about 1
+    scaled[1, 7] = 0.5
+    rows = [_row(seed=0, top_p=0.5), _row(seed=1, top_k=3)]
+    t = SamplingTensors.build(rows, torch.device("cpu"), vocab)
+    widths = []
+    cut_off = sampler_mod._cut_off
+    monkeypatch.setattr(sampler_mod, "_cut_off", lambda s, top, t, w: widths.append(w) or cut_off(s, top, t, w))
+    monkeypatch.setattr(sampler_mod, "TOP_P_CANDIDATES", 64)
+    keep = truncation_mask(scaled, t)
+    assert widths == [vocab]
+    assert 900 <= int(keep[0].sum()) <= 1000 and bool(keep[0, -1]) and not bool(keep[0, 0])  # half the mass
+    widths.clear()
+    assert torch.equal(truncation_mask(scaled[1:], SamplingTensors.build(rows[1:], torch.device("cpu"), vocab)),
+                       scaled[1:] >= 0.0)  # top_k 3 keeps the 0.5 and every tie of 0.0
+    assert widths == [3]  # top_k alone: its k largest values
