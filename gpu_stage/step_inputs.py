@@ -3,11 +3,13 @@ device with ONE host-to-device copy into a persistent device buffer; the model r
 
 Packed, int32, 16-byte aligned segments (floats stored as their bits):
     input_ids [T] | positions [T] | slot_mapping [T] | cu_seqlens_q [B+1] | seq_lens [B] |
-    logits_indices [S] | block_tables [B, W] | sampling: greedy, temperature, top_k, top_p, min_p,
-    uniform, penalty_slot, repetition, frequency, presence [R each] | feed_dst, feed_src [F each]
-The offsets are a function of (T, B, W, S, R) alone (the feed segments come last). A CUDA graph captured for a bucket therefore
-reads the same device addresses at every replay of that bucket: staging a step with the bucket's
-`GraphShape` (rows padded up to it, block tables W_max wide) lands it exactly where the graph looks.
+    logits_indices [S] | block_tables [B, W] | sampled_seq, sampled_seq_lens [S] | sampled_cu [S+1] |
+    sampling: greedy, temperature, top_k, top_p, min_p, uniform, penalty_slot, repetition,
+    frequency, presence [R each] | feed_dst, feed_src [F each]
+The offsets are a function of (T, B, W, S, R) alone (the feed segments come last). A CUDA graph
+captured for a bucket therefore reads the same device addresses at every replay of that bucket:
+staging a step with the bucket's `GraphShape` (rows padded up to it, block tables W_max wide) lands
+it exactly where the graph looks.
 
 Padding: extra sequences get one token each at position 0 with seq_len 1 and an all-zero block
 table row (the null block 0, which the scheduler never hands out); extra tokens get `pad_slot`
@@ -31,7 +33,7 @@ from typing import Protocol, Sequence
 import numpy as np
 import torch
 
-from gpu_stage.attention.metadata import AttentionMetadata
+from gpu_stage.attention.metadata import AttentionMetadata, SampledRows, locate_rows
 from gpu_stage.sampler import SamplingFlags, SamplingRow, SamplingTensors, penalty_parameters, row_parameters
 
 ALIGN = 4  # int32 elements: 16 bytes
@@ -85,7 +87,8 @@ def make_layout(num_tokens: int, num_seqs: int, width: int, num_logits: int, num
                 num_feeds: int = 0) -> Layout:
     sizes = [("input_ids", num_tokens), ("positions", num_tokens), ("slot_mapping", num_tokens),
              ("cu_seqlens_q", num_seqs + 1), ("seq_lens", num_seqs), ("logits_indices", num_logits),
-             ("block_tables", num_seqs * width)] + [(name, num_rows) for name in _SAMPLING] + [
+             ("block_tables", num_seqs * width), ("sampled_seq", num_logits), ("sampled_seq_lens", num_logits),
+             ("sampled_cu", num_logits + 1)] + [(name, num_rows) for name in _SAMPLING] + [
              ("feed_dst", num_feeds), ("feed_src", num_feeds)]
     offsets, pos = {}, 0
     for name, n in sizes:
@@ -202,6 +205,13 @@ class StepInputs:
         seg("seq_lens")[:num_seqs] = seq_lens
         seg("seq_lens")[num_seqs:] = 1
         seg("logits_indices")[:] = logits_rows
+        # Each sampled row's sequence and context (pad sequences: one token each, after the real ones).
+        sampled_seq, sampled_lens = locate_rows(
+            logits_rows, np.concatenate([cu, num_tokens + np.arange(1, num_pad_seqs + 1)]),
+            np.concatenate([seq_lens, np.ones(num_pad_seqs, np.int64)]))
+        seg("sampled_seq")[:] = sampled_seq
+        seg("sampled_seq_lens")[:] = sampled_lens
+        seg("sampled_cu")[:] = np.arange(len(logits_rows) + 1)
         flags = None
         if rows:
             flags = SamplingFlags.of(list(rows), vocab_size)
@@ -238,6 +248,8 @@ class StepInputs:
             query_lens_host=q_lens.tolist() + [1] * num_pad_seqs,
             seq_lens_host=seq_lens.tolist() + [1] * num_pad_seqs,
             static_shape=shape is not None,
+            sampled=SampledRows(view("sampled_seq"), view("sampled_seq_lens"), view("sampled_cu"),
+                                sampled_lens.tolist()),
         )
         sampling = None
         if rows:

@@ -3,13 +3,28 @@
 The tokens of all sequences of a step are flattened into one dimension T (no padding). Sequence i
 owns rows cu_seqlens_q[i]:cu_seqlens_q[i+1] of q; its new tokens sit at the absolute positions
 seq_lens[i] - query_len .. seq_lens[i] - 1, and its earlier context is already in the paged cache.
+
+`sampled` names the step's sampled rows (the model's logits_indices, in order) with what a
+one-token query at each of them needs: the model's last layer attends from those rows only
+(`rows_metadata`), since no other row of its output is ever read.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import torch
+
+
+@dataclass
+class SampledRows:
+    """Sampled row j of the step belongs to sequence seq_index[j] and sits at position seq_lens[j] - 1."""
+
+    seq_index: torch.Tensor  # [S] int32
+    seq_lens: torch.Tensor  # [S] int32: the context row j attends to, itself included
+    cu_seqlens_q: torch.Tensor  # [S + 1] int32: 0, 1, .., S (one query each)
+    seq_lens_host: list[int]
 
 
 @dataclass
@@ -40,6 +55,7 @@ class AttentionMetadata:
     # A CUDA graph's metadata: its plan must serve every step of its shape, so nothing may be
     # planned from this step's host lengths (the fresh-prefill SDPA path loops over them).
     static_shape: bool = False
+    sampled: SampledRows | None = None
 
     @property
     def num_seqs(self) -> int:
@@ -50,16 +66,44 @@ class AttentionMetadata:
         return int(self.slot_mapping.shape[0])
 
 
+def rows_metadata(meta: AttentionMetadata, rows: torch.Tensor) -> AttentionMetadata:
+    """Metadata for attending from `rows` of the step only (meta.sampled describes them), each a
+    one-token query over its sequence's context up to itself: a decode-only step's metadata, whose
+    K/V the full step has stored. A few gathers on the device, no host sync, so a CUDA graph
+    captures it with the step."""
+    sampled = meta.sampled
+    assert sampled is not None and rows.shape[0] == sampled.seq_lens.shape[0]
+    num_rows = rows.shape[0]
+    return AttentionMetadata(
+        cu_seqlens_q=sampled.cu_seqlens_q, seq_lens=sampled.seq_lens,
+        block_tables=meta.block_tables.index_select(0, sampled.seq_index),
+        slot_mapping=meta.slot_mapping.index_select(0, rows), positions=meta.positions.index_select(0, rows),
+        max_query_len=1, max_seq_len=meta.max_seq_len, block_size=meta.block_size,
+        query_lens_host=[1] * num_rows, seq_lens_host=list(sampled.seq_lens_host), static_shape=meta.static_shape,
+    )
+
+
+def locate_rows(rows: np.ndarray, cu_seqlens_q: np.ndarray, seq_lens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For rows of a step's flattened tokens: (the sequence of each, its position + 1), from the
+    step's query offsets [B + 1] and context lengths [B] (host arrays)."""
+    rows = np.asarray(rows, np.int64)
+    seq_index = np.searchsorted(cu_seqlens_q, rows, side="right") - 1
+    assert len(rows) == 0 or (seq_index.min() >= 0 and seq_index.max() < len(seq_lens)), "row outside the step"
+    return seq_index, np.asarray(seq_lens, np.int64)[seq_index] - (cu_seqlens_q[seq_index + 1] - 1 - rows)
+
+
 def build_metadata(
     query_lens: list[int],
     seq_lens: list[int],
     block_tables: list[list[int]],
     block_size: int,
     device: torch.device | str,
+    sample_rows: list[int] | None = None,
 ) -> AttentionMetadata:
     """Metadata for sequences computing `query_lens[i]` new tokens that end at `seq_lens[i]`.
 
-    `block_tables[i]` must cover positions [0, seq_lens[i]).
+    `block_tables[i]` must cover positions [0, seq_lens[i]). `sample_rows`: the rows the model
+    will produce logits for (its logits_indices), so that its last layer computes only those.
     """
     num_seqs = len(query_lens)
     assert num_seqs == len(seq_lens) == len(block_tables) and num_seqs > 0
@@ -97,4 +141,14 @@ def build_metadata(
         seq_lens_host=list(seq_lens),
         slot_blocks=dev(slot_blocks),
         slot_offsets=dev(slot_offsets),
+        sampled=None if sample_rows is None else _sampled_rows(sample_rows, cu.numpy(), seq_lens, device),
     )
+
+
+def _sampled_rows(rows: list[int], cu_seqlens_q: np.ndarray, seq_lens: list[int], device) -> SampledRows:
+    seq_index, lens = locate_rows(np.asarray(rows), cu_seqlens_q, np.asarray(seq_lens))
+
+    def dev(values: np.ndarray) -> torch.Tensor:
+        return torch.as_tensor(values.astype(np.int32)).to(device)
+
+    return SampledRows(dev(seq_index), dev(lens), dev(np.arange(len(rows) + 1)), lens.tolist())

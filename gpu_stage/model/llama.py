@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from gpu_stage.attention import torch_backend
-from gpu_stage.attention.metadata import AttentionMetadata
+from gpu_stage.attention.metadata import AttentionMetadata, rows_metadata
 from gpu_stage.kv_cache import KvCache
 from gpu_stage.layer_ops import TorchOps
 from gpu_stage.model_config import ModelConfig
@@ -78,8 +78,11 @@ class LlamaDecoderLayer(nn.Module):
         sin: torch.Tensor,  # [T, head_dim]
         kv_layer: torch.Tensor,  # [num_blocks, 2, block_size, kv_heads, head_dim]
         meta: AttentionMetadata,
+        only_rows: tuple[torch.Tensor, AttentionMetadata] | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """-> (mlp delta, residual stream before it); their sum is the layer's output."""
+        """-> (mlp delta, residual stream before it); their sum is the layer's output. With
+        `only_rows` (rows [S], their metadata from attention.metadata.rows_metadata) every row's K/V
+        is still stored, but the output is computed for those S rows only, in their order."""
         ops = self.ops
         num_tokens = h.shape[0]
         norm1, norm2 = self.input_layernorm, self.post_attention_layernorm
@@ -96,6 +99,9 @@ class LlamaDecoderLayer(nn.Module):
             v.view(num_tokens, self.num_kv_heads, self.head_dim),  # [T, Hkv, D]
             cos, sin, meta, ops,
         )
+        if only_rows is not None:
+            rows, meta = only_rows
+            q, residual, num_tokens = q.index_select(0, rows), residual.index_select(0, rows), rows.shape[0]
         attn = self.attention.forward(q, kv_layer, meta)  # [T, H, D]
         out = ops.linear(attn.reshape(num_tokens, self.q_size), self.o_weight, self.o_bias)
         x, residual = ops.add_rms_norm(out, residual, norm2.weight, norm2.eps)
@@ -139,11 +145,20 @@ class LlamaForCausalLM(nn.Module):
         h = F.embedding(input_ids, self.embed_weight)  # [T, hidden]
         cos, sin = self.rotary.cos_sin(positions, h.dtype)  # [T, head_dim] each
         residual = None
+        last = len(self.layers) - 1
+        # Only the sampled rows of the last layer's output are read: when they are fewer than the
+        # step's tokens, that layer stores every row's K/V and computes the rest for them alone
+        # (at 2,048 prompt tokens ~1/32 of the step's products). Decode steps sample every row.
+        only_rows = None
+        if meta.sampled is not None and logits_indices.shape[0] < input_ids.shape[0]:
+            only_rows = logits_indices, rows_metadata(meta, logits_indices)
         for i, layer in enumerate(self.layers):
-            h, residual = layer(h, residual, cos, sin, kv_cache.layer(i), meta)
+            h, residual = layer(h, residual, cos, sin, kv_cache.layer(i), meta, only_rows if i == last else None)
         norm = self.norm
         if residual is None:
             h = self.ops.rms_norm(h[logits_indices], norm.weight, norm.eps)  # [S, hidden]
+        elif only_rows is not None:  # the layer's outputs are the sampled rows already
+            h = self.ops.add_rms_norm(h, residual, norm.weight, norm.eps)[0]
         else:  # only the sampled rows need the last residual add
             h = self.ops.add_rms_norm(h[logits_indices], residual[logits_indices], norm.weight, norm.eps)[0]
         head = self.embed_weight if self.lm_head_weight is None else self.lm_head_weight

@@ -47,6 +47,13 @@ def test_prefill_logits_bf16(length: int) -> None:
     # further from the fp32 reference than transformers' own bf16 run is (and close to it).
     assert _rel(got, ref32) <= max(1e-2, 1.25 * _rel(ref, ref32))
     assert _rel(got, ref) < 3e-2
+    # As served: the sampled row named, the last layer computes it alone (products of one row)
+    cache = KvCache(ours.config, 64, 16, "cuda", torch.bfloat16)
+    meta = build_metadata([length], [length], [list(range(1, (length + 15) // 16 + 1))], 16, "cuda",
+                          sample_rows=[length - 1])
+    last = ours(prompt.cuda(), meta.positions, cache, meta, torch.tensor([length - 1], device="cuda"))
+    print(f"last row alone vs in the full forward {_rel(last, got[-1:]):.2e}")
+    assert _rel(last, got[-1:]) < 1e-2
 
 
 def test_greedy_fp32_matches_transformers_generate() -> None:

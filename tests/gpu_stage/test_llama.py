@@ -96,6 +96,44 @@ def test_batched_sequences_equal_alone() -> None:
     assert torch.allclose(logits[1], solo2, atol=1e-5)
 
 
+@pytest.mark.parametrize("rows", [[12, 13], [13, 12], [0], [4, 12, 13]])
+def test_last_layer_on_sampled_rows_only_equals_the_full_forward(rows: list[int]) -> None:
+    """Naming the sampled rows lets the last layer compute only them (any rows, any order: a
+    chunk's first row, a mid-prompt row), with the same logits and the same K/V stored."""
+    from gpu_stage.attention.metadata import build_metadata
+    from gpu_stage.kv_cache import KvCache
+
+    from gpu_stage.layer_ops import TorchOps
+
+    mlp_rows: list[int] = []
+
+    class CountingOps(TorchOps):  # records how many rows each layer's MLP computes
+        @staticmethod
+        def gate_up_silu(x: torch.Tensor, gate_up_weight: torch.Tensor) -> torch.Tensor:
+            mlp_rows.append(x.shape[0])
+            return TorchOps.gate_up_silu(x, gate_up_weight)
+
+    ours = our_model(hf_model("llama", num_hidden_layers=3))
+    for layer in ours.layers:
+        layer.ops = CountingOps
+    p1, p2 = _prompt(13, 1), _prompt(9, 2)
+    t1, t2 = [7, 2, 9, 0], [5, 11, 3]
+    results = []
+    for sample_rows in (None, rows):
+        mlp_rows.clear()
+        cache = KvCache(ours.config, 12, 4, "cpu", torch.float32)
+        meta = build_metadata([8], [8], [t2], 4, "cpu")
+        ours(torch.tensor(p2[:8]), meta.positions, cache, meta, torch.tensor([7]))
+        meta = build_metadata([13, 1], [13, 9], [t1, t2], 4, "cpu", sample_rows=sample_rows)
+        logits = ours(torch.tensor(p1 + p2[8:]), meta.positions, cache, meta, torch.tensor(rows))
+        results.append((logits, cache.kv.clone()))
+        assert mlp_rows[-3:] == [14, 14, 14 if sample_rows is None else len(rows)]
+    (full, full_kv), (pruned, pruned_kv) = results
+    assert pruned.shape == (len(rows), 400)
+    assert torch.allclose(pruned, full, atol=1e-5)
+    assert torch.equal(pruned_kv, full_kv)
+
+
 def test_bfloat16_close_to_float32() -> None:
     hf = hf_model("llama")
     prompt = _prompt(30)

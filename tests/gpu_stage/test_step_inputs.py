@@ -36,6 +36,9 @@ def test_views_equal_build_metadata() -> None:
     assert meta.block_tables[:, :2].tolist() == ref.block_tables.tolist()
     assert not meta.static_shape  # an eager step may be planned from its own lengths
     assert staged.logits_indices.tolist() == [2, 3]  # last rows of the sampled chunks
+    # what the last layer needs to attend from those rows alone: their sequences, their contexts
+    assert meta.sampled.seq_index.tolist() == [0, 1] and meta.sampled.seq_lens.tolist() == [7, 1]
+    assert meta.sampled.seq_lens_host == [7, 1] and meta.sampled.cu_seqlens_q.tolist() == [0, 1, 2]
     assert (meta.max_query_len, meta.max_seq_len, meta.num_seqs) == (5, 7, 3)
     assert staged.sampling is None
 
@@ -54,6 +57,7 @@ def test_decode_graph_shape_pads_with_null_block_sequences() -> None:
     assert meta.seq_lens.tolist() == [10, 1, 1, 1]
     assert meta.block_tables.tolist() == [[3, 1, 6, 0, 0, 0], [2, 0, 0, 0, 0, 0]] + [[0] * 6] * 2
     assert staged.logits_indices.tolist() == [0, 1, 2, 3]
+    assert meta.sampled.seq_index.tolist() == [0, 1, 2, 3] and meta.sampled.seq_lens.tolist() == [10, 1, 1, 1]
     assert (meta.max_query_len, meta.max_seq_len, meta.num_seqs) == (1, 24, 4)
     assert meta.static_shape  # a graph's plan must not depend on this step's lengths
 
@@ -65,6 +69,7 @@ def test_prefill_graph_shape_pads_tokens_without_storing_them() -> None:
     assert staged.meta.slot_mapping.tolist() == [7 * BS + 2, 7 * BS + 3, 1 * BS + 0] + [-1] * 5
     assert staged.meta.cu_seqlens_q.tolist() == [0, 3] and staged.meta.seq_lens.tolist() == [5]
     assert staged.logits_indices.tolist() == [2]
+    assert staged.meta.sampled.seq_index.tolist() == [0] and staged.meta.sampled.seq_lens.tolist() == [5]
     assert staged.meta.max_query_len == 8  # the general kernel's grid covers the whole bucket
 
 
@@ -80,7 +85,15 @@ def test_mixed_graph_shape_pads_sequences_then_tokens() -> None:
     assert meta.cu_seqlens_q.tolist() == [0, 3, 4, 5, 6] and meta.seq_lens.tolist() == [5, 7, 1, 1]
     assert meta.block_tables.tolist()[2:] == [[0] * 6] * 2
     assert staged.logits_indices.tolist() == [2, 3, 4, 5]  # one row per sequence, pads included
+    assert meta.sampled.seq_index.tolist() == [0, 1, 2, 3] and meta.sampled.seq_lens.tolist() == [5, 7, 1, 1]
     assert meta.max_query_len == 8 and meta.num_seqs == 4 and meta.static_shape
+
+
+def test_step_with_no_sampled_chunk_names_its_first_row() -> None:
+    """A step of partial prefills samples nothing; its one placeholder logits row is row 0."""
+    staged = StepInputs(64, 8, 16, BS, "cpu").stage(_chunks()[2:])
+    assert staged.logits_indices.tolist() == [0]
+    assert staged.meta.sampled.seq_index.tolist() == [0] and staged.meta.sampled.seq_lens_host == [1]
 
 
 def test_sampling_parameters_roundtrip_and_buffers_reused() -> None:

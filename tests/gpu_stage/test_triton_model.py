@@ -32,7 +32,8 @@ def _model(hf, backend: str) -> LlamaForCausalLM:
     return model
 
 
-def test_model_logits_triton_equal_torch() -> None:
+@pytest.mark.parametrize("name_sampled_rows", [False, True], ids=["all-rows", "last-layer-on-sampled-rows"])
+def test_model_logits_triton_equal_torch(name_sampled_rows: bool) -> None:
     hf = hf_model("llama", num_hidden_layers=2)
     models = {b: _model(hf, b) for b in ("torch", "triton")}
     gen = torch.Generator().manual_seed(0)
@@ -48,7 +49,7 @@ def test_model_logits_triton_equal_torch() -> None:
         ]
         out = []
         for q_lens, s_lens, tables, ids, rows in steps:
-            meta = build_metadata(q_lens, s_lens, tables, 4, DEVICE)
+            meta = build_metadata(q_lens, s_lens, tables, 4, DEVICE, sample_rows=rows if name_sampled_rows else None)
             out.append(model(torch.tensor(ids, device=DEVICE), meta.positions, cache, meta, torch.tensor(rows, device=DEVICE)))
         logits[name] = torch.cat(out)
     ref, got = logits["torch"].double(), logits["triton"].double()
@@ -88,7 +89,7 @@ def test_runner_triton_backend_matches_torch_backend() -> None:
 def test_graph_path_of_execute_on_cpu() -> None:
     """execute()'s CUDA-graph path (bucket choice, padding, logits rows) without a GPU: "replay" runs
     the model on views taken only from the bucket's layout and the shape, as a captured graph would."""
-    from gpu_stage.attention.metadata import AttentionMetadata
+    from gpu_stage.attention.metadata import AttentionMetadata, SampledRows
     from gpu_stage.cuda_graphs import CudaGraphRunner
     from gpu_stage.step_inputs import make_layout
 
@@ -103,10 +104,13 @@ def test_graph_path_of_execute_on_cpu() -> None:
             def v(name):
                 return lay.view(buf, name)
 
-            n = shape.num_seqs
+            n, num_logits = shape.num_seqs, shape.num_seqs if shape.decode else 1
+            # a graph's host lengths are its capture's: only their count may matter
+            sampled = SampledRows(v("sampled_seq"), v("sampled_seq_lens"), v("sampled_cu"), [1] * num_logits)
             meta = AttentionMetadata(v("cu_seqlens_q"), v("seq_lens"), v("block_tables").view(n, shape.width),
                                      v("slot_mapping"), v("positions"), 1 if shape.decode else shape.num_tokens,
-                                     self.max_model_len, self.kv_cache.block_size, [1] * n, [1] * n)
+                                     self.max_model_len, self.kv_cache.block_size, [1] * n, [1] * n,
+                                     static_shape=True, sampled=sampled)
             return self.model(v("input_ids"), v("positions"), self.kv_cache, meta, v("logits_indices"))
 
     hf = hf_model("llama", num_hidden_layers=1)

@@ -81,9 +81,11 @@ class PagedSequence:
         start = self.num_computed
         end = start + len(token_ids)
         table = self.table[: -(-end // self.block_size)]
-        meta = build_metadata([len(token_ids)], [end], [table], self.block_size, "cpu")
+        last = len(token_ids) - 1
+        # Sampled rows named, as the server stages them: the last layer computes the last row only.
+        meta = build_metadata([len(token_ids)], [end], [table], self.block_size, "cpu", sample_rows=[last])
         ids = torch.tensor(token_ids)
-        logits = self.model(ids, meta.positions, self.cache, meta, torch.tensor([len(token_ids) - 1]))
+        logits = self.model(ids, meta.positions, self.cache, meta, torch.tensor([last]))
         self.num_computed = end
         return logits[0]
 
