@@ -57,6 +57,8 @@ class RequestState:
     prompt_token_ids: list[int]
     output_token_ids: list[int]
     generator: torch.Generator
+    # Rows sampled for it in launched steps: output_token_ids plus the steps still in flight.
+    num_sampled: int = 0
 
 
 @dataclass
@@ -361,7 +363,8 @@ class ModelRunner:
                 result.failed[chunk.request_id] = f"{type(exc).__name__}: {exc}"
                 continue
             rows.append(SamplingRow(state.params, state.prompt_token_ids, state.output_token_ids, state.generator,
-                                    slot))
+                                    slot, state.num_sampled))
+            state.num_sampled += 1
             chunk_index.append(i)
             request_ids.append(chunk.request_id)
         return rows, chunk_index, request_ids

@@ -31,6 +31,9 @@ class SamplingRow:
     output_token_ids: list[int]
     generator: torch.Generator | None = None  # CPU generator; None: torch's global one
     penalty_slot: int = 0  # its PenaltyCache slot (0: none; the penalties come from the id lists)
+    # Tokens sampled for it before this one, those of steps still in flight included (a decode
+    # launched ahead of the previous step's result); None: len(output_token_ids). min_tokens reads it.
+    num_output: int | None = None
 
 
 @dataclass
@@ -283,7 +286,8 @@ class Sampler:
         vocab = logits.shape[1]
         ban_rows, ban_ids = [], []
         for i, row in enumerate(rows):
-            if len(row.output_token_ids) < row.params.min_tokens:
+            num_output = len(row.output_token_ids) if row.num_output is None else row.num_output
+            if num_output < row.params.min_tokens:
                 ids = {t for t in (*self.eos_token_ids, *row.params.stop_token_ids) if 0 <= t < vocab}
                 ban_rows += [i] * len(ids)
                 ban_ids += sorted(ids)

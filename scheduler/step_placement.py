@@ -18,18 +18,18 @@ from scheduler.step_builder import StepBuilder
 class StepPlacement:
     def _schedule_ahead(self, req: RequestState, step: StepBuilder) -> None:
         """The decode after the one in flight, if its input is the only thing it waits for: the
-        step in flight samples the token (its chunk ends at the known tokens), that token cannot
-        end the request by length, and the sampler needs no count the host has not seen yet
-        (min_tokens still banning EOS; the penalties' histories live on the device, advanced by
-        each step: gpu_stage/penalty_cache.py). Never preempts: no room means no decode ahead."""
+        step in flight samples the token (its chunk ends at the known tokens) and that token cannot
+        end the request by length. The sampler needs nothing the host has not seen: the penalties'
+        histories live on the device (gpu_stage/penalty_cache.py), and min_tokens counts the rows
+        the GPU stage has launched, not the tokens it has received. Never preempts: no room means
+        no decode ahead."""
         params = req.params
         num_tokens = len(req.all_token_ids)  # (once per request per step: no property calls)
         num_output = num_tokens - req.num_prompt_tokens
         if (len(req.in_flight) != 1
                 or req.num_computed_tokens + req.num_in_flight_tokens != num_tokens
                 or num_output + 1 >= params.max_tokens
-                or num_tokens + 1 >= self._max_model_len
-                or num_output < params.min_tokens):
+                or num_tokens + 1 >= self._max_model_len):
             return
         # Its slot in the last block (most steps: no growth), else grow by a block.
         if num_tokens < len(req.block_ids) * self._block_size or self._grow(req, num_tokens + 1):

@@ -216,6 +216,20 @@ def test_steps_launched_ahead_of_their_inputs_give_the_same_tokens(source: Model
         assert out[-1] == EOS or len(out) == req.params.max_tokens, (req.request_id, out)
 
 
+def test_min_tokens_counts_the_tokens_of_steps_in_flight(source: ModelSource) -> None:
+    """Every id but 0 and 1 stops the reply, so min_tokens alone decides its length: exactly
+    min_tokens + 1 tokens, whether each decode waits for the previous result or is launched ahead
+    of it (the EOS ban must count the token still being sampled, or it lasts a step too long)."""
+    params = SamplingParams(max_tokens=20, temperature=0.0, min_tokens=6, stop_token_ids=tuple(range(2, 400)))
+    reqs = [("m", list(range(30, 41)), params)]
+    ahead, num_pending = serve(_runner(source), reqs, async_scheduling=True, eos=EOS)
+    one_at_a_time, _ = serve(_runner(source), reqs, async_scheduling=False, eos=EOS)
+    assert num_pending >= 5  # its decodes were launched ahead
+    assert ahead == one_at_a_time
+    out = ahead["m"]
+    assert len(out) == 7 and set(out[:6]) <= {0, 1} and out[6] >= 2, out
+
+
 def test_a_step_reports_when_it_was_taken_up_queued_and_synced(source: ModelSource) -> None:
     runner = _runner(source)
     before = time.perf_counter_ns()

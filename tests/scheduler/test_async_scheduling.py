@@ -103,9 +103,9 @@ def test_no_decode_ahead_when_the_pending_token_may_be_the_last() -> None:
     assert s.can_schedule_ahead() and s.schedule() is None
 
 
-def test_no_decode_ahead_when_sampling_needs_a_count_the_host_lacks() -> None:
-    """min_tokens bans EOS by the host's count of outputs: no decode ahead while it applies. A
-    penalised request gets one: its history is kept on the device (gpu_stage/penalty_cache.py)."""
+def test_penalised_and_min_tokens_requests_get_decodes_ahead() -> None:
+    """Their sampling needs nothing the host lacks: a penalised request's history is kept on the
+    device (gpu_stage/penalty_cache.py), and min_tokens counts the rows the GPU stage launched."""
     s = make_sched()
     prefilled(s, ("pen", 4))
     add(s, "min", 4, min_tokens=3)
@@ -115,8 +115,8 @@ def test_no_decode_ahead_when_sampling_needs_a_count_the_host_lacks() -> None:
     s.update(batch, result(batch, {"pen": 11, "min": 10, "plain": 10}))
     step1 = s.schedule()
     assert [c.request_id for c in step1.chunks] == ["pen", "min", "plain"]
-    step2 = s.schedule()  # min has 1 output < min_tokens 3: the EOS ban needs its count
-    assert [c.request_id for c in step2.chunks] == ["pen", "plain"]
+    step2 = s.schedule()  # min has 1 output < min_tokens 3: built ahead all the same
+    assert [c.request_id for c in step2.chunks] == ["pen", "min", "plain"]
     assert all(c.token_ids == [PENDING_TOKEN] for c in step2.chunks)
 
 
