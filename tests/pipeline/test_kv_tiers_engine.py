@@ -26,8 +26,9 @@ def docs(num: int, length: int = 200, seed: int = 0) -> list[list[int]]:
     return [[rng.randrange(10, 500) for _ in range(length)] for _ in range(num)]
 
 
-def config(disk: Path | None, host_blocks: int = 64, device_blocks: int = 40, **kw: object) -> EngineConfig:
-    return EngineConfig(model="dummy:tiny", num_kv_blocks=device_blocks, max_model_len=512,
+def config(disk: Path | None, host_blocks: int = 64, device_blocks: int = 40, max_model_len: int = 512,
+           **kw: object) -> EngineConfig:
+    return EngineConfig(model="dummy:tiny", num_kv_blocks=device_blocks, max_model_len=max_model_len,
                         kv_host_gb=(host_blocks + 0.5) * BLOCK_NBYTES / 2**30,
                         kv_disk_path=str(disk) if disk else None, kv_disk_gb=0.01, **kw)
 
@@ -152,12 +153,17 @@ async def test_the_fetch_starts_at_arrival_and_overlaps_the_wait(tmp_path: Path,
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     prompts, outs = await evicted_to_disk(tmp_path / "kv")
     monkeypatch.setenv("TTFT_FAULT_INJECT", '{"kv_disk_read_delay_ms": 150}')
-    async with Engine(config(tmp_path / "kv", host_blocks=16, max_num_seqs=1)) as engine:
-        long_reply = SamplingParams(max_tokens=400, temperature=0.0, ignore_eos=True)
+    async with Engine(config(tmp_path / "kv", host_blocks=16, device_blocks=160, max_model_len=2048,
+                             max_num_seqs=1)) as engine:
+        long_reply = SamplingParams(max_tokens=2000, temperature=0.0, ignore_eos=True)
         busy = asyncio.create_task(ask(engine, docs(1, seed=9)[0][:20], long_reply))
         await asyncio.sleep(0.05)  # the busy request holds the only running seat
-        tokens, info = await ask(engine, prompts[0])
-        await busy
+        waiting = asyncio.create_task(ask(engine, prompts[0]))
+        # Its fetch (12 blocks at 150 ms a read, ~0.45 s in all) lands while it waits; then the
+        # seat frees: held until now whatever the machine's speed (the busy reply is far longer).
+        await asyncio.sleep(1.0)
+        busy.cancel()  # aborts it
+        tokens, info = await waiting
         assert tokens == outs[0] and hit(info)["disk"] > 0
         trace = engine.traces[-1] if engine.traces[-1].info.get("kv_tiers") is info else next(
             t for t in engine.traces if t.info.get("kv_tiers") is info)
