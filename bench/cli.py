@@ -105,8 +105,9 @@ async def run_bench(args: argparse.Namespace) -> dict:
         return await run_multi_turn_bench(args)
     extra = orjson.loads(args.extra_body) if args.extra_body else {}
     requests = build_workload(args, args.num_requests, args.seed, args.output_len)
-    warm = build_workload(args, args.warmup, args.seed + WARMUP_SEED_OFFSET,
-                          min(args.output_len, MAX_WARMUP_OUTPUT_TOKENS))
+    # Short warm-up replies, but never shorter than the body's min_tokens (the server refuses those).
+    warm_len = max(MAX_WARMUP_OUTPUT_TOKENS, int(extra.get("min_tokens") or 0))
+    warm = build_workload(args, args.warmup, args.seed + WARMUP_SEED_OFFSET, min(args.output_len, warm_len))
     in_flight = args.concurrency if args.rate is None else (args.max_concurrency or len(requests) or 1)
     async with BenchClient(args.base_url, args.uds, args.endpoint, args.model, args.api_key,
                            max_connections=max(1, in_flight), transport=args.transport,

@@ -60,6 +60,16 @@ def test_failed_warmup_stops_the_run(fake_server, tmp_path):
         asyncio.run(run_bench(args))
 
 
+def test_warmup_replies_are_as_long_as_the_bodys_min_tokens(fake_server, tmp_path):
+    args = parse(["--base-url", fake_server.base_url, "--num-requests", "1", "--input-len", "4",
+                  "--output-len", "40", "--warmup", "1", "--no-save"])
+    for extra, warm_max_tokens in ((None, 16), ('{"min_tokens": 30}', 30)):
+        args.extra_body = extra
+        num_bodies = len(fake_server.bodies())
+        asyncio.run(run_bench(args))
+        assert [b["max_tokens"] for b in fake_server.bodies()[num_bodies:]] == [warm_max_tokens, 40]
+
+
 def test_python_dash_m_bench(fake_server, tmp_path):
     root = Path(__file__).resolve().parents[2]
     out = subprocess.run(
