@@ -231,3 +231,27 @@ def test_cpu_truncation_sorts_at_once_a_row_too_flat_for_the_candidates(monkeypa
     assert torch.equal(truncation_mask(scaled[1:], SamplingTensors.build(rows[1:], torch.device("cpu"), vocab)),
                        scaled[1:] >= 0.0)  # top_k 3 keeps the 0.5 and every tie of 0.0
     assert widths == [3]  # top_k alone: its k largest values
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="host syncs are a CUDA matter")
+def test_start_queues_the_sampling_without_a_host_sync() -> None:
+    """Bans (min_tokens), truncation, random draws and logprobs: nothing in start() waits for the
+    device (a sync there stalls the launch thread until the forward is done)."""
+    from gpu_stage.kernels import triton_available
+
+    sampler = Sampler(eos_token_ids=[1], fused=triton_available())
+    rows = [_row(temperature=0.0, min_tokens=5, stop_token_ids=(2,)), _row(seed=1, temperature=0.7, top_p=0.9),
+            _row(seed=2, temperature=1.0, top_k=20, min_p=0.05, logprobs=2), _row(temperature=0.0)]
+    logits = torch.randn(4, 1000, device="cuda")
+    logits[0, 1] = logits[0, 2] = 100.0  # row 0's argmax: an EOS and a stop id, both banned
+    tensors = SamplingTensors.build(rows, logits.device, 1000)
+    sampler.finish(sampler.start(logits, rows, tensors))  # compiled and cached before the check
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        pending = sampler.start(logits, rows, tensors)
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+    out = sampler.finish(pending)
+    assert out.token_ids[0] not in (1, 2) and out.token_ids[3] == int(logits[3].argmax())
