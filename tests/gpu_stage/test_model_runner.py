@@ -237,3 +237,37 @@ def test_a_step_reports_when_it_was_taken_up_queued_and_synced(source: ModelSour
     after = time.perf_counter_ns()
     assert before <= result.started_ns <= result.launched_ns <= result.synced_ns <= after
     assert result.duration_ns == result.synced_ns - result.started_ns
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="host syncs are a CUDA matter")
+@pytest.mark.parametrize("enforce_eager", [False, True], ids=["graphs", "eager"])
+def test_launching_decode_steps_makes_no_synchronizing_call(source: ModelSource, enforce_eager: bool) -> None:
+    """Once its requests are admitted, queueing a decode step (and the one after it, launched
+    ahead with its inputs fed on the device) never waits for the device, whatever the requests
+    ask for: penalties, min_tokens, truncation, seeds, logprobs."""
+    from gpu_runner_helpers import make_runner
+
+    from stages.messages import PENDING_TOKEN
+
+    runner = make_runner(source, enforce_eager=enforce_eager)
+    params = [SamplingParams(temperature=0.8, seed=1, repetition_penalty=1.2, frequency_penalty=0.3, min_tokens=8),
+              SamplingParams(temperature=1.0, seed=2, top_k=20, top_p=0.9, min_p=0.05, logprobs=3),
+              SamplingParams(temperature=0.0, min_tokens=3, stop_token_ids=(5, 6)), SamplingParams(temperature=0.0)]
+    ids = [f"r{i}" for i in range(4)]
+    tables = [list(range(1 + 8 * i, 9 + 8 * i)) for i in range(4)]
+    prompts = [list(range(10 + i, 20 + i)) for i in range(4)]
+    result = runner.execute(StepBatch(0, [NewRequestData(r, p, q) for r, p, q in zip(ids, prompts, params)],
+                                      [ScheduledChunk(r, p, 0, t, True) for r, p, t in zip(ids, prompts, tables)]))
+    last = {t.request_id: t.token_id for t in result.sampled}
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        first = runner.launch(StepBatch(1, [], [ScheduledChunk(r, [last[r]], 10, t, True) for r, t in zip(ids, tables)]))
+        ahead = runner.launch(StepBatch(2, [], [ScheduledChunk(r, [PENDING_TOKEN], 11, t, True)
+                                                for r, t in zip(ids, tables)]))
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+    for launched in (first, ahead):
+        done = runner.complete(launched)
+        assert not done.failed and len(done.sampled) == 4
