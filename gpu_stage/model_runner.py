@@ -110,8 +110,9 @@ class ModelRunner:
         attention = get_attention_backend(attention_backend)
         self.model = LlamaForCausalLM(self.config, self.device, dtype, attention, get_layer_ops(attention_backend))
         self.model.load_weights(source.weights(self.device, dtype))
-        # Penalised requests' histories on the device, advanced by each step's sampled ids.
-        self.penalties = PenaltyCache(self.config.vocab_size, self.device)
+        # Penalised requests' histories on the device, advanced by each step's sampled ids; on CUDA
+        # a slot for every running request now, so the memory profile below counts them.
+        self.penalties = PenaltyCache(self.config.vocab_size, self.device, max_num_seqs + 1 if cuda else 0)
         self.sampler = Sampler(source.tokenizer.eos_token_ids, fused=cuda and triton_available(),
                                penalties=self.penalties)
         self.inputs = StepInputs(max_num_batched_tokens, max_num_seqs, -(-self.max_model_len // block_size),

@@ -11,7 +11,9 @@ by index, with no host list and no sync.
 
 Pools: `seen` [slots, V] bool (prompt tokens) and `counts` [slots, V] int32 (output tokens). Slot 0
 is scratch for rows without penalties (their neutral parameters leave logits as they are whatever it
-holds); the pools double when full.
+holds). The GPU stage sizes them at start-up for every running request (`initial_slots`, before
+the memory profile sizes the KV pool, so they are accounted for: 641 KB a slot at a 128k
+vocabulary); they double when full, which only preempted requests keeping their slots can cause.
 """
 from __future__ import annotations
 
@@ -23,13 +25,16 @@ INITIAL_SLOTS = 8
 
 
 class PenaltyCache:
-    def __init__(self, vocab: int, device: torch.device | str) -> None:
+    def __init__(self, vocab: int, device: torch.device | str, initial_slots: int = 0) -> None:
+        """`initial_slots`: allocate that many now (slot 0 included); 0: at the first penalised request."""
         self.vocab = vocab
         self.device = torch.device(device)
-        self.seen: torch.Tensor | None = None  # allocated at the first penalised request
+        self.seen: torch.Tensor | None = None
         self.counts: torch.Tensor | None = None
         self._slots: dict[str, int] = {}
         self._free: list[int] = []
+        if initial_slots:
+            self._grow(initial_slots)
 
     def slot(self, request_id: str, prompt_token_ids: list[int], output_token_ids: list[int]) -> int:
         """The request's slot, filled from its ids the first time it is asked for."""
@@ -64,9 +69,9 @@ class PenaltyCache:
         ones = torch.ones(1, dtype=self.counts.dtype, device=self.device).expand(slots.shape[0])
         self.counts.index_put_((slots.long(), token_ids.long()), ones, accumulate=True)
 
-    def _grow(self) -> None:
+    def _grow(self, new: int = 0) -> None:
         old = 0 if self.counts is None else self.counts.shape[0]
-        new = max(INITIAL_SLOTS, 2 * old)
+        new = new or max(INITIAL_SLOTS, 2 * old)
         seen = torch.zeros((new, self.vocab), dtype=torch.bool, device=self.device)
         counts = torch.zeros((new, self.vocab), dtype=torch.int32, device=self.device)
         if old:

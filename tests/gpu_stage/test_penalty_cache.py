@@ -74,3 +74,14 @@ def test_released_slots_are_reused_clean_and_growth_keeps_the_others() -> None:
     for i, slot in enumerate(slots):
         assert cache.seen[slot].nonzero().flatten().tolist() == [i]
         assert cache.counts[slot, i] == 2 and int(cache.counts[slot].sum()) == 2
+
+
+def test_slots_sized_up_front_serve_without_growth_then_grow_past_them() -> None:
+    cache = PenaltyCache(VOCAB, "cpu", initial_slots=5)  # slot 0 scratch, four for requests
+    assert cache.counts.shape == (5, VOCAB) and cache.seen.shape == (5, VOCAB)
+    pools = cache.counts.data_ptr()
+    slots = [cache.slot(f"r{i}", [i], []) for i in range(4)]
+    assert sorted(slots) == [1, 2, 3, 4] and cache.counts.data_ptr() == pools  # no new allocation
+    extra = cache.slot("r4", [4], [])  # a fifth (a preempted request keeps its slot): the pools grow
+    assert cache.counts.shape[0] == 10 and extra not in slots + [0]
+    assert all(cache.seen[s].nonzero().flatten().tolist() == [i] for i, s in enumerate(slots + [extra]))
