@@ -205,13 +205,17 @@ class StepInputs:
         seg("seq_lens")[:num_seqs] = seq_lens
         seg("seq_lens")[num_seqs:] = 1
         seg("logits_indices")[:] = logits_rows
-        # Each sampled row's sequence and context (pad sequences: one token each, after the real ones).
-        sampled_seq, sampled_lens = locate_rows(
-            logits_rows, np.concatenate([cu, num_tokens + np.arange(1, num_pad_seqs + 1)]),
-            np.concatenate([seq_lens, np.ones(num_pad_seqs, np.int64)]))
-        seg("sampled_seq")[:] = sampled_seq
-        seg("sampled_seq_lens")[:] = sampled_lens
-        seg("sampled_cu")[:] = np.arange(len(logits_rows) + 1)
+        # Each sampled row's sequence and context, for a last layer that computes those rows alone
+        # (pad sequences: one token each, after the real ones). A step that samples every row (a
+        # decode) has no use for them: nothing is computed or staged.
+        sampled_lens = None
+        if len(logits_rows) < lay_t:
+            sampled_seq, sampled_lens = locate_rows(
+                logits_rows, np.concatenate([cu, num_tokens + np.arange(1, num_pad_seqs + 1)]),
+                np.concatenate([seq_lens, np.ones(num_pad_seqs, np.int64)]))
+            seg("sampled_seq")[:] = sampled_seq
+            seg("sampled_seq_lens")[:] = sampled_lens
+            seg("sampled_cu")[:] = np.arange(len(logits_rows) + 1)
         flags = None
         if rows:
             flags = SamplingFlags.of(list(rows), vocab_size)
@@ -248,8 +252,8 @@ class StepInputs:
             query_lens_host=q_lens.tolist() + [1] * num_pad_seqs,
             seq_lens_host=seq_lens.tolist() + [1] * num_pad_seqs,
             static_shape=shape is not None,
-            sampled=SampledRows(view("sampled_seq"), view("sampled_seq_lens"), view("sampled_cu"),
-                                sampled_lens.tolist()),
+            sampled=None if sampled_lens is None else SampledRows(
+                view("sampled_seq"), view("sampled_seq_lens"), view("sampled_cu"), sampled_lens.tolist()),
         )
         sampling = None
         if rows:
