@@ -21,7 +21,7 @@ import triton.language as tl
 
 from gpu_stage.kernels import interpreting, next_pow2
 from gpu_stage.kernels.common import dot_flags, mma
-from gpu_stage.kernels.pdl import pdl_args
+from gpu_stage.kernels.pdl import OFF, pdl_args
 
 LOG2E = 1.4426950408889634
 GPU_CONFIG = {"BLOCK_N": 64, "num_warps": 4, "num_stages": 2}
@@ -122,6 +122,16 @@ def _reduce_kernel(
     tl.store(out_ptr + seq * stride_o_t + head * stride_o_h + d, out.to(out_ptr.dtype.element_ty), mask=d_ok)
 
 
+def decode_pdl_args(q: torch.Tensor, num_splits: int) -> dict:
+    """PDL (pdl.py) for the decode kernel only where it splits the context (few sequences).
+    A single-split launch (33+ sequences: one wave of programs and a part of a second) ran slower
+    with it on the H200: at 64 streams of 2,048 tokens the server's ITL was 9.24 ms with PDL
+    against 9.16 without (`bench/itl_ab.sh`, same machine), and back to back a layer took 151 us
+    against 133 (`bench/results/20261130-NVIDIA-H200/s11-probe/`). With splits (one stream: 4.22 ms
+    with, 4.24 without) PDL stays."""
+    return pdl_args(q) if num_splits > 1 else OFF
+
+
 class DecodeWorkspace:
     """Partial outputs for the split-K path, allocated once per step (or per graph) and shared by
     every layer: layers run one after another on one stream."""
@@ -159,7 +169,8 @@ def decode_attention(
         kv_layer.stride(0), kv_layer.stride(1), kv_layer.stride(2), kv_layer.stride(3),
         block_tables.stride(0), block_size, num_heads,
         GROUP=group, HEAD_DIM=head_dim, BLOCK_D=block_d, BLOCK_H=max(16, next_pow2(group)),
-        BLOCK_N=cfg.pop("BLOCK_N"), NUM_SPLITS=num_splits, **dot_flags(q.dtype), **cfg, **pdl_args(q),
+        BLOCK_N=cfg.pop("BLOCK_N"), NUM_SPLITS=num_splits, **dot_flags(q.dtype), **cfg,
+        **decode_pdl_args(q, num_splits),
     )
     if num_splits > 1:
         _reduce_kernel[(num_seqs, num_heads)](

@@ -425,3 +425,13 @@ def test_pdl_is_on_from_compute_capability_9() -> None:
     from gpu_stage.kernels import pdl
     on = torch.cuda.get_device_capability()[0] >= 9 and os.environ.get("TTFT_PDL", "1") != "0"
     assert pdl.pdl_args(torch.zeros(1, device="cuda")) == (pdl.ON if on else pdl.OFF)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(DEVICE != "cuda", reason="needs a GPU")
+def test_decode_attention_launches_with_pdl_only_when_it_splits_the_context() -> None:
+    from gpu_stage.kernels import pdl
+    from gpu_stage.kernels.decode_attention import decode_pdl_args
+    q = torch.zeros(1, device="cuda")
+    assert decode_pdl_args(q, 1) == pdl.OFF
+    assert decode_pdl_args(q, 32) == pdl.pdl_args(q)
