@@ -156,7 +156,7 @@ run_suite() {  # run_suite NAME [VAR=VALUE...]: ttft serve (dummy:llama-3.1-8b, 
         kill -0 $SERVER 2>/dev/null || break
         sleep 1
     done
-    grep -E "ready|KV|graph|warm|one-row product|ERROR|Error" "$DETAIL/server-$name.log" | tail -16
+    grep -E "ready|KV|graph|warm|one-row product|cuBLASLt|ERROR|Error" "$DETAIL/server-$name.log" | tail -16
     timeout 420 python3 -m bench.gpu_suite --out "$DETAIL/$name" --extra "$EXTRA" $QUICK 2>&1 | tee "$OUTDIR/$name.log" | tail -30
     kill -TERM $SERVER 2>/dev/null; sleep 3; kill -9 $SERVER 2>/dev/null
     tail -30 "$DETAIL/server-$name.log" > "$OUTDIR/server_tail_$name.log"

@@ -5,12 +5,13 @@ cuBLAS chooses a kernel per problem shape, and CUDA loads a kernel's module the 
 while the device waits (bench/gemm_first_call.py; bench/results/20261130-NVIDIA-H200/s5-first-calls).
 A prompt whose length leads a product to a kernel no earlier step used waited that long for its
 first token. So warm_gemm_kernels runs each of the model's products once at every row count a step
-can have, in steps of ROW_STEP (every count up to ROW_STEP), before the server reports ready.
+can have, in steps of ROW_STEP (every count up to ROW_STEP), before the server reports ready,
+through the model's ops: where a cuBLASLt algorithm was chosen (gemm_tuning.py), that is what loads,
+and its descriptors for that row count are built then.
 """
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 
 from gpu_stage.model.llama import LlamaForCausalLM
 
@@ -36,15 +37,18 @@ def warm_gemm_kernels(model: LlamaForCausalLM, max_tokens: int, max_sampled_rows
     products = [(layer.qkv_weight, layer.qkv_bias), (layer.o_weight, layer.o_bias), (layer.gate_up_weight, None),
                 (layer.down_weight, None)]
     head = model.embed_weight if model.lm_head_weight is None else model.lm_head_weight
-    widest = max(w.shape[1] for w, _ in products)
-    x = torch.zeros(max_tokens, widest, device=head.device, dtype=head.dtype)
+    linear = model.ops.linear
+    # One dense input per width, so that x[:rows] is laid out as a step's activations are.
+    height = max(max_tokens, max_sampled_rows)
+    xs = {w.shape[1]: torch.zeros(height, w.shape[1], device=head.device, dtype=head.dtype)
+          for w, _ in products + [(head, None)]}
     count = 0
     for rows in row_counts(max_tokens):
         for weight, bias in products:
-            F.linear(x[:rows, : weight.shape[1]], weight, bias)
+            linear(xs[weight.shape[1]][:rows], weight, bias)
             count += 1
     for rows in row_counts(max_sampled_rows, step=1):
-        F.linear(x[:rows, : head.shape[1]], head)
+        linear(xs[head.shape[1]][:rows], head)
         count += 1
     if head.device.type == "cuda":
         torch.cuda.synchronize(head.device)

@@ -29,7 +29,8 @@ import torch
 from gpu_stage.attention import get_attention_backend
 from gpu_stage.compile_watch import WATCH
 from gpu_stage.cpu_malloc import keep_freed_memory
-from gpu_stage.cuda_graphs import MIXED_SEQ_BUCKETS, MIXED_TOKEN_BUCKETS, PREFILL_BUCKETS, CudaGraphRunner
+from gpu_stage.cuda_graphs import (MIXED_SEQ_BUCKETS, MIXED_TOKEN_BUCKETS, PREFILL_BUCKETS, CudaGraphRunner,
+                                   decode_buckets)
 from gpu_stage.kernels import triton_available
 from gpu_stage.kv_cache import KvCache, blocks_for_memory
 from gpu_stage.kv_tiers.transfer import KvTransfer
@@ -145,6 +146,7 @@ class ModelRunner:
             num_blocks = self._profile_num_blocks(gpu_memory_utilization, graph_reserve_bytes if use_graphs else 0)
         self.kv_cache = KvCache(self.config, num_blocks, block_size, self.device, dtype)
         self.graphs: CudaGraphRunner | None = None
+        self.gemm_tuning_report: list[dict] = []
         # One-row products (batch-1 decode): cuBLAS or the gemv kernel, whichever this GPU runs
         # faster per weight shape inside a CUDA graph; measured before the graphs capture the
         # choice. Eager steps keep cuBLAS: there a Triton launch's host cost outweighs the gain.
@@ -152,6 +154,8 @@ class ModelRunner:
             from gpu_stage.kernels.gemv_tuning import tune_gemv
 
             tune_gemv(self.model, self.model.ops)
+        if use_graphs:
+            self._tune_products()
         if cuda:
             self.warmup()
         if use_graphs:
@@ -296,6 +300,16 @@ class ModelRunner:
                     splits *= 2
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
+
+    def _tune_products(self) -> None:
+        """cuBLASLt's algorithm per product at each decode graph's row count, where it beats
+        F.linear's (gemm_tuning); before the graphs capture it."""
+        from gpu_stage import cublaslt, gemm_tuning
+
+        if not gemm_tuning.enabled() or not cublaslt.supports_dtype(self.dtype):
+            return
+        rows = gemm_tuning.tuned_row_counts(decode_buckets(self.max_num_seqs), self.max_num_batched_tokens)
+        self.model.ops.lt_plan, self.gemm_tuning_report = gemm_tuning.tune_products(self.model, rows, rows)
 
     def warm_thread(self) -> None:
         """Build, on the calling thread, what a step would otherwise build the first time it meets

@@ -1,7 +1,9 @@
 """TritonOps: the layer_ops interface backed by the Triton kernels of this package.
 
 One instance per model: `gemv_plan` holds the one-row products that the gemv kernel runs faster
-than cuBLAS on this GPU (kernels/gemv_tuning.py fills it at start-up; empty: cuBLAS everywhere).
+than cuBLAS on this GPU (kernels/gemv_tuning.py fills it at start-up; empty: cuBLAS everywhere), and
+`lt_plan` the cuBLASLt algorithm chosen for the others where it beats F.linear's (gemm_tuning.py;
+None: F.linear everywhere).
 """
 from __future__ import annotations
 
@@ -25,14 +27,20 @@ class TritonOps:
 
     def __init__(self) -> None:
         self.gemv_plan: dict[GemvKey, dict] = {}  # key -> the kernel config that won
+        self.lt_plan = None  # gemm_tuning.LtPlan, filled at start-up on CUDA
+
+    def _product(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+        if bias is None and self.lt_plan is not None and (out := self.lt_plan.linear(x, weight)) is not None:
+            return out
+        return F.linear(x, weight, bias)
 
     def linear(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
         if x.shape[0] == 1 and x.stride(1) == 1 and (cfg := self.gemv_plan.get((*weight.shape, "none"))):
             return gemv(x, weight, bias, config=cfg)
-        return F.linear(x, weight, bias)
+        return self._product(x, weight, bias)
 
     def gate_up_silu(self, x: torch.Tensor, gate_up_weight: torch.Tensor) -> torch.Tensor:
         """silu(x @ gate.T) * (x @ up.T), gate_up_weight = [gate; up]."""
         if x.shape[0] == 1 and x.stride(1) == 1 and (cfg := self.gemv_plan.get((*gate_up_weight.shape, "silu_mul"))):
             return gemv(x, gate_up_weight, act="silu_mul", config=cfg)
-        return _activation.silu_and_mul(F.linear(x, gate_up_weight))
+        return _activation.silu_and_mul(self._product(x, gate_up_weight))

@@ -1,4 +1,5 @@
-"""The start-up sweep runs every product of a layer at every row count a step can have."""
+"""The start-up sweep runs every product of a layer at every row count a step can have, through
+the model's ops (where a cuBLASLt algorithm may have been chosen)."""
 from __future__ import annotations
 
 import torch
@@ -24,11 +25,11 @@ def test_warm_gemm_kernels_runs_each_layer_product_at_each_row_count(monkeypatch
     real_linear = F.linear
 
     def recording_linear(x, weight, bias=None):
-        assert x.shape[1] == weight.shape[1]
+        assert x.shape[1] == weight.shape[1] and x.is_contiguous()
         seen.add((x.shape[0], tuple(weight.shape)))
         return real_linear(x, weight, bias)
 
-    monkeypatch.setattr(warmup.F, "linear", recording_linear)
+    monkeypatch.setattr(model, "ops", type("RecordingOps", (), {"linear": staticmethod(recording_linear)}))
     calls = warmup.warm_gemm_kernels(model, max_tokens=40, max_sampled_rows=3)
     layer = model.layers[0]
     shapes = {tuple(w.shape) for w in (layer.qkv_weight, layer.o_weight, layer.gate_up_weight, layer.down_weight)}
@@ -45,6 +46,7 @@ def test_the_sweep_stops_at_max_sweep_rows(monkeypatch) -> None:
     monkeypatch.setattr(warmup, "MAX_SWEEP_ROWS", 24)
     rows: list[int] = []
     real_linear = F.linear
-    monkeypatch.setattr(warmup.F, "linear", lambda x, w, b=None: rows.append(x.shape[0]) or real_linear(x, w, b))
+    recording = staticmethod(lambda x, w, b=None: rows.append(x.shape[0]) or real_linear(x, w, b))
+    monkeypatch.setattr(model, "ops", type("RecordingOps", (), {"linear": recording}))
     warmup.warm_gemm_kernels(model, max_tokens=1000, max_sampled_rows=1)
     assert max(rows) == 24
