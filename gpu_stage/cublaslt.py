@@ -70,12 +70,13 @@ class Lt:
     """A cuBLASLt handle and workspace on one device. Not thread-safe: one thread runs the steps."""
 
     def __init__(self, device: torch.device) -> None:
-        torch.cuda.current_blas_handle()  # torch loads the CUDA libraries first
-        self.lib = ctypes.CDLL(_library_path())
         self.device = device
+        self.workspace = torch.empty(WORKSPACE_BYTES, dtype=torch.uint8, device=device)  # makes the context
+        with torch.cuda.device(device):
+            torch.cuda.current_blas_handle()  # torch loads its CUDA libraries before ctypes does
+        self.lib = ctypes.CDLL(_library_path())
         self.handle = ctypes.c_void_p()
         _check(self.lib.cublasLtCreate(ctypes.byref(self.handle)), "create")
-        self.workspace = torch.empty(WORKSPACE_BYTES, dtype=torch.uint8, device=device)
         self._one, self._zero = ctypes.c_float(1.0), ctypes.c_float(0.0)
 
     def product(self, rows: int, out_features: int, in_features: int, dtype: torch.dtype) -> "LtProduct":

@@ -180,6 +180,7 @@ def tune_products(model, rows: Sequence[int], head_rows: Sequence[int], lt: cubl
             report.append({"product": name, "rows": count, "f_linear_us": round(times[0], 2),
                            "lt_us": [round(t, 2) for t in times[1:]],
                            "chosen": None if chosen is None else chosen.rank})
+            log.debug("%s", report[-1])
             del graphs
     torch.cuda.synchronize()
     torch.cuda.empty_cache()

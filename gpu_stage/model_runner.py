@@ -146,7 +146,6 @@ class ModelRunner:
             num_blocks = self._profile_num_blocks(gpu_memory_utilization, graph_reserve_bytes if use_graphs else 0)
         self.kv_cache = KvCache(self.config, num_blocks, block_size, self.device, dtype)
         self.graphs: CudaGraphRunner | None = None
-        self.gemm_tuning_report: list[dict] = []
         # One-row products (batch-1 decode): cuBLAS or the gemv kernel, whichever this GPU runs
         # faster per weight shape inside a CUDA graph; measured before the graphs capture the
         # choice. Eager steps keep cuBLAS: there a Triton launch's host cost outweighs the gain.
@@ -309,7 +308,7 @@ class ModelRunner:
         if not gemm_tuning.enabled() or not cublaslt.supports_dtype(self.dtype):
             return
         rows = gemm_tuning.tuned_row_counts(decode_buckets(self.max_num_seqs), self.max_num_batched_tokens)
-        self.model.ops.lt_plan, self.gemm_tuning_report = gemm_tuning.tune_products(self.model, rows, rows)
+        self.model.ops.lt_plan, _ = gemm_tuning.tune_products(self.model, rows, rows)
 
     def warm_thread(self) -> None:
         """Build, on the calling thread, what a step would otherwise build the first time it meets
