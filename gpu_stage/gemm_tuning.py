@@ -78,8 +78,10 @@ class LtPlan:
 
     def resolve(self, rows: int, out_features: int, in_features: int) -> tuple[_Product, LtAlgo] | None:
         key = (rows, out_features, in_features)
-        if key in self._products:
+        try:
             return self._products[key]
+        except KeyError:
+            pass
         entry = None
         algo = self.choice_for(rows, out_features, in_features)
         if algo is not None:
@@ -90,11 +92,10 @@ class LtPlan:
         return entry
 
     def linear(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor | None:
-        """x @ weight^T with the chosen algorithm, or None where F.linear should run it."""
-        if x.dtype != self.dtype or not cublaslt.operands_fit(x, weight):
-            return None
+        """x @ weight^T with the chosen algorithm, or None where F.linear should run it. The cached
+        lookup comes first: an eager step's products mostly have no choice, and pay only for it."""
         entry = self.resolve(x.shape[0], weight.shape[0], weight.shape[1])
-        if entry is None:
+        if entry is None or x.dtype != self.dtype or not cublaslt.operands_fit(x, weight):
             return None
         out = x.new_empty((x.shape[0], weight.shape[0]))
         entry[0].run(x, weight, out, entry[1])
@@ -152,7 +153,7 @@ def tune_products(model, rows: Sequence[int], head_rows: Sequence[int], lt: cubl
                   ) -> tuple[LtPlan, list[dict]]:
     """Time every product of `model` (on CUDA) at `rows` (the lm_head at `head_rows`) -> the plan
     and one report row per (product, row count)."""
-    head = model.embed_weight if model.lm_head_weight is None else model.lm_head_weight
+    head = model.head_weight
     lt = lt or cublaslt.Lt(head.device)
     plan = LtPlan(lt, head.dtype)
     layers = list(model.layers)[:NUM_LAYERS_CYCLED]
