@@ -36,7 +36,7 @@ def warm_gemm_kernels(model: LlamaForCausalLM, max_tokens: int, max_sampled_rows
     layer = model.layers[0]  # every layer has the same shapes
     products = [(layer.qkv_weight, layer.qkv_bias), (layer.o_weight, layer.o_bias), (layer.gate_up_weight, None),
                 (layer.down_weight, None)]
-    head = model.embed_weight if model.lm_head_weight is None else model.lm_head_weight
+    head = model.head_weight
     linear = model.ops.linear
     # One dense input per width, so that x[:rows] is laid out as a step's activations are.
     height = max(max_tokens, max_sampled_rows)

@@ -54,7 +54,7 @@ def _time_us(fn: Callable[[int], object], num_weights: int) -> float:
 def _products(model) -> list[tuple[GemvKey, list[torch.Tensor], list[torch.Tensor | None]]]:
     """(key, weights of several layers, their biases) per distinct one-row product of the model."""
     layers = list(model.layers)[:NUM_LAYERS_CYCLED]
-    head = model.embed_weight if model.lm_head_weight is None else model.lm_head_weight
+    head = model.head_weight
     out = []
     for attr, bias_attr, act in (("qkv_weight", "qkv_bias", "none"), ("o_weight", "o_bias", "none"),
                                  ("gate_up_weight", None, "silu_mul"), ("down_weight", None, "none")):

@@ -132,6 +132,11 @@ class LlamaForCausalLM(nn.Module):
         )
         self.rotary = RotaryEmbedding(c, device)
 
+    @property
+    def head_weight(self) -> torch.Tensor:
+        """The lm_head's weight: its own, or the embedding's when they are tied."""
+        return self.embed_weight if self.lm_head_weight is None else self.lm_head_weight
+
     @torch.inference_mode()
     def forward(
         self,
@@ -161,7 +166,7 @@ class LlamaForCausalLM(nn.Module):
             h = self.ops.add_rms_norm(h, residual, norm.weight, norm.eps)[0]
         else:  # only the sampled rows need the last residual add
             h = self.ops.add_rms_norm(h[logits_indices], residual[logits_indices], norm.weight, norm.eps)[0]
-        head = self.embed_weight if self.lm_head_weight is None else self.lm_head_weight
+        head = self.head_weight
         return self.ops.linear(h, head).float()  # [S, vocab]
 
     @torch.no_grad()
