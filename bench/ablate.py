@@ -28,6 +28,7 @@ from pathlib import Path
 import orjson
 
 from bench.baselines.server_process import free_port, start_server, ttft_serve_command
+from bench.load import run_bench
 from bench.report import machine_info
 
 READY_TIMEOUT_S = 300.0  # a GPU server draws 8B weights and captures its CUDA graphs first
@@ -111,8 +112,6 @@ def table(result: dict) -> str:
 
 
 def run_one(ablation: Ablation, args: argparse.Namespace, serve_flags: list[str], out: Path) -> dict:
-    from bench.cli import run_bench  # here: bench.cli imports nothing of this module, keep it so
-
     port = free_port()
     command = ttft_serve_command(args.model, port, [*serve_flags, *ablation.flags])
     try:

@@ -21,7 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.cli import add_bench_arguments, run_bench
+from bench.cli import add_bench_arguments
+from bench.load import run_bench
 from bench.trace_edges import summarize as summarize_edges
 
 

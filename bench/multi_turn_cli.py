@@ -12,13 +12,10 @@ from bench.multi_turn import (MultiTurnSpec, TurnReply, make_conversations, sugg
 from bench.multi_turn_report import multi_turn_metrics, multi_turn_table
 from bench.multi_turn_runner import run_conversations
 from bench.report import machine_info, write_report
-from bench.runner import run_warmup
+from bench.runner import MAX_WARMUP_OUTPUT_TOKENS, WARMUP_SEED_OFFSET, run_warmup
 from bench.sample import RequestSample
 from bench.workloads import BenchRequest, random_workload
 
-# As bench.cli's: warm-up prompts from another seed, so they cannot warm the cache for measured ones
-WARMUP_SEED_OFFSET = 1_000_003
-MAX_WARMUP_OUTPUT_TOKENS = 16
 BLOCK_SIZE = 16  # ttft serve's default --block-size, for the --num-kv-blocks hint
 
 HELP = """\

@@ -19,6 +19,10 @@ from bench.sample import RequestSample
 from bench.workloads import BenchRequest
 
 SendFn = Callable[[BenchRequest], Awaitable[RequestSample]]
+# Warm-up prompts come from another seed, so they cannot warm the prefix cache for measured ones;
+# short replies, since only the server's first calls at each shape need warming.
+WARMUP_SEED_OFFSET = 1_000_003
+MAX_WARMUP_OUTPUT_TOKENS = 16
 
 
 @dataclass

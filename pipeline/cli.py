@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import logging
 import os
 import sys
@@ -112,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="ttft", description="An LLM server obsessed with time to first token")
     sub = parser.add_subparsers(dest="command", required=True)
     add_serve_arguments(sub.add_parser("serve", help="serve a model over an OpenAI-compatible API"))
-    from bench.cli import add_bench_arguments, run_bench
+    from bench.cli import add_bench_arguments, run_bench_command
 
     add_bench_arguments(sub.add_parser("bench", help="load-test an OpenAI-compatible server"))
     args = parser.parse_args(argv)
@@ -138,12 +137,7 @@ def main(argv: list[str] | None = None) -> int:
         except (StartupError, ValueError) as exc:
             print(f"ttft: cannot start: {exc}", file=sys.stderr)
             return 2
-    if args.ablate:  # `ttft bench --ablate`: starts its own servers (bench/ablate.py)
-        from bench.ablate import run_ablation
-
-        return run_ablation(args)
-    asyncio.run(run_bench(args))
-    return 0
+    return run_bench_command(args)
 
 
 if __name__ == "__main__":

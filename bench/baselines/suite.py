@@ -25,8 +25,8 @@ import urllib.request
 from pathlib import Path
 
 from bench.baselines.server_process import free_port, hf_server_command, start_server, ttft_serve_command
-from bench.cli import run_bench
 from bench.gpu_suite import bench_args
+from bench.load import run_bench
 
 MODES = ("generate", "continuous", "ttft")
 

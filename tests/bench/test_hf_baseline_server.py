@@ -140,7 +140,7 @@ def test_chat_models_and_errors(servers):
 
 
 async def test_bench_client_drives_the_baseline(servers, tmp_path):
-    from bench.cli import run_bench
+    from bench.load import run_bench
     from bench.gpu_suite import bench_args
 
     args = bench_args(servers["generate"], tmp_path, "hf-generate", "--input-len", "24", "--output-len", "8",

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from bench.baselines.server_process import ServerProcess, free_port, start_server, ttft_serve_command
-from bench.cli import add_bench_arguments, run_bench
+from bench.cli import add_bench_arguments
+from bench.load import run_bench
 
 BLOCK = 16  # ttft serve's default block size
 SMALL = ["--workload", "multi-turn", "--conversations", "4", "--turns", "3", "--doc-len", "64",
