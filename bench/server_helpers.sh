@@ -1,5 +1,5 @@
-# Sourced by the bench scripts that start `ttft serve` on :8000 (device_run.sh, itl_under_load.sh,
-# profile_b64.sh): the suite's server flags and the start/stop of a server.
+# Sourced by the scripts that start `ttft serve` on :8000 (bench/device_run.sh, lab/itl_under_load.sh,
+# lab/profile_b64.sh, lab/itl_ab.sh): the suite's server flags and the start/stop of a server.
 
 # The suite's server (bench/gpu_suite.py). llama-3.1-8b: the Llama-3-8B shape with a 128K context,
 # so an 8,192-token prompt fits.

@@ -156,7 +156,7 @@ class BpeTokenizer:
         # encode_batch_fast, not encode(): it releases the interpreter lock while it works (encode()
         # holds it, so a long prompt stalled the event loop and the GPU stage's threads for its
         # whole tokenization), and it skips the character offsets we never read: 1.76 vs 2.32 ms
-        # of CPU on a 1,000-token prompt (`python -m bench.tokenizer_cost`). `ttft serve` sets
+        # of CPU on a 1,000-token prompt (`python -m lab.tokenizer_cost`). `ttft serve` sets
         # TOKENIZERS_PARALLELISM=false: the one-text batch runs on the calling thread, whose CPU
         # clock the trace reads, and no rayon pool is started.
         if self._ascii is not None and len(text) <= MAX_ASCII_PATH_CHARS and text.isascii():

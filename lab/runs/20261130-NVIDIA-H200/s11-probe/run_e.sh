@@ -13,6 +13,6 @@ tail -2 "$OUT/gpu_tests.log"
 timeout 200 bash bench/device_run.sh "$OUT/suite" --skip-tests --skip-kernels > "$OUT/suite.log" 2>&1
 rm -f "$OUT/suite/detail.tar.gz"
 python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print({k: round(v, 2) for k, v in d.items() if k.startswith(('ttft_p50','prefill','itl','ref','host'))})" "$OUT/suite/summary.json"
-timeout 200 bash bench/itl_ab.sh ab_base "$OUT/c64" 1 2>&1 | tail -3 | tee "$OUT/c64.txt"
+timeout 200 bash lab/itl_ab.sh ab_base "$OUT/c64" 1 2>&1 | tail -3 | tee "$OUT/c64.txt"
 rm -f "$OUT"/c64/*.json.gz "$OUT"/c64/*.json
 tar -czf "$OUT/logs.tgz" -C "$OUT" c64 suite.log && rm -rf "$OUT/c64" "$OUT/suite.log"

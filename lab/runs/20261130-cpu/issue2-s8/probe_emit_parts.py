@@ -1,7 +1,7 @@
 """Cold cost of the emitter's parts: full handle vs variants (monkeypatched), 8 seqs."""
 import gc, statistics, sys
-from bench.host_step_cost import StepHarness, CacheEvictor, max_tokens_for, _run_sync
-from bench.host_overhead import load_tokenizer
+from lab.host_step_cost import StepHarness, CacheEvictor, max_tokens_for, _run_sync
+from lab.host_overhead import load_tokenizer
 from emitter.output_stream import OutputStream
 from emitter.request_emitter import RequestEmitter
 import emitter.stage as ES

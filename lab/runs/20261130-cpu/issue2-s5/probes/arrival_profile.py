@@ -1,5 +1,5 @@
 import argparse, asyncio, cProfile, io, pstats, sys, time, statistics
-import bench.scheduler_in_situ as sis
+import lab.scheduler_in_situ as sis
 from scheduler.scheduler import Scheduler
 fn = Scheduler.add_request
 rec = []

@@ -1,6 +1,6 @@
 """One-prompt prefill steps of many lengths through ModelRunner (Llama-3-8B shape, dummy bf16
 weights, CUDA graphs as served): does a prompt whose length is not a multiple of 256 cost more
-than its tokens? `python bench/prefill_lengths.py [--lengths 1920,2000,2048,...] [--reps 5]`.
+than its tokens? `python lab/prefill_lengths.py [--lengths 1920,2000,2048,...] [--reps 5]`.
 Prints the median wall of `execute()` per length and its cost per 1,000 tokens."""
 from __future__ import annotations
 

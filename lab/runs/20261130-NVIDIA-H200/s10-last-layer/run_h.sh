@@ -12,5 +12,5 @@ cp tests/gpu_stage/test_sampler.py ab_base/tests/gpu_stage/test_sampler.py
 (cd ab_base && PYTHONPATH="/tmp/ttft-site:$PWD" timeout 120 python3 -m pytest -p no:cacheprovider \
     tests/gpu_stage/test_sampler.py -k host_sync -q 2>&1 | grep -E "passed|failed|Error" | tail -3) > "$OUT/sampler_test_base.log"
 cat "$OUT/sampler_tests.log" "$OUT/sampler_test_base.log"
-ITL_AB_EXTRA_BODY='{"min_tokens": 100}' timeout 300 bash bench/itl_ab.sh ab_base "$OUT/min-tokens" 1 2>&1 | tail -8
+ITL_AB_EXTRA_BODY='{"min_tokens": 100}' timeout 300 bash lab/itl_ab.sh ab_base "$OUT/min-tokens" 1 2>&1 | tail -8
 rm -f "$OUT"/min-tokens/*.json.gz

@@ -1,3 +1,3 @@
 export PYTHONPATH=/tmp/ttft-site:$PWD
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/ttft-site .whl/*.whl
-python3 bench/results/20261130-NVIDIA-H200/s12-probe/probe_lt_steps.py 2>&1 | grep -v Warning | tee $OUT/probe_c.log
+python3 lab/runs/20261130-NVIDIA-H200/s12-probe/probe_lt_steps.py 2>&1 | grep -v Warning | tee $OUT/probe_c.log

@@ -3,7 +3,7 @@
 # probe.py: decode attention's grid order, and gate_up + SiLU-mul fused into one Triton GEMM.
 set -u
 OUT=$1
-D=bench/results/20261130-NVIDIA-H200/s11-probe
+D=lab/runs/20261130-NVIDIA-H200/s11-probe
 mkdir -p "$OUT" /tmp/ttft-site
 export PYTHONUNBUFFERED=1 PYTHONPATH="/tmp/ttft-site:$PWD"
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/ttft-site .whl/*.whl

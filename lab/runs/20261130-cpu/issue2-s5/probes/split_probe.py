@@ -1,6 +1,6 @@
 """In-situ schedule()/update() CPU per call, split: prefill-holding steps vs decode-only steps (no inner wrappers)."""
 import asyncio, sys, time, statistics, json, argparse
-import bench.scheduler_in_situ as sis
+import lab.scheduler_in_situ as sis
 from scheduler.scheduler import Scheduler
 rec = {"schedule": {"p": [], "d": []}, "update": {"p": [], "d": []}}
 def top(name):

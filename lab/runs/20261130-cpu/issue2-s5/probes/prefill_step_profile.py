@@ -1,6 +1,6 @@
 """cProfile of Scheduler.schedule()/update() in prefill-holding steps, in situ (embedded engine)."""
 import argparse, asyncio, cProfile, io, pstats, sys
-import bench.scheduler_in_situ as sis
+import lab.scheduler_in_situ as sis
 from scheduler.scheduler import Scheduler
 
 stats = {"schedule": None, "update": None}

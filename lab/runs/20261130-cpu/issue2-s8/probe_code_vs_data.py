@@ -1,7 +1,7 @@
 """Is the cold host step slow because code is cold or because data is cold?"""
 import gc, statistics, sys
-from bench.host_step_cost import StepHarness, CacheEvictor, max_tokens_for, PHASES
-from bench.host_overhead import load_tokenizer
+from lab.host_step_cost import StepHarness, CacheEvictor, max_tokens_for, PHASES
+from lab.host_overhead import load_tokenizer
 tok = load_tokenizer("smollm2")
 n = int(sys.argv[1]) if len(sys.argv) > 1 else 8
 steps = 96
