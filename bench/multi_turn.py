@@ -51,10 +51,6 @@ class MultiTurnSpec:
                              f"{self.doc_len}, {self.turn_len}, {self.output_len}")
 
     @property
-    def requests_per_conversation(self) -> int:
-        return 1 + self.num_turns
-
-    @property
     def max_context_tokens(self) -> int:
         """Tokens of a conversation's KV after its last reply: its largest footprint."""
         return self.doc_len + self.num_turns * (self.turn_len + self.output_len) + self.output_len

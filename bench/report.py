@@ -1,7 +1,7 @@
 """Turn a run into files: JSON with everything (config, machine, commit, metrics, every sample), a short
 Markdown table next to it, and a TTFT CDF plot when matplotlib is installed.
 
-The metrics themselves are computed in `bench.metrics` (re-exported here).
+The metrics themselves are computed in `bench.metrics`.
 """
 from __future__ import annotations
 
@@ -17,8 +17,6 @@ import sys
 from pathlib import Path
 
 import orjson
-
-from bench.metrics import compute_metrics, summarize_ms, tpot_s  # noqa: F401  (re-exported)
 
 ROWS = (("TTFT", "ttft"), ("TPOT", "tpot"), ("ITL", "itl"), ("E2E latency", "e2el"))
 
