@@ -39,12 +39,6 @@ class EmitterStage(Stage[StepEvents]):
     def register(self, stream: OutputStream, emitter: RequestEmitter) -> None:
         self._entries[stream.request_id] = _Entry(stream, emitter)
 
-    def unregister(self, request_id: str) -> None:
-        self._entries.pop(request_id, None)
-
-    def streams(self) -> list[OutputStream]:
-        return [e.stream for e in self._entries.values()]
-
     def fail_all(self, message: str) -> None:
         """The engine broke: every open stream ends with an error."""
         for rid, entry in list(self._entries.items()):

@@ -1,25 +1,26 @@
 """IngressLimits: the request-size and value limits checked before any expensive work.
 
-All of them are configuration (CLI flags in pipeline/); the defaults are generous for interactive use
-and small enough that one request cannot stall the event loop or fill memory.
+The defaults are generous for interactive use and small enough that one request cannot stall the
+event loop or fill memory. The `option()` fields are `ttft serve` flags (EngineConfig.limits).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from stages.options import option
+
 
 @dataclass(frozen=True, slots=True)
 class IngressLimits:
-    # Checked on the raw bytes, before orjson runs (413).
-    max_body_bytes: int = 8 * 1024 * 1024
-    # Characters of prompt text (completions) or of all message contents together (chat),
-    # checked before tokenizing: a 10 MB prompt is refused in microseconds.
-    max_prompt_chars: int = 1_000_000
-    # Explicit max_tokens above this is a 400; None: only the context window limits it.
-    max_tokens_cap: int | None = None
-    # Completions (parallel samples) per request: `n` above it is a 400.
-    max_n: int = 16
-    max_stop_strings: int = 16
+    # Checked on the raw bytes, before orjson runs.
+    max_body_bytes: int = option(8 * 1024 * 1024, "bytes of a request body; past it: 413")
+    # Checked before tokenizing: a 10 MB prompt is refused in microseconds.
+    max_prompt_chars: int = option(1_000_000, "characters of prompt text (completions) or of all message "
+                                              "contents together (chat); past it: 400")
+    max_tokens_cap: int | None = option(None, "an explicit max_tokens above this is a 400 (default: only the "
+                                              "context window limits it)")
+    max_n: int = option(16, "parallel samples (choices) per request: `n` above it is a 400")
+    max_stop_strings: int = option(16, "stop strings per request; past it: 400")
     max_stop_string_chars: int = 1000
     max_stop_token_ids: int = 256
     # OpenAI's own bound. Higher temperatures only flatten the distribution into noise.

@@ -23,11 +23,14 @@ from pipeline.config import EngineConfig
 from pipeline.faults import install_faults
 from scheduler.config import SchedulerConfig
 from scheduler.scheduler import Scheduler
+from stages.options import fill
 
 log = logging.getLogger("ttft.build")
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 DEFAULT_CPU_KV_GB = 1.0
+# SchedulerConfig's fields that EngineConfig spells otherwise; the others of the same name are copied.
+SCHEDULER_RENAMES = {"policy": "scheduler_policy", "chunked_prefill": "enable_chunked_prefill"}
 
 
 class StartupError(Exception):
@@ -102,14 +105,9 @@ def build_model(cfg: EngineConfig) -> BuiltModel:
     except ValueError as exc:
         raise StartupError(str(exc)) from exc
     tok = source.tokenizer
-    scheduler = Scheduler(SchedulerConfig(
-        num_blocks=num_blocks, block_size=cfg.block_size, max_num_seqs=cfg.max_num_seqs,
-        max_num_batched_tokens=cfg.max_num_batched_tokens, max_model_len=max_model_len,
-        max_queued=cfg.max_queued, long_prefill_threshold=cfg.long_prefill_threshold,
-        prefill_step_tokens=cfg.prefill_step_tokens, prefill_backlog_steps=cfg.prefill_backlog_steps,
-        eos_token_ids=frozenset(tok.eos_token_ids), policy=cfg.scheduler_policy,
-        enable_prefix_caching=cfg.enable_prefix_caching, shadow=cfg.shadow,
-        chunked_prefill=cfg.enable_chunked_prefill, async_scheduling=cfg.async_scheduling,
+    scheduler = Scheduler(fill(
+        SchedulerConfig, cfg, SCHEDULER_RENAMES, num_blocks=num_blocks, max_model_len=max_model_len,
+        eos_token_ids=frozenset(tok.eos_token_ids),
     ), tiers=tiers.config if tiers else None, disk_blocks=tiers.disk_blocks if tiers else ())
     template = ChatTemplate(
         tok.chat_template, bos_token=getattr(tok, "bos_token", None), eos_token=getattr(tok, "eos_token", None)

@@ -1,78 +1,101 @@
-"""EngineConfig: every knob of the engine, with the defaults `ttft serve` uses."""
+"""EngineConfig: every knob of the engine, with the defaults `ttft serve` uses.
+
+Each field made with `option()` is also a `ttft serve` flag (stages/options.py derives the parser
+from these fields): adding a flag is adding its field here, then using it.
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 from ingress.limits import IngressLimits
 from scheduler.config import PREFILL_BACKLOG_STEPS
+from stages.options import option
 
 
 @dataclass
 class EngineConfig:
-    model: str | None = None  # None: the packaged SmolLM2 GGUF
-    served_model_name: str | None = None
-    seed: int = 0  # dummy weights are a function of (preset, seed)
-    device: str = "auto"  # auto | cpu | cuda
-    dtype: str = "auto"  # auto (bf16 on GPU, fp32 on CPU) | float32 | bfloat16 | float16
-    max_model_len: int | None = None  # default: the model's, lowered to what the KV pool holds
-    kv_cache_gb: float | None = None  # default: 1 GiB on CPU
-    num_kv_blocks: int | None = None  # overrides kv_cache_gb (tests, reproducible benchmarks)
-    block_size: int = 16
-    gpu_memory_utilization: float = 0.9  # GPU: share of device memory for weights, activations, KV
-    attention_backend: str = "auto"  # auto (triton on a GPU, torch on CPU) | triton | torch
-    enforce_eager: bool = False  # no CUDA graphs
-    # Mixed steps (prefill chunks beside decodes) of up to this many tokens replay CUDA graphs
-    # (gpu_stage/cuda_graphs.py); 0: they run eagerly.
-    mixed_graph_max_tokens: int = 1024
-    max_num_seqs: int = 64  # running requests
-    # Per-step token budget. None: 512 on CPU (a step's cost grows with its tokens there, so small
-    # steps keep short prompts and decodes moving), 8192 on a GPU (steps are weight-read bound).
-    max_num_batched_tokens: int | None = None
-    max_queued: int = 1024  # waiting requests; past running + queued: 503
-    # Chunk cap for one prefill; below it a prompt is "short". None: half the step budget.
-    long_prefill_threshold: int | None = None
-    # Lanes: prefill tokens that may join a step after its first prefill (whole prompts only), so
-    # a burst gets its first tokens shortest first in small steps. None: 768 on a GPU (chosen in
-    # the H200 simulator, bench/results/20261129-sim/reference.md), 0 (no cap) on CPU.
-    prefill_step_tokens: int | None = None
-    prefill_backlog_steps: int = PREFILL_BACKLOG_STEPS  # lanes: see SchedulerConfig
-    # False: no chunked prefill (ablations): each prompt in one step, so the step budget must hold
-    # max_model_len (the scheduler refuses to start otherwise).
-    enable_chunked_prefill: bool = True
-    scheduler_policy: str = "lanes"  # lanes | fcfs (vLLM V1's arrival order)
-    # While a decode step runs, build and send the next one, its inputs filled in on the device
-    # (scheduler/config.py): no host turn-around between decode steps. None: on a GPU only (on
-    # CPU the model runs on the host cores the scheduler would overlap with: measured no gain).
-    async_scheduling: bool | None = None
-    enable_prefix_caching: bool = True
-    shadow: bool = True  # reserve each request's predicted KV footprint at arrival
+    model: str | None = option(None, "a .gguf file, a Hugging Face directory or dummy:<preset> "
+                                     "(default: the packaged SmolLM2-135M-Instruct)")
+    served_model_name: str | None = option(None, "the name the API reports")
+    seed: int = option(0, "seed of dummy weights")  # dummy weights are a function of (preset, seed)
+    device: str = option("auto", "where the model runs (auto: cuda when there is one)",
+                         choices=("auto", "cpu", "cuda"))
+    dtype: str = option("auto", "auto: bfloat16 on a GPU, float32 on CPU",
+                        choices=("auto", "float32", "bfloat16", "float16"))
+    max_model_len: int | None = option(None, "prompt + output tokens of one request (default: the "
+                                             "model's, lowered to what the KV pool holds)")
+    kv_cache_gb: float | None = option(None, "KV pool size (default 1 GiB on CPU)")
+    # Tests and reproducible benchmarks size the pool in blocks.
+    num_kv_blocks: int | None = option(None, "KV pool size in blocks (overrides --kv-cache-gb)")
+    block_size: int = option(16, "tokens per KV block")
+    gpu_memory_utilization: float = option(0.9, "GPU: share of device memory for weights, activations and KV")
+    attention_backend: str = option("auto", "auto: triton on a GPU, torch on CPU",
+                                    choices=("auto", "triton", "torch"))
+    enforce_eager: bool = option(False, "no CUDA graphs", action="store_true")
+    # Mixed steps of up to this many tokens replay CUDA graphs (gpu_stage/cuda_graphs.py).
+    mixed_graph_max_tokens: int = option(1024, "largest mixed step (prefill beside decodes) replayed as a "
+                                               "CUDA graph; 0: none")
+    max_num_seqs: int = option(64, "running requests")
+    # On CPU a step's cost grows with its tokens, so small steps keep short prompts and decodes
+    # moving; on a GPU steps are weight-read bound.
+    max_num_batched_tokens: int | None = option(None, "per-step token budget (default 512 on CPU, 8192 on a GPU)")
+    max_queued: int = option(1024, "waiting requests; past them: 503")
+    long_prefill_threshold: int | None = option(
+        None, "chunk cap for one prefill per step (lanes: not for a prompt alone in the server); shorter "
+              "uncached prompts take the fast lane (default: half the step budget)")
+    # So that a burst gets its first tokens shortest first in small steps. 768 on a GPU: chosen in
+    # the H200 simulator (bench/results/20261129-sim/reference.md).
+    prefill_step_tokens: int | None = option(
+        None, "lanes: prefill tokens that may join a step after its first prefill, whole prompts only "
+              "(default 768 on a GPU, 0: no cap on CPU)")
+    prefill_backlog_steps: int = option(  # why: see SchedulerConfig
+        PREFILL_BACKLOG_STEPS, "lanes: while the waiting prompts hold this many full steps of tokens, "
+                               "prompts as long as a step's first join it past the cap (0: never)")
+    # Off, the scheduler refuses to start unless the step budget holds max_model_len.
+    enable_chunked_prefill: bool = option(
+        True, "off: every prompt prefilled whole in one step (needs --max-num-batched-tokens >= "
+              "--max-model-len); for ablations")
+    scheduler_policy: str = option("lanes", "lanes: short prompts first; fcfs: vLLM V1's arrival order",
+                                   choices=("lanes", "fcfs"))
+    # No host turn-around between decode steps (scheduler/config.py). Off on CPU: the model runs
+    # on the host cores the scheduler would overlap with (measured: no gain).
+    async_scheduling: bool | None = option(
+        None, "build the next decode step just before the running one ends, its inputs fed on the "
+              "device (default: on a GPU)")
+    enable_prefix_caching: bool = option(True, "reuse the KV of prompt prefixes across requests")
+    shadow: bool = option(True, "admit without arrival-time KV reservation", flag="--no-shadow",
+                          action="store_false")
     # KV tiers below the device pool (prefix caching must be on): host memory (pinned on a GPU)
-    # and a directory of block files that survives restarts. 0 / None: off.
-    kv_host_gb: float = 0.0
-    kv_disk_path: str | None = None
-    kv_disk_gb: float = 16.0
+    # and a directory of block files that survives restarts.
+    kv_host_gb: float = option(0.0, "host-memory KV tier below the device pool, in GiB (0: off)")
+    kv_disk_path: str | None = option(None, "directory of the disk KV tier (block files; kept across restarts)")
+    kv_disk_gb: float = option(16.0, "disk KV tier size in GiB")
     kv_disk_threads: int = 4
-    # Copy each block to host memory as soon as it is cached, beside later steps (False: only
-    # when the device pool evicts it, in the step that reuses it).
-    kv_offload_early: bool = True
+    # Off, a block is copied only when the device pool evicts it, in the step that reuses it.
+    kv_offload_early: bool = option(
+        True, "copy each cached block to the host tier at once, beside later steps (off: only when the "
+              "device pool evicts it)")
     # Channel and buffer bounds (every queue is bounded).
     scheduler_inbox_size: int = 4096
     gpu_inbox_size: int = 2
     emitter_inbox_size: int = 64
     stream_buffer_items: int = 256
     # Deadlines.
-    request_timeout_s: float | None = None
-    body_read_timeout_s: float = 30.0  # a client that sends its body slower than this gets 408
-    max_connections: int = 4096  # HTTP requests in flight (streams included); past it: 503 at once
-    stream_stall_timeout_s: float = 30.0
-    shutdown_grace_s: float = 30.0
+    request_timeout_s: float | None = option(
+        None, "seconds after which a request still running is aborted (finish_reason timeout)")
+    body_read_timeout_s: float = option(30.0, "a client that sends its body slower than this gets 408")
+    max_connections: int = option(4096, "HTTP requests in flight (streams included); past it: 503 at once")
+    stream_stall_timeout_s: float = option(
+        30.0, "a stream whose buffer stays full (its client not reading) this long is aborted")
+    shutdown_grace_s: float = option(30.0, "on SIGTERM, seconds the requests in flight get to finish")
     # Tokenize in a worker thread when the text is longer than this (short texts are faster inline).
     offload_tokenize_chars: int = 4096
     num_tokenizer_threads: int = 2
-    cpu_threads: int | None = None  # torch intra-op threads on CPU (default: torch's own choice)
+    cpu_threads: int | None = option(None, "torch threads for the CPU path (default: torch's own choice)")
     max_traces: int = 1000  # recent traces kept for /debug/traces
-    profile_dir: str | None = None  # enables POST /start_profile, /stop_profile (torch.profiler traces here)
-    limits: IngressLimits = field(default_factory=IngressLimits)
+    profile_dir: str | None = option(
+        None, "enable POST /start_profile and /stop_profile: torch.profiler traces written here")
+    limits: IngressLimits = field(default_factory=IngressLimits)  # its option() fields are flags too
 
     def resolved_device(self) -> str:
         if self.device != "auto":

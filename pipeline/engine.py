@@ -60,7 +60,6 @@ class Engine:
         self.pipeline = wire_stages(built, cfg, self._on_engine_error, self._on_finished)
         self.ingress, self.scheduler_stage = self.pipeline.ingress, self.pipeline.scheduler
         self.gpu_stage, self.emitter_stage = self.pipeline.gpu, self.pipeline.emitter
-        self.kv_disk_stage = self.pipeline.kv_disk
         for stage in self.stages:
             stage.start()
         await self.gpu_stage.wait_warm()  # ready means a first request pays for no warm-up

@@ -106,13 +106,6 @@ class Channel(Generic[T]):
         self._wake(self._putters)
         return item
 
-    def drain_nowait(self) -> list[T]:
-        items = list(self._items)
-        self._items.clear()
-        while self._putters:
-            self._wake(self._putters)
-        return items
-
     def close(self) -> None:
         self._closed = True
         for waiters in (self._getters, self._putters):

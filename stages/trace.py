@@ -58,10 +58,6 @@ class RequestTrace:
         wall = work_ns if wall_ns is None else wall_ns
         self.host_wall_ns[category] = self.host_wall_ns.get(category, 0) + wall
 
-    def get_s(self, edge: str) -> float | None:
-        ns = self.marks_ns.get(edge)
-        return None if ns is None else ns / 1e9
-
     def span_s(self, start: str, end: str) -> float | None:
         a, b = self.marks_ns.get(start), self.marks_ns.get(end)
         if a is None or b is None:
