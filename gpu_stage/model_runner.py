@@ -34,13 +34,13 @@ from gpu_stage.cuda_graphs import (MIXED_SEQ_BUCKETS, MIXED_TOKEN_BUCKETS, PREFI
 from gpu_stage.kernels import triton_available
 from gpu_stage.kv_cache import KvCache, blocks_for_memory
 from gpu_stage.kv_tiers.transfer import KvTransfer
-from gpu_stage.layer_ops import get_layer_ops
+from gpu_stage.loaders.model_source import ModelSource
 from gpu_stage.memory_profile import profile_step
 from gpu_stage.model.llama import LlamaForCausalLM
-from gpu_stage.model_source import ModelSource
-from gpu_stage.penalty_cache import PenaltyCache
-from gpu_stage.sampler import (PendingSample, Sampler, SamplerOutput, SamplingRow, SamplingTensors, device_ids,
-                               draw_uniforms)
+from gpu_stage.model.torch_ops import get_layer_ops
+from gpu_stage.sampling.penalties import PenaltyCache
+from gpu_stage.sampling.sampler import (PendingSample, Sampler, SamplerOutput, SamplingRow, SamplingTensors,
+                                        device_ids, draw_uniforms)
 from gpu_stage.step_inputs import StagedStep, StepInputs
 from stages.messages import (
     PENDING_TOKEN, KvTransferOps, NewRequestData, SampledToken, ScheduledChunk, StepBatch, StepResult,
@@ -150,7 +150,7 @@ class ModelRunner:
         # faster per weight shape inside a CUDA graph; measured before the graphs capture the
         # choice. Eager steps keep cuBLAS: there a Triton launch's host cost outweighs the gain.
         if use_graphs:
-            from gpu_stage.kernels.gemv_tuning import tune_gemv
+            from gpu_stage.tuning.gemv_tuning import tune_gemv
 
             tune_gemv(self.model, self.model.ops)
         if use_graphs:
@@ -303,7 +303,7 @@ class ModelRunner:
     def _tune_products(self) -> None:
         """cuBLASLt's algorithm per product at each decode graph's row count, where it beats
         F.linear's (gemm_tuning); before the graphs capture it."""
-        from gpu_stage import cublaslt, gemm_tuning
+        from gpu_stage.tuning import cublaslt, gemm_tuning
 
         if not gemm_tuning.enabled() or not cublaslt.supports_dtype(self.dtype):
             return
@@ -318,7 +318,7 @@ class ModelRunner:
         any step, so no prompt pays for them."""
         if self.device.type != "cuda":
             return
-        from gpu_stage.gemm_warmup import warm_gemm_kernels
+        from gpu_stage.tuning.gemm_warmup import warm_gemm_kernels
 
         t0 = time.perf_counter()
         n = warm_gemm_kernels(self.model, self.max_num_batched_tokens, self.max_num_seqs)

@@ -34,7 +34,7 @@ import numpy as np
 import torch
 
 from gpu_stage.attention.metadata import AttentionMetadata, SampledRows, locate_rows
-from gpu_stage.sampler import SamplingFlags, SamplingRow, SamplingTensors, penalty_parameters, row_parameters
+from gpu_stage.sampling.sampler import SamplingFlags, SamplingRow, SamplingTensors, penalty_parameters, row_parameters
 
 ALIGN = 4  # int32 elements: 16 bytes
 _SAMPLING = ("greedy", "temperature", "top_k", "top_p", "min_p", "uniform", "penalty_slot", "repetition",

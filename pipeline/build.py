@@ -14,8 +14,8 @@ import torch
 from gpu_stage.cuda_graphs import MIXED_TOKEN_BUCKETS
 from gpu_stage.kv_cache import blocks_for_memory
 from gpu_stage.loaders import load_model_source
+from gpu_stage.loaders.model_source import ModelSource
 from gpu_stage.model_runner import ModelRunner
-from gpu_stage.model_source import ModelSource
 from ingress.chat_template import ChatTemplate
 from ingress.tokenizer import Tokenizer
 from pipeline.build_tiers import BuiltTiers, build_tiers

@@ -26,9 +26,9 @@ from torch import nn
 from gpu_stage.attention import torch_backend
 from gpu_stage.attention.metadata import AttentionMetadata, rows_metadata
 from gpu_stage.kv_cache import KvCache
-from gpu_stage.layer_ops import TorchOps
-from gpu_stage.model_config import ModelConfig
-from gpu_stage.rope import RotaryEmbedding
+from gpu_stage.model.config import ModelConfig
+from gpu_stage.model.rotary import RotaryEmbedding
+from gpu_stage.model.torch_ops import TorchOps
 
 
 def _param(*shape: int, device: torch.device | str, dtype: torch.dtype) -> nn.Parameter:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import torch
 from tiny_hf_models import model_config
 
+from gpu_stage.loaders.model_source import ModelSource
 from gpu_stage.model_runner import ModelRunner
-from gpu_stage.model_source import ModelSource
 from collections import deque
 
 from scheduler.config import SchedulerConfig

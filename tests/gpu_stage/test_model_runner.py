@@ -10,8 +10,8 @@ import torch
 from gpu_runner_helpers import serve
 from tiny_hf_models import hf_model, model_config
 
+from gpu_stage.loaders.model_source import ModelSource
 from gpu_stage.model_runner import ModelRunner
-from gpu_stage.model_source import ModelSource
 from stages.messages import NewRequestData, ScheduledChunk, StepBatch
 from stages.sampling import SamplingParams
 

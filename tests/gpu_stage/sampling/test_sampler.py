@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from gpu_stage.sampler import Sampler, SamplingRow, SamplingTensors, apply_penalties, truncation_mask
+from gpu_stage.sampling.sampler import Sampler, SamplingRow, SamplingTensors, apply_penalties, truncation_mask
 from stages.sampling import SamplingParams
 
 PROBS = [0.5, 0.3, 0.15, 0.05]  # a hand-made distribution over 4 tokens (plus banned padding)
@@ -180,7 +180,7 @@ def test_cpu_truncation_from_the_top_candidates_equals_the_whole_sort(peaked: bo
     """On CPU top_k and top_p look among each row's TOP_P_CANDIDATES largest values first; the
     kept sets equal those of a sort of the whole row, also when a row's nucleus reaches past the
     candidates (a flat distribution: every row is then sorted whole)."""
-    import gpu_stage.sampler as sampler_mod
+    import gpu_stage.sampling.sampler as sampler_mod
 
     gen = torch.Generator().manual_seed(21)
     vocab = 3000
@@ -212,7 +212,7 @@ def test_cpu_truncation_from_the_top_candidates_equals_the_whole_sort(peaked: bo
 def test_cpu_truncation_sorts_at_once_a_row_too_flat_for_the_candidates(monkeypatch) -> None:
     """A top_p row whose mass could not fit in the candidates even at the largest weight each is
     sorted whole at once (no selection first); a top_k row beside it never forces that."""
-    import gpu_stage.sampler as sampler_mod
+    import gpu_stage.sampling.sampler as sampler_mod
 
     vocab = 2000
     scaled = torch.zeros(2, vocab)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from gpu_stage.rope import apply_rope
+from gpu_stage.model.rotary import apply_rope
 
 
 class TorchOps:
@@ -59,7 +59,7 @@ def get_layer_ops(name: str):
     if name == "torch":
         return TorchOps
     if name == "triton":
-        from gpu_stage.kernels.triton_ops import TritonOps
+        from gpu_stage.model.triton_ops import TritonOps
 
         return TritonOps()
     raise ValueError(f"unknown layer ops {name!r} (known: torch, triton)")

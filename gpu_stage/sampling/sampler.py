@@ -19,7 +19,7 @@ import torch
 from stages.sampling import SamplingParams
 
 if TYPE_CHECKING:
-    from gpu_stage.penalty_cache import PenaltyCache
+    from gpu_stage.sampling.penalties import PenaltyCache
 
 
 @dataclass

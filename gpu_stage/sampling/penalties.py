@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import torch
 
-from gpu_stage.sampler import SamplingTensors, device_ids, penalize
+from gpu_stage.sampling.sampler import SamplingTensors, device_ids, penalize
 
 INITIAL_SLOTS = 8
 

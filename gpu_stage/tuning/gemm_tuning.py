@@ -27,8 +27,8 @@ from typing import Callable, Iterable, Protocol, Sequence
 import torch
 import torch.nn.functional as F
 
-from gpu_stage import cublaslt
-from gpu_stage.cublaslt import LtAlgo
+from gpu_stage.tuning import cublaslt
+from gpu_stage.tuning.cublaslt import LtAlgo
 
 log = logging.getLogger("ttft.gemm")
 

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 
 from gpu_stage.kernels import activation as _activation
 from gpu_stage.kernels import rms_norm as _rms_norm
-from gpu_stage.kernels import rope as _rope
+from gpu_stage.kernels import rope_store as _rope
 from gpu_stage.kernels.gemv import gemv
 
 GemvKey = tuple[int, int, str]  # (weight rows, weight columns, "none" | "silu_mul")

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import torch
 
-from gpu_stage.penalty_cache import INITIAL_SLOTS, PenaltyCache
-from gpu_stage.sampler import Sampler, SamplingRow, SamplingTensors, apply_penalties
+from gpu_stage.sampling.penalties import INITIAL_SLOTS, PenaltyCache
+from gpu_stage.sampling.sampler import Sampler, SamplingRow, SamplingTensors, apply_penalties
 from stages.sampling import SamplingParams
 
 VOCAB = 50
