@@ -39,8 +39,8 @@ from gpu_stage.memory_profile import profile_step
 from gpu_stage.model.llama import LlamaForCausalLM
 from gpu_stage.model.torch_ops import get_layer_ops
 from gpu_stage.sampling.penalties import PenaltyCache
-from gpu_stage.sampling.sampler import (PendingSample, Sampler, SamplerOutput, SamplingRow, SamplingTensors,
-                                        device_ids, draw_uniforms)
+from gpu_stage.sampling.rows import SamplingRow, SamplingTensors, device_ids, draw_uniforms
+from gpu_stage.sampling.sampler import PendingSample, Sampler, SamplerOutput
 from gpu_stage.step_inputs import StagedStep, StepInputs
 from stages.messages import (
     PENDING_TOKEN, KvTransferOps, NewRequestData, SampledToken, ScheduledChunk, StepBatch, StepResult,

@@ -34,7 +34,7 @@ import numpy as np
 import torch
 
 from gpu_stage.attention.metadata import AttentionMetadata, SampledRows, locate_rows
-from gpu_stage.sampling.sampler import SamplingFlags, SamplingRow, SamplingTensors, penalty_parameters, row_parameters
+from gpu_stage.sampling.rows import SamplingFlags, SamplingRow, SamplingTensors, penalty_parameters, row_parameters
 
 ALIGN = 4  # int32 elements: 16 bytes
 _SAMPLING = ("greedy", "temperature", "top_k", "top_p", "min_p", "uniform", "penalty_slot", "repetition",
@@ -140,7 +140,7 @@ class StepInputs:
               vocab_size: int = 0, shape: GraphShape | None = None, max_seq_len_hint: int | None = None,
               feed: tuple[list[int], list[int], torch.Tensor] | None = None) -> StagedStep:
         """Pack, copy once, return device views. `rows`/`uniforms`: the sampled rows' parameters
-        (see sampler.draw_uniforms). `max_seq_len_hint` replaces the metadata's max_seq_len
+        (see sampling.rows.draw_uniforms). `max_seq_len_hint` replaces the metadata's max_seq_len
         (graphs: the longest context the graph must serve, so its plan depends on the bucket only).
         `feed`: (token indices, rows of the ids tensor, the previous step's sampled ids on the
         device) for inputs that are PENDING_TOKEN; a pending input with no feed reads token 0."""

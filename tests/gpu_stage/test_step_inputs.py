@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from gpu_stage.attention.metadata import build_metadata
-from gpu_stage.sampling.sampler import SamplingRow, SamplingTensors
+from gpu_stage.sampling.rows import SamplingRow, SamplingTensors
 from gpu_stage.step_inputs import GraphShape, StepInputs, make_layout
 from stages.messages import ScheduledChunk
 from stages.sampling import SamplingParams
