@@ -36,8 +36,8 @@ from gpu_stage.kv_cache import KvCache, blocks_for_memory
 from gpu_stage.kv_tiers.transfer import KvTransfer
 from gpu_stage.loaders.model_source import ModelSource
 from gpu_stage.memory_profile import profile_step
+from gpu_stage.model import get_layer_ops
 from gpu_stage.model.llama import LlamaForCausalLM
-from gpu_stage.model.torch_ops import get_layer_ops
 from gpu_stage.sampling.penalties import PenaltyCache
 from gpu_stage.sampling.rows import SamplingRow, SamplingTensors, device_ids, draw_uniforms
 from gpu_stage.sampling.sampler import PendingSample, Sampler, SamplerOutput

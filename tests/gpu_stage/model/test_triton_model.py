@@ -12,8 +12,8 @@ from gpu_stage.attention import get_attention_backend  # noqa: E402
 from gpu_stage.attention.metadata import build_metadata  # noqa: E402
 from gpu_stage.kv_cache import KvCache  # noqa: E402
 from gpu_stage.loaders.model_source import ModelSource  # noqa: E402
+from gpu_stage.model import get_layer_ops  # noqa: E402
 from gpu_stage.model.llama import LlamaForCausalLM  # noqa: E402
-from gpu_stage.model.torch_ops import get_layer_ops  # noqa: E402
 from gpu_stage.model_runner import ModelRunner  # noqa: E402
 from stages.messages import NewRequestData, ScheduledChunk, StepBatch  # noqa: E402
 from stages.sampling import SamplingParams  # noqa: E402
