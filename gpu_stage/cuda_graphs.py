@@ -30,7 +30,8 @@ import torch
 
 from gpu_stage.kv_cache import KvCache
 from gpu_stage.model.llama import LlamaForCausalLM
-from gpu_stage.step_inputs import Chunk, GraphShape, StagedStep, StepInputs
+from gpu_stage.step_inputs import StagedStep, StepInputs
+from gpu_stage.step_layout import Chunk, GraphShape
 from stages.messages import ScheduledChunk
 
 log = logging.getLogger("ttft.gpu")

@@ -91,7 +91,7 @@ def test_graph_path_of_execute_on_cpu() -> None:
     the model on views taken only from the bucket's layout and the shape, as a captured graph would."""
     from gpu_stage.attention.metadata import AttentionMetadata, SampledRows
     from gpu_stage.cuda_graphs import CudaGraphRunner
-    from gpu_stage.step_inputs import make_layout
+    from gpu_stage.step_layout import make_layout
 
     class ReplayOnCpu(CudaGraphRunner):
         shapes_used: list = []
