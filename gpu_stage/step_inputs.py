@@ -46,6 +46,11 @@ class StagedStep:
     num_real_seqs: int
 
 
+def forward_step(model: torch.nn.Module, staged: StagedStep, kv_cache) -> torch.Tensor:
+    """The model (LlamaForCausalLM) on a staged step and a KV pool -> logits [S, vocab]."""
+    return model(staged.input_ids, staged.positions, kv_cache, staged.meta, staged.logits_indices)
+
+
 def pack_tokens(seg: Segment, chunks: Sequence[Chunk], plan: StepPlan, block_size: int,
                 shape: GraphShape | None) -> None:
     """input_ids, positions, block_tables, slot_mapping, cu_seqlens_q, seq_lens, logits_indices."""

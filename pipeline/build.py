@@ -84,7 +84,7 @@ def build_model(cfg: EngineConfig) -> BuiltModel:
     if num_blocks is not None and num_blocks < 2:
         raise StartupError("the KV cache holds fewer than 2 blocks for this model")
     backend = cfg.attention_backend if cfg.attention_backend != "auto" else ("triton" if on_gpu else "torch")
-    runner = ModelRunner(
+    runner = ModelRunner.build(
         source, device=device, dtype=dtype, num_blocks=num_blocks, block_size=cfg.block_size,
         max_num_batched_tokens=cfg.max_num_batched_tokens, max_num_seqs=cfg.max_num_seqs,
         attention_backend=backend, enforce_eager=cfg.enforce_eager,

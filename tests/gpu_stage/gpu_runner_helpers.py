@@ -53,7 +53,7 @@ def make_runner(source: ModelSource, dtype: torch.dtype = torch.float32, **kwarg
     args = dict(num_blocks=256, block_size=4, max_num_batched_tokens=128, max_num_seqs=8,
                 attention_backend="triton", max_model_len=256)
     args.update(kwargs)
-    return ModelRunner(source, "cuda", dtype, **args)
+    return ModelRunner.build(source, "cuda", dtype, **args)
 
 
 def serve(runner: ModelRunner, requests: list[tuple[str, list[int], SamplingParams]], async_scheduling: bool,

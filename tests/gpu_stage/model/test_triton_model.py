@@ -63,7 +63,7 @@ def test_runner_triton_backend_matches_torch_backend() -> None:
     prompts = {"a": list(range(2, 19)), "b": list(range(40, 45))}
     outputs = {}
     for backend in ("torch", "triton"):
-        runner = ModelRunner(source, DEVICE, torch.float32, 16, 4, max_num_batched_tokens=32, max_num_seqs=4,
+        runner = ModelRunner.build(source, DEVICE, torch.float32, 16, 4, max_num_batched_tokens=32, max_num_seqs=4,
                              attention_backend=backend, enforce_eager=True)
         new = [NewRequestData(r, p, SamplingParams(temperature=0.0, logprobs=2)) for r, p in prompts.items()]
         chunks = [ScheduledChunk("a", prompts["a"][:10], 0, [3, 5, 7], False), ScheduledChunk("b", prompts["b"], 0, [2, 9], True)]
@@ -118,7 +118,7 @@ def test_graph_path_of_execute_on_cpu() -> None:
     source = ModelSource("tiny", model_config(hf), lambda d, dt: ((k, v.to(d, dt)) for k, v in state.items()), _Tokenizer(), "t")
     outputs = {}
     for graphs in (False, True):
-        runner = ModelRunner(source, "cpu", torch.float32, 32, 4, max_num_batched_tokens=16, max_num_seqs=4,
+        runner = ModelRunner.build(source, "cpu", torch.float32, 32, 4, max_num_batched_tokens=16, max_num_seqs=4,
                              attention_backend="triton", max_model_len=40)
         if graphs:
             runner.graphs = ReplayOnCpu(runner.model, runner.kv_cache, runner.inputs, 4, 16, 40, prefill_buckets=(8, 16))
