@@ -4,7 +4,7 @@
     prefill_attention  attention/torch_backend.py forward (any mix of prefill chunks and decodes)
     decode_attention   the same for decode-only steps, split over the context (flash-decoding)
     rms_norm           LlamaDecoderLayer's RMSNorm (+ the residual add fused in)
-    rope               rope.apply_rope on q and k, in place
+    rope_store         model/rotary.py apply_rope on q and k, in place (+ kv_store's store, fused)
     activation         F.silu(gate) * up
     sampling           the sampler's torch path (argmax; torch_draw.draw: inverse CDF of each uniform)
     truncation         its top_k / top_p thresholds (sampling/torch_draw.py truncation_mask), without a sort

@@ -9,7 +9,7 @@ dtype) so logits match it within rounding.
 
 The residual add is carried into the next norm (`add_rms_norm`), so the Triton ops fuse the two
 into one kernel; with the torch ops the arithmetic is the same as h = h + out; norm(h). Norms, RoPE,
-SiLU-and-multiply and the matrix products go through `ops` (layer_ops.TorchOps or the Triton
+SiLU-and-multiply and the matrix products go through `ops` (torch_ops.TorchOps or the Triton
 kernels, whose one-row products may run in the gemv kernel), attention through `attention` (a
 backend module): the CPU path and the GPU path are the same model code.
 """
@@ -116,7 +116,7 @@ class LlamaForCausalLM(nn.Module):
         device: torch.device | str = "cpu",
         dtype: torch.dtype = torch.float32,
         attention: ModuleType = torch_backend,
-        ops=TorchOps,  # layer_ops.TorchOps or a kernels.triton_ops.TritonOps instance
+        ops=TorchOps,  # torch_ops.TorchOps or a triton_ops.TritonOps instance
     ) -> None:
         super().__init__()
         c = config
