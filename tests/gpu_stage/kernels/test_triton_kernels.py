@@ -17,7 +17,7 @@ pytest.importorskip("triton")
 
 from gpu_stage.attention import torch_backend, triton_backend  # noqa: E402
 from gpu_stage.attention.metadata import build_metadata  # noqa: E402
-from gpu_stage.kernels import activation, rms_norm, rope_store as rope  # noqa: E402
+from gpu_stage.kernels import activation, rms_norm, rope_store  # noqa: E402
 from gpu_stage.kernels.kv_store import store_kv  # noqa: E402
 from gpu_stage.model.torch_ops import TorchOps  # noqa: E402
 
@@ -246,7 +246,7 @@ def test_rope_in_place_on_strided_qkv(tokens: int, heads: int, kv_heads: int, he
     q, k = q.view(tokens, heads, head_dim), k.view(tokens, kv_heads, head_dim)
     ref_q, ref_k = TorchOps.rope(q, k, cos, sin)
     v_before = qkv[:, (heads + kv_heads) * head_dim :].clone()
-    out_q, out_k = rope.rope_(q, k, cos, sin)
+    out_q, out_k = rope_store.rope_(q, k, cos, sin)
     assert out_q.data_ptr() == q.data_ptr()
     assert _rel(out_q, ref_q) < TOL[dtype] and _rel(out_k, ref_k) < TOL[dtype]
     assert torch.equal(qkv[:, (heads + kv_heads) * head_dim :], v_before)  # v untouched
@@ -277,9 +277,9 @@ def test_rope_store_kv_equals_rope_then_store(tokens: int, heads: int, kv_heads:
         q, k, v = buf.split([heads * head_dim, kv_heads * head_dim, kv_heads * head_dim], dim=-1)
         q, k, v = (x.view(tokens, -1, head_dim) for x in (q, k, v))
         if fused:
-            out_q, out_k = rope.rope_store_kv_(q, k, v, cos, sin, cache[:, 1], slots)
+            out_q, out_k = rope_store.rope_store_kv_(q, k, v, cos, sin, cache[:, 1], slots)
         else:
-            out_q, out_k = rope.rope_(q, k, cos, sin)
+            out_q, out_k = rope_store.rope_(q, k, cos, sin)
             store_kv(cache[:, 1], out_k, v, slots)
         assert out_q.data_ptr() == q.data_ptr()
         results.append((buf, cache))
