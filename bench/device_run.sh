@@ -122,8 +122,8 @@ if [ -z "$SKIP_TESTS" ]; then
     echo "== GPU tests"
     timeout 300 python3 -m pytest -p no:cacheprovider -m gpu tests/gpu_stage tests/pipeline/test_kv_tiers_gpu.py \
         -q -rs 2>&1 | tail -60 > "$OUTDIR/gpu_tests.log"
-    timeout 200 python3 -m pytest -p no:cacheprovider tests/gpu_stage/test_triton_kernels.py \
-        tests/gpu_stage/test_triton_model.py tests/gpu_stage/test_step_inputs.py -q 2>&1 | tail -20 >> "$OUTDIR/gpu_tests.log"
+    timeout 200 python3 -m pytest -p no:cacheprovider tests/gpu_stage/kernels/test_triton_kernels.py \
+        tests/gpu_stage/model/test_triton_model.py tests/gpu_stage/test_step_inputs.py -q 2>&1 | tail -20 >> "$OUTDIR/gpu_tests.log"
     tail -8 "$OUTDIR/gpu_tests.log"
 fi
 

@@ -18,7 +18,7 @@ import json
 from pathlib import Path
 
 from gpu_stage.loaders.dummy_loader import dummy_preset
-from gpu_stage.model_config import ModelConfig
+from gpu_stage.model.config import ModelConfig
 
 DTYPE_BYTES = 2  # bf16
 # (figure, target, "<=" or ">="): ../shared/PERFORMANCE.md's targets table.

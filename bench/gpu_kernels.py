@@ -26,9 +26,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from gpu_stage.attention import torch_backend, triton_backend  # noqa: E402
 from gpu_stage.attention.metadata import AttentionMetadata  # noqa: E402
-from gpu_stage.kernels import activation, decode_attention, prefill_attention, rms_norm, rope  # noqa: E402
+from gpu_stage.kernels import (  # noqa: E402
+    activation, decode_attention, prefill_attention, rms_norm, rope_store as rope,
+)
 from gpu_stage.kernels.kv_store import store_kv  # noqa: E402
-from gpu_stage.layer_ops import TorchOps  # noqa: E402
+from gpu_stage.model.torch_ops import TorchOps  # noqa: E402
 
 H, HKV, D, HIDDEN, INTER, BS = 32, 8, 128, 4096, 14336, 16
 DT = torch.bfloat16

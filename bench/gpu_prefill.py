@@ -118,11 +118,11 @@ def run_config(backend: str, graphs: bool, profile_memory: bool, quick: bool,
                prefill_graphs: tuple[int, ...] | None = None) -> dict:
     t0 = time.perf_counter()
     source = load_model_source(MODEL, seed=0)
-    runner = ModelRunner(source, DEVICE, torch.bfloat16, None if profile_memory else FIXED_BLOCKS, BLOCK_SIZE,
-                         max_num_batched_tokens=8192, max_num_seqs=64, attention_backend=backend,
-                         enforce_eager=not graphs, gpu_memory_utilization=0.9,
-                         max_model_len=min(8192, source.config.max_position_embeddings),
-                         **({} if prefill_graphs is None else {"prefill_graph_sizes": prefill_graphs}))
+    runner = ModelRunner.build(source, DEVICE, torch.bfloat16, None if profile_memory else FIXED_BLOCKS, BLOCK_SIZE,
+                               max_num_batched_tokens=8192, max_num_seqs=64, attention_backend=backend,
+                               enforce_eager=not graphs, gpu_memory_utilization=0.9,
+                               max_model_len=min(8192, source.config.max_position_embeddings),
+                               **({} if prefill_graphs is None else {"prefill_graph_sizes": prefill_graphs}))
     runner.warm_thread()  # this thread executes the steps: it builds the per-thread attention plans
     startup_s = time.perf_counter() - t0
     runner.kv_cache.kv.normal_()  # random context, not zeros

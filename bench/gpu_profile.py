@@ -79,9 +79,9 @@ def main() -> None:
                    help="only these prefill steps, e.g. 1x8192,4x2048 (prompts x tokens); no decode")
     a = p.parse_args()
     source = load_model_source(MODEL, seed=0)
-    runner = ModelRunner(source, "cuda", torch.bfloat16, FIXED_BLOCKS, BLOCK_SIZE, max_num_batched_tokens=8192,
-                         max_num_seqs=64, attention_backend="triton", enforce_eager=False,
-                         max_model_len=8192)
+    runner = ModelRunner.build(source, "cuda", torch.bfloat16, FIXED_BLOCKS, BLOCK_SIZE, max_num_batched_tokens=8192,
+                               max_num_seqs=64, attention_backend="triton", enforce_eager=False,
+                               max_model_len=8192)
     bench = Bench(runner, source.config.vocab_size)
     if a.prefills:
         runner.warm_thread()  # as the server: cuDNN plans and cuBLAS kernels before the first step

@@ -30,7 +30,8 @@ import torch
 
 from gpu_stage.kv_cache import KvCache
 from gpu_stage.model.llama import LlamaForCausalLM
-from gpu_stage.step_inputs import Chunk, GraphShape, StagedStep, StepInputs
+from gpu_stage.step_inputs import StagedStep, StepInputs, forward_step
+from gpu_stage.step_layout import Chunk, GraphShape
 from stages.messages import ScheduledChunk
 
 log = logging.getLogger("ttft.gpu")
@@ -123,7 +124,7 @@ class CudaGraphRunner:
         return entry.logits
 
     def _forward(self, staged: StagedStep) -> torch.Tensor:
-        return self.model(staged.input_ids, staged.positions, self.kv_cache, staged.meta, staged.logits_indices)
+        return forward_step(self.model, staged, self.kv_cache)
 
 
 def _dummy_chunks(shape: GraphShape, block_size: int) -> list[ScheduledChunk]:

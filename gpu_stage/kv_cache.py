@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from gpu_stage.model_config import ModelConfig
+from gpu_stage.model.config import ModelConfig
 
 
 class KvCache:

@@ -14,6 +14,14 @@ from typing import Callable
 
 import torch
 
+from gpu_stage.kv_cache import KvCache, blocks_for_memory
+from gpu_stage.model.llama import LlamaForCausalLM
+from gpu_stage.sampling.rows import SamplingRow, draw_uniforms
+from gpu_stage.sampling.sampler import Sampler
+from gpu_stage.step_inputs import StepInputs, forward_step
+from stages.messages import ScheduledChunk
+from stages.sampling import SamplingParams
+
 log = logging.getLogger("ttft.gpu")
 
 
@@ -58,3 +66,34 @@ def profile_step(run_step: Callable[[], None], temporary_bytes: int, utilization
     profile = MemoryProfile(total, before - temporary_bytes, peak - before, non_torch, graph_reserve_bytes, utilization)
     log.info(profile.summary())
     return profile
+
+
+def profile_num_blocks(model: LlamaForCausalLM, inputs: StepInputs, sampler: Sampler, dtype: torch.dtype,
+                       utilization: float, graph_reserve_bytes: int) -> int:
+    """Run the largest step against a temporary pool; the KV pool gets what is left -> its blocks."""
+    config, block_size, device = model.config, inputs.block_size, inputs.device
+    num_tokens = inputs.max_num_tokens
+    num_seqs = min(inputs.max_num_seqs, num_tokens)
+    lens = [num_tokens // num_seqs + (i < num_tokens % num_seqs) for i in range(num_seqs)]
+    chunks, next_block = [], 1
+    for i, n in enumerate(lens):
+        width = -(-n // block_size)
+        table = list(range(next_block, next_block + width))
+        chunks.append(ScheduledChunk(f"profile{i}", [1 + i % 7] * n, 0, table, True))
+        next_block += width
+    temporary = KvCache(config, next_block, block_size, device, dtype)
+    gen = torch.Generator().manual_seed(0)
+    rows = [SamplingRow(SamplingParams(temperature=1.0, top_p=0.9, top_k=50, logprobs=5), [], [], gen)] * num_seqs
+
+    def run() -> None:
+        with torch.inference_mode():
+            staged = inputs.stage(chunks, rows, draw_uniforms(rows), config.vocab_size)
+            sampler(forward_step(model, staged, temporary), rows, staged.sampling)
+
+    profile = profile_step(run, temporary.num_bytes, utilization, graph_reserve_bytes, device)
+    del temporary
+    torch.cuda.empty_cache()
+    num_blocks = blocks_for_memory(config, block_size, dtype, profile.kv_budget_bytes)
+    if num_blocks < 2:
+        raise RuntimeError(f"no room for the KV cache: {profile.summary()}")
+    return num_blocks

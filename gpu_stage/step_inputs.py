@@ -1,15 +1,7 @@
 """StepInputs: a step's integer inputs packed into a persistent (pinned) host buffer and sent to the
 device with ONE host-to-device copy into a persistent device buffer; the model reads views of it.
-
-Packed, int32, 16-byte aligned segments (floats stored as their bits):
-    input_ids [T] | positions [T] | slot_mapping [T] | cu_seqlens_q [B+1] | seq_lens [B] |
-    logits_indices [S] | block_tables [B, W] | sampled_seq, sampled_seq_lens [S] | sampled_cu [S+1] |
-    sampling: greedy, temperature, top_k, top_p, min_p, uniform, penalty_slot, repetition,
-    frequency, presence [R each] | feed_dst, feed_src [F each]
-The offsets are a function of (T, B, W, S, R) alone (the feed segments come last). A CUDA graph
-captured for a bucket therefore reads the same device addresses at every replay of that bucket:
-staging a step with the bucket's `GraphShape` (rows padded up to it, block tables W_max wide) lands
-it exactly where the graph looks.
+The buffer's segments, their offsets and a step's plan (its sizes, padded to a GraphShape for a
+CUDA graph, which then reads the same device addresses at every replay): step_layout.py.
 
 Padding: extra sequences get one token each at position 0 with seq_len 1 and an all-zero block
 table row (the null block 0, which the scheduler never hands out); extra tokens get `pad_slot`
@@ -27,74 +19,19 @@ needed. (On CPU the same indexing runs on the host buffer.)
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from itertools import chain
-from typing import Protocol, Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 import torch
 
 from gpu_stage.attention.metadata import AttentionMetadata, SampledRows, locate_rows
-from gpu_stage.sampler import SamplingFlags, SamplingRow, SamplingTensors, penalty_parameters, row_parameters
+from gpu_stage.sampling.rows import SamplingFlags, SamplingRow, SamplingTensors, penalty_parameters, row_parameters
+from gpu_stage.step_layout import Chunk, GraphShape, Layout, StepPlan, make_layout, plan_step, round_width
 
-ALIGN = 4  # int32 elements: 16 bytes
-_SAMPLING = ("greedy", "temperature", "top_k", "top_p", "min_p", "uniform", "penalty_slot", "repetition",
-             "frequency", "presence")
-
-
-class Chunk(Protocol):  # stages.messages.ScheduledChunk satisfies it
-    request_id: str
-    token_ids: list[int]
-    start_pos: int
-    block_table: list[int]
-    sample: bool
-
-
-@dataclass(frozen=True)
-class GraphShape:
-    """The fixed shape of a captured step. Decode: num_seqs sequences of one token each, logits for
-    every row. Prefill: one sequence of up to num_tokens tokens, logits for its last token. Mixed:
-    up to num_seqs sequences (prefill chunks and decodes) of up to num_tokens tokens in all; the
-    missing sequences are one-token pads on the null block (as decode's), the tokens left over
-    belong to no sequence (as prefill's); logits for every sequence's last token."""
-
-    num_tokens: int
-    num_seqs: int
-    width: int  # block-table columns
-    decode: bool
-    mixed: bool = False
-
-    @property
-    def pad_slot(self) -> int:
-        return 0 if self.decode else -1  # decode pads are sequences (null block); prefill pads: no store
-
-    @property
-    def logits_per_seq(self) -> bool:
-        """Logits row i is sequence i's (decode, mixed); else one row per sampled chunk."""
-        return self.decode or self.mixed
-
-
-@dataclass(frozen=True)
-class Layout:
-    offsets: dict[str, tuple[int, int]]  # name -> (start, length)
-    size: int
-
-    def view(self, buf: torch.Tensor, name: str) -> torch.Tensor:
-        start, length = self.offsets[name]
-        return buf[start : start + length]
-
-
-def make_layout(num_tokens: int, num_seqs: int, width: int, num_logits: int, num_rows: int,
-                num_feeds: int = 0) -> Layout:
-    sizes = [("input_ids", num_tokens), ("positions", num_tokens), ("slot_mapping", num_tokens),
-             ("cu_seqlens_q", num_seqs + 1), ("seq_lens", num_seqs), ("logits_indices", num_logits),
-             ("block_tables", num_seqs * width), ("sampled_seq", num_logits), ("sampled_seq_lens", num_logits),
-             ("sampled_cu", num_logits + 1)] + [(name, num_rows) for name in _SAMPLING] + [
-             ("feed_dst", num_feeds), ("feed_src", num_feeds)]
-    offsets, pos = {}, 0
-    for name, n in sizes:
-        offsets[name] = (pos, n)
-        pos += -(-n // ALIGN) * ALIGN
-    return Layout(offsets, pos)
+Feed = tuple[list[int], list[int], torch.Tensor]  # (token indices, rows of the ids tensor, the ids on the device)
+Segment = Callable[[str], np.ndarray]  # a segment of the host array being packed, by name
 
 
 @dataclass
@@ -109,14 +46,85 @@ class StagedStep:
     num_real_seqs: int
 
 
-WIDTH_MULTIPLE = 16
+def forward_step(model: torch.nn.Module, staged: StagedStep, kv_cache) -> torch.Tensor:
+    """The model (LlamaForCausalLM) on a staged step and a KV pool -> logits [S, vocab]."""
+    return model(staged.input_ids, staged.positions, kv_cache, staged.meta, staged.logits_indices)
 
 
-def _round_width(width: int) -> int:
-    """Block-table columns, rounded up to a multiple of 16: the row stride is an integer argument
-    of the attention kernels, which Triton specialises on being 1 or divisible by 16; one class
-    for every step (graphs' and eager) means one compiled variant, none first met while serving."""
-    return -(-width // WIDTH_MULTIPLE) * WIDTH_MULTIPLE
+def pack_tokens(seg: Segment, chunks: Sequence[Chunk], plan: StepPlan, block_size: int,
+                shape: GraphShape | None) -> None:
+    """input_ids, positions, block_tables, slot_mapping, cu_seqlens_q, seq_lens, logits_indices."""
+    bs, num_tokens, num_seqs, num_pad_seqs = block_size, plan.num_tokens, plan.num_seqs, plan.num_pad_seqs
+    ids = seg("input_ids")
+    ids[:num_tokens] = np.fromiter(chain.from_iterable(c.token_ids for c in chunks), np.int32, num_tokens)
+    ids[num_tokens:] = 0
+    ids[ids < 0] = 0  # PENDING_TOKEN: filled in from the feed later (or left 0: dropped anyway)
+    seq_of_token = np.repeat(np.arange(num_seqs), plan.q_lens)  # [T]
+    positions = np.arange(num_tokens) - plan.cu[seq_of_token] + plan.starts[seq_of_token]
+    seg("positions")[:num_tokens] = positions
+    seg("positions")[num_tokens:] = 0
+    tables = seg("block_tables").reshape(plan.num_seqs_laid, plan.width)
+    tables[:] = 0
+    flat = np.fromiter(chain.from_iterable(c.block_table[:w] for c, w in zip(chunks, plan.widths.tolist())),
+                       np.int32, int(plan.widths.sum()))
+    tables[:num_seqs][np.arange(plan.width)[None, :] < plan.widths[:, None]] = flat
+    slots = seg("slot_mapping")
+    slots[:num_tokens] = tables[seq_of_token, positions // bs].astype(np.int64) * bs + positions % bs
+    slots[num_tokens:] = 0 if shape is None else shape.pad_slot
+    if shape is not None and shape.mixed:
+        slots[num_tokens : num_tokens + num_pad_seqs] = 0  # pad sequences store on the null block
+    cu_seg = seg("cu_seqlens_q")
+    cu_seg[: num_seqs + 1] = plan.cu
+    cu_seg[num_seqs + 1 :] = num_tokens + np.arange(1, num_pad_seqs + 1)
+    seg("seq_lens")[:num_seqs] = plan.seq_lens
+    seg("seq_lens")[num_seqs:] = 1
+    seg("logits_indices")[:] = plan.logits_rows
+
+
+def pack_sampled_rows(seg: Segment, plan: StepPlan) -> np.ndarray | None:
+    """Each sampled row's sequence and context, for a last layer that computes those rows alone
+    (pad sequences: one token each, after the real ones) -> the rows' context lengths. A step that
+    samples every row (a decode) has no use for them: nothing is computed or staged (None)."""
+    if len(plan.logits_rows) >= plan.num_tokens_laid:
+        return None
+    num_pad_seqs = plan.num_pad_seqs
+    sampled_seq, sampled_lens = locate_rows(
+        plan.logits_rows, np.concatenate([plan.cu, plan.num_tokens + np.arange(1, num_pad_seqs + 1)]),
+        np.concatenate([plan.seq_lens, np.ones(num_pad_seqs, np.int64)]))
+    seg("sampled_seq")[:] = sampled_seq
+    seg("sampled_seq_lens")[:] = sampled_lens
+    seg("sampled_cu")[:] = np.arange(len(plan.logits_rows) + 1)
+    return sampled_lens
+
+
+def pack_sampling(seg: Segment, rows: Sequence[SamplingRow], uniforms: Sequence[float],
+                  vocab_size: int) -> SamplingFlags:
+    """The rows' sampling parameters (floats as their bits); the penalty segments only when read."""
+    flags = SamplingFlags.of(list(rows), vocab_size)
+    temperature, top_k, top_p, min_p = row_parameters(list(rows))
+    seg("greedy")[:] = [r.params.greedy for r in rows]
+    seg("temperature").view(np.float32)[:] = temperature
+    seg("top_k")[:] = top_k
+    seg("top_p").view(np.float32)[:] = top_p
+    seg("min_p").view(np.float32)[:] = min_p
+    seg("uniform").view(np.float32)[:] = uniforms
+    if flags.need_penalties:  # else the segments are never read
+        slot, repetition, frequency, presence = penalty_parameters(list(rows))
+        seg("penalty_slot")[:] = slot
+        seg("repetition").view(np.float32)[:] = repetition
+        seg("frequency").view(np.float32)[:] = frequency
+        seg("presence").view(np.float32)[:] = presence
+    return flags
+
+
+def sampling_tensors(view: Callable[[str], torch.Tensor], flags: SamplingFlags) -> SamplingTensors:
+    """The sampling segments of the copied buffer, as the sampler reads them."""
+    return SamplingTensors(
+        view("greedy") != 0, view("temperature").view(torch.float32), view("top_k"),
+        view("top_p").view(torch.float32), view("min_p").view(torch.float32),
+        view("uniform").view(torch.float32), view("penalty_slot"), view("repetition").view(torch.float32),
+        view("frequency").view(torch.float32), view("presence").view(torch.float32), flags,
+    )
 
 
 class StepInputs:
@@ -125,7 +133,7 @@ class StepInputs:
         self.device = torch.device(device)
         self.block_size = block_size
         self.max_num_tokens, self.max_num_seqs = max_num_tokens, max_num_seqs
-        self.max_blocks_per_seq = _round_width(max_blocks_per_seq)
+        self.max_blocks_per_seq = round_width(max_blocks_per_seq)
         # Sized for the largest step; a graph shape pads tokens to at most max(max_num_tokens, B).
         capacity = make_layout(max(max_num_tokens, max_num_seqs), max_num_seqs, self.max_blocks_per_seq,
                                max_num_seqs, max_num_seqs, max_num_seqs).size
@@ -138,133 +146,48 @@ class StepInputs:
 
     def stage(self, chunks: Sequence[Chunk], rows: Sequence[SamplingRow] = (), uniforms: Sequence[float] = (),
               vocab_size: int = 0, shape: GraphShape | None = None, max_seq_len_hint: int | None = None,
-              feed: tuple[list[int], list[int], torch.Tensor] | None = None) -> StagedStep:
+              feed: Feed | None = None) -> StagedStep:
         """Pack, copy once, return device views. `rows`/`uniforms`: the sampled rows' parameters
-        (see sampler.draw_uniforms). `max_seq_len_hint` replaces the metadata's max_seq_len
+        (see sampling.rows.draw_uniforms). `max_seq_len_hint` replaces the metadata's max_seq_len
         (graphs: the longest context the graph must serve, so its plan depends on the bucket only).
         `feed`: (token indices, rows of the ids tensor, the previous step's sampled ids on the
         device) for inputs that are PENDING_TOKEN; a pending input with no feed reads token 0."""
-        bs = self.block_size
-        num_seqs = len(chunks)
-        q_lens = np.fromiter((len(c.token_ids) for c in chunks), np.int64, num_seqs)
-        starts = np.fromiter((c.start_pos for c in chunks), np.int64, num_seqs)
-        seq_lens = starts + q_lens
-        num_tokens = int(q_lens.sum())
-        widths = -(-seq_lens // bs)  # block-table columns each sequence needs
-        for chunk, width in zip(chunks, widths.tolist()):
-            assert len(chunk.block_table) >= width, (chunk.request_id, len(chunk.block_table), width)
-        if shape is None:
-            lay_t, lay_b, lay_w = num_tokens, num_seqs, _round_width(int(widths.max()))
-        else:
-            lay_t, lay_b, lay_w = shape.num_tokens, shape.num_seqs, shape.width
-        assert num_tokens <= lay_t and num_seqs <= lay_b and int(widths.max()) <= lay_w, "step exceeds its shape"
-        num_pad_seqs = lay_b - num_seqs
-        mixed = shape is not None and shape.mixed
-        num_spare = lay_t - num_tokens  # pad sequences take one token each; mixed shapes have more
-        assert num_spare >= num_pad_seqs and (mixed or num_pad_seqs == 0 or num_spare == num_pad_seqs), \
-            "padded sequences take one token each"
-        cu = np.zeros(num_seqs + 1, np.int64)
-        np.cumsum(q_lens, out=cu[1:])
-        if shape is not None and shape.decode:
-            logits_rows = np.arange(lay_b)
-        elif mixed:  # each sequence's last token, then each pad sequence's token
-            logits_rows = np.concatenate([cu[1:] - 1, num_tokens + np.arange(num_pad_seqs)])
-        else:
-            logits_rows = np.array([cu[i + 1] - 1 for i, c in enumerate(chunks) if c.sample] or [0])
         num_feeds = len(feed[0]) if feed else 0
-        layout = make_layout(lay_t, lay_b, lay_w, len(logits_rows), len(rows), num_feeds)
+        plan = plan_step(chunks, self.block_size, shape, len(rows), num_feeds)
+        layout = plan.layout
         assert layout.size <= self.capacity, "step larger than the limits the buffers were sized for"
         host = self._next_host()
-        arr = host.numpy()
-
-        def seg(name: str) -> np.ndarray:
-            start, length = layout.offsets[name]
-            return arr[start : start + length]
-
-        ids = seg("input_ids")
-        ids[:num_tokens] = np.fromiter(chain.from_iterable(c.token_ids for c in chunks), np.int32, num_tokens)
-        ids[num_tokens:] = 0
-        ids[ids < 0] = 0  # PENDING_TOKEN: filled in from `feed` below (or left 0: dropped anyway)
-        seq_of_token = np.repeat(np.arange(num_seqs), q_lens)  # [T]
-        positions = np.arange(num_tokens) - cu[seq_of_token] + starts[seq_of_token]
-        seg("positions")[:num_tokens] = positions
-        seg("positions")[num_tokens:] = 0
-        tables = seg("block_tables").reshape(lay_b, lay_w)
-        tables[:] = 0
-        flat = np.fromiter(chain.from_iterable(c.block_table[:w] for c, w in zip(chunks, widths.tolist())),
-                           np.int32, int(widths.sum()))
-        tables[:num_seqs][np.arange(lay_w)[None, :] < widths[:, None]] = flat
-        slots = seg("slot_mapping")
-        slots[:num_tokens] = tables[seq_of_token, positions // bs].astype(np.int64) * bs + positions % bs
-        slots[num_tokens:] = 0 if shape is None else shape.pad_slot
-        if mixed:
-            slots[num_tokens : num_tokens + num_pad_seqs] = 0  # pad sequences store on the null block
-        cu_seg = seg("cu_seqlens_q")
-        cu_seg[: num_seqs + 1] = cu
-        cu_seg[num_seqs + 1 :] = num_tokens + np.arange(1, num_pad_seqs + 1)
-        seg("seq_lens")[:num_seqs] = seq_lens
-        seg("seq_lens")[num_seqs:] = 1
-        seg("logits_indices")[:] = logits_rows
-        # Each sampled row's sequence and context, for a last layer that computes those rows alone
-        # (pad sequences: one token each, after the real ones). A step that samples every row (a
-        # decode) has no use for them: nothing is computed or staged.
-        sampled_lens = None
-        if len(logits_rows) < lay_t:
-            sampled_seq, sampled_lens = locate_rows(
-                logits_rows, np.concatenate([cu, num_tokens + np.arange(1, num_pad_seqs + 1)]),
-                np.concatenate([seq_lens, np.ones(num_pad_seqs, np.int64)]))
-            seg("sampled_seq")[:] = sampled_seq
-            seg("sampled_seq_lens")[:] = sampled_lens
-            seg("sampled_cu")[:] = np.arange(len(logits_rows) + 1)
-        flags = None
-        if rows:
-            flags = SamplingFlags.of(list(rows), vocab_size)
-            temperature, top_k, top_p, min_p = row_parameters(list(rows))
-            seg("greedy")[:] = [r.params.greedy for r in rows]
-            seg("temperature").view(np.float32)[:] = temperature
-            seg("top_k")[:] = top_k
-            seg("top_p").view(np.float32)[:] = top_p
-            seg("min_p").view(np.float32)[:] = min_p
-            seg("uniform").view(np.float32)[:] = uniforms
-            if flags.need_penalties:  # else the segments are never read
-                slot, repetition, frequency, presence = penalty_parameters(list(rows))
-                seg("penalty_slot")[:] = slot
-                seg("repetition").view(np.float32)[:] = repetition
-                seg("frequency").view(np.float32)[:] = frequency
-                seg("presence").view(np.float32)[:] = presence
+        seg = partial(layout.view, host.numpy())
+        pack_tokens(seg, chunks, plan, self.block_size, shape)
+        sampled_lens = pack_sampled_rows(seg, plan)
+        flags = pack_sampling(seg, rows, uniforms, vocab_size) if rows else None
         if num_feeds:
             seg("feed_dst")[:] = feed[0]
             seg("feed_src")[:] = feed[1]
-        buf = self._copy(host, layout.size)
-
-        def view(name: str) -> torch.Tensor:
-            return layout.view(buf, name)
-
+        view = partial(layout.view, self._copy(host, layout.size))
         if num_feeds:
             input_ids = view("input_ids")
             input_ids[view("feed_dst").long()] = feed[2][view("feed_src").long()]
-        meta = AttentionMetadata(
+        meta = self._metadata(view, plan, shape, max_seq_len_hint, sampled_lens)
+        sampling = sampling_tensors(view, flags) if rows else None
+        return StagedStep(view("input_ids"), view("positions"), view("logits_indices"), meta, sampling,
+                          layout, plan.num_tokens, plan.num_seqs)
+
+    def _metadata(self, view: Callable[[str], torch.Tensor], plan: StepPlan, shape: GraphShape | None,
+                  max_seq_len_hint: int | None, sampled_lens: np.ndarray | None) -> AttentionMetadata:
+        lay_b, lay_w, num_pad_seqs = plan.num_seqs_laid, plan.width, plan.num_pad_seqs
+        return AttentionMetadata(
             cu_seqlens_q=view("cu_seqlens_q"), seq_lens=view("seq_lens"),
             block_tables=view("block_tables").view(lay_b, lay_w), slot_mapping=view("slot_mapping"),
             positions=view("positions"),
-            max_query_len=int(q_lens.max()) if shape is None else 1 if shape.decode else lay_t,
-            max_seq_len=max_seq_len_hint or int(seq_lens.max()), block_size=bs,
-            query_lens_host=q_lens.tolist() + [1] * num_pad_seqs,
-            seq_lens_host=seq_lens.tolist() + [1] * num_pad_seqs,
+            max_query_len=int(plan.q_lens.max()) if shape is None else 1 if shape.decode else plan.num_tokens_laid,
+            max_seq_len=max_seq_len_hint or int(plan.seq_lens.max()), block_size=self.block_size,
+            query_lens_host=plan.q_lens.tolist() + [1] * num_pad_seqs,
+            seq_lens_host=plan.seq_lens.tolist() + [1] * num_pad_seqs,
             static_shape=shape is not None,
             sampled=None if sampled_lens is None else SampledRows(
                 view("sampled_seq"), view("sampled_seq_lens"), view("sampled_cu"), sampled_lens.tolist()),
         )
-        sampling = None
-        if rows:
-            sampling = SamplingTensors(
-                view("greedy") != 0, view("temperature").view(torch.float32), view("top_k"),
-                view("top_p").view(torch.float32), view("min_p").view(torch.float32),
-                view("uniform").view(torch.float32), view("penalty_slot"), view("repetition").view(torch.float32),
-                view("frequency").view(torch.float32), view("presence").view(torch.float32), flags,
-            )
-        return StagedStep(view("input_ids"), view("positions"), view("logits_indices"), meta, sampling,
-                          layout, num_tokens, num_seqs)
 
     def _next_host(self) -> torch.Tensor:
         self._turn = (self._turn + 1) % len(self._host)

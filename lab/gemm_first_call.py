@@ -4,7 +4,7 @@ cuBLAS picks a kernel per problem shape, and the first call at a new shape pays 
 the host. For the Llama-3-8B products (qkv, o, gate_up, down) at row counts a prompt might have,
 prints the wall time (synced, ms) of the first call and of the next one, and the sum over the four
 products: what a prompt of a new length adds to its prefill (in layer 0, before the device is busy).
-`--warm STEP`: first run every product at the row counts gpu_stage.gemm_warmup warms with that step,
+`--warm STEP`: first run every product at the row counts gpu_stage.tuning.gemm_warmup warms with that step,
 then measure 24 random row counts (none a multiple of 8): whether the warm-up covers them.
 """
 from __future__ import annotations
@@ -40,7 +40,7 @@ def main() -> None:
     rows = ROWS
     if a.warm:
         sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-        from gpu_stage.gemm_warmup import row_counts
+        from gpu_stage.tuning.gemm_warmup import row_counts
 
         t0 = time.perf_counter()
         for m in row_counts(8192, a.warm):

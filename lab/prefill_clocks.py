@@ -40,8 +40,8 @@ def main() -> None:
     out = Path(sys.argv[1])
     out.mkdir(parents=True, exist_ok=True)
     source = load_model_source(MODEL, seed=0)
-    runner = ModelRunner(source, "cuda", torch.bfloat16, FIXED_BLOCKS, BLOCK_SIZE, max_num_batched_tokens=8192,
-                         max_num_seqs=64, attention_backend="triton", enforce_eager=True, max_model_len=8192)
+    runner = ModelRunner.build(source, "cuda", torch.bfloat16, FIXED_BLOCKS, BLOCK_SIZE, max_num_batched_tokens=8192,
+                               max_num_seqs=64, attention_backend="triton", enforce_eager=True, max_model_len=8192)
     runner.warm_thread()
     bench = Bench(runner, source.config.vocab_size)
     smi_file = (out / "smi.csv").open("w")

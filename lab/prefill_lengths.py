@@ -41,8 +41,8 @@ def main() -> None:
     p.add_argument("--profile", default="", help="comma list of lengths whose cold step to profile")
     a = p.parse_args()
     source = load_model_source(MODEL, seed=0)
-    runner = ModelRunner(source, "cuda", torch.bfloat16, FIXED_BLOCKS, BLOCK_SIZE, max_num_batched_tokens=8192,
-                         max_num_seqs=64, attention_backend="triton", enforce_eager=False, max_model_len=8192)
+    runner = ModelRunner.build(source, "cuda", torch.bfloat16, FIXED_BLOCKS, BLOCK_SIZE, max_num_batched_tokens=8192,
+                               max_num_seqs=64, attention_backend="triton", enforce_eager=False, max_model_len=8192)
     runner.warm_thread()
     bench = Bench(runner, source.config.vocab_size)
     print(f"{'tokens':>7s} {'cold ms':>8s} {'warm ms':>8s} {'warm us/token':>14s}")

@@ -29,8 +29,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from gpu_stage.penalty_cache import PenaltyCache  # noqa: E402
-from gpu_stage.sampler import Sampler, SamplingRow, SamplingTensors  # noqa: E402
+from gpu_stage.sampling.penalties import PenaltyCache  # noqa: E402
+from gpu_stage.sampling.rows import SamplingRow, SamplingTensors  # noqa: E402
+from gpu_stage.sampling.sampler import Sampler  # noqa: E402
 from stages.sampling import SamplingParams  # noqa: E402
 
 

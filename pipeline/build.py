@@ -14,8 +14,8 @@ import torch
 from gpu_stage.cuda_graphs import MIXED_TOKEN_BUCKETS
 from gpu_stage.kv_cache import blocks_for_memory
 from gpu_stage.loaders import load_model_source
+from gpu_stage.loaders.model_source import ModelSource
 from gpu_stage.model_runner import ModelRunner
-from gpu_stage.model_source import ModelSource
 from ingress.chat_template import ChatTemplate
 from ingress.tokenizer import Tokenizer
 from pipeline.build_tiers import BuiltTiers, build_tiers
@@ -87,7 +87,7 @@ def build_model(cfg: EngineConfig) -> BuiltModel:
     if num_blocks is not None and num_blocks < 2:
         raise StartupError("the KV cache holds fewer than 2 blocks for this model")
     backend = cfg.attention_backend if cfg.attention_backend != "auto" else ("triton" if on_gpu else "torch")
-    runner = ModelRunner(
+    runner = ModelRunner.build(
         source, device=device, dtype=dtype, num_blocks=num_blocks, block_size=cfg.block_size,
         max_num_batched_tokens=cfg.max_num_batched_tokens, max_num_seqs=cfg.max_num_seqs,
         attention_backend=backend, enforce_eager=cfg.enforce_eager,

@@ -20,7 +20,7 @@ class StepPlacement:
         """The decode after the one in flight, if its input is the only thing it waits for: the
         step in flight samples the token (its chunk ends at the known tokens) and that token cannot
         end the request by length. The sampler needs nothing the host has not seen: the penalties'
-        histories live on the device (gpu_stage/penalty_cache.py), and min_tokens counts the rows
+        histories live on the device (gpu_stage/sampling/penalties.py), and min_tokens counts the rows
         the GPU stage has launched, not the tokens it has received. Never preempts: no room means
         no decode ahead."""
         params = req.params

@@ -15,7 +15,7 @@ import torch
 
 from gpu_stage.loaders import DUMMY_PREFIX
 from gpu_stage.loaders.dummy_loader import dummy_preset, dummy_state_dict
-from gpu_stage.model_config import ModelConfig
+from gpu_stage.model.config import ModelConfig
 from ingress.dummy_tokenizer import BOS_ID, EOS_ID, PAD_ID
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}

@@ -24,7 +24,7 @@ from gpu_stage.kernels import decode_attention as decode_mod
 from gpu_stage.kernels import interpreting, num_sms
 from gpu_stage.kernels.kv_store import store_kv as _store_kv
 from gpu_stage.kernels.prefill_attention import prefill_attention
-from gpu_stage.kernels.rope import rope_store_kv_
+from gpu_stage.kernels.rope_store import rope_store_kv_
 
 # Steps of fresh prefills, one at least this long, go to torch's SDPA (cuDNN on an H200). Per layer
 # at the Llama-3-8B shape (bench/chunk_attention.py, bench/results/20261130-NVIDIA-H200/s5-*): a

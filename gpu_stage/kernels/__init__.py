@@ -4,10 +4,10 @@
     prefill_attention  attention/torch_backend.py forward (any mix of prefill chunks and decodes)
     decode_attention   the same for decode-only steps, split over the context (flash-decoding)
     rms_norm           LlamaDecoderLayer's RMSNorm (+ the residual add fused in)
-    rope               rope.apply_rope on q and k, in place
+    rope_store         model/rotary.py apply_rope on q and k, in place (+ kv_store's store, fused)
     activation         F.silu(gate) * up
-    sampling           the sampler's torch path (argmax, inverse CDF of each row's uniform)
-    truncation         its top_k / top_p thresholds (sampler.truncation_mask), without a sort
+    sampling           the sampler's torch path (argmax; torch_draw.draw: inverse CDF of each uniform)
+    truncation         its top_k / top_p thresholds (sampling/torch_draw.py truncation_mask), without a sort
 
 Importing a kernel module needs triton; with TRITON_INTERPRET=1 set before that import the kernels
 run on CPU tensors (slowly: tests use tiny shapes). Elementwise kernels reproduce the reference's

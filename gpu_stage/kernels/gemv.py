@@ -12,7 +12,7 @@ Roundings follow the reference (F.linear then silu_and_mul in the model dtype): 
 accumulates in float32 and is rounded to the dtype once; silu and the product round as in
 kernels/activation.py.
 
-Which shapes use it is measured per GPU at start-up (kernels/gemv_tuning.py): cuBLAS keeps every
+Which shapes use it is measured per GPU at start-up (tuning/gemv_tuning.py): cuBLAS keeps every
 shape where it is as fast.
 """
 from __future__ import annotations

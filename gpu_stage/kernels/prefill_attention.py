@@ -64,7 +64,7 @@ def _attend_tile(
 # Triton specialises integer arguments equal to 1 or divisible by 16: the sequence count changes
 # from step to step, and a combination first met while serving compiled there (measured on the
 # H200: one second of a request's TTFT). One variant for all counts. (The block-table stride is
-# always a multiple of 16: step_inputs.py.)
+# always a multiple of 16: step_layout.round_width.)
 @triton.jit(do_not_specialize=["num_seqs"])
 def _prefill_attention_kernel(
     q_ptr, kv_ptr, out_ptr, cu_q_ptr, seq_lens_ptr, bt_ptr,

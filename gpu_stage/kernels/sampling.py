@@ -240,18 +240,11 @@ def sample_rows(
         part_max, part_idx, part_nan, part_smax, part_ssum, num_splits,
         ANY_RANDOM=any_random, BLOCK=block, num_warps=8 if block >= 2048 else 4,
     )
-    thr = kept = out  # unused pointers unless truncating
     if truncate:
-        thr = thresholds(logits, temperature, part_smax, num_splits, MAX_SPLITS, num_sms, top_k, top_p)
-        if min_p is None:
-            min_p = torch.zeros(num_rows, dtype=torch.float32, device=device)
-        kept = parts[5]
-        _kept_mass_kernel[(num_rows, num_splits)](
-            logits, logits.stride(0), vocab, temperature, thr, min_p, part_smax, kept, num_splits,
-            BLOCK=block, BLOCK_S=MAX_SPLITS, num_warps=8 if block >= 2048 else 4,
-        )
+        thr, min_p, kept = _truncate(logits, temperature, part_smax, parts[5], num_splits, num_sms, block,
+                                     top_k, top_p, min_p)
     else:
-        min_p = out
+        thr = kept = min_p = out  # unused pointers
     _pick_kernel[(num_rows,)](
         logits, logits.stride(0), vocab, temperature, greedy_u8, uniform,
         part_max, part_idx, part_nan, part_smax, part_ssum, out, num_rows, num_splits, thr, min_p, kept,
@@ -259,3 +252,19 @@ def sample_rows(
         num_warps=8 if block >= 2048 else 4,
     )
     return out
+
+
+def _truncate(logits: torch.Tensor, temperature: torch.Tensor, part_smax: torch.Tensor, kept: torch.Tensor,
+              num_splits: int, num_sms: int, block: int, top_k: torch.Tensor | None, top_p: torch.Tensor | None,
+              min_p: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Each row's cut-off key (truncation.thresholds) and each slice's kept mass, written to `kept`
+    -> (thresholds, min_p, kept) for the pick."""
+    num_rows, vocab = logits.shape
+    thr = thresholds(logits, temperature, part_smax, num_splits, MAX_SPLITS, num_sms, top_k, top_p)
+    if min_p is None:
+        min_p = torch.zeros(num_rows, dtype=torch.float32, device=logits.device)
+    _kept_mass_kernel[(num_rows, num_splits)](
+        logits, logits.stride(0), vocab, temperature, thr, min_p, part_smax, kept, num_splits,
+        BLOCK=block, BLOCK_S=MAX_SPLITS, num_warps=8 if block >= 2048 else 4,
+    )
+    return thr, min_p, kept

@@ -31,8 +31,8 @@ from typing import Iterator
 
 import torch
 
-from gpu_stage.model_config import ModelConfig
-from gpu_stage.model_source import ModelSource
+from gpu_stage.loaders.model_source import ModelSource
+from gpu_stage.model.config import ModelConfig
 from ingress.dummy_tokenizer import DummyTokenizer
 
 INIT_STD = 0.02

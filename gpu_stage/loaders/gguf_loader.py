@@ -19,8 +19,8 @@ import torch
 from gguf import GGMLQuantizationType, GGUFReader
 from gguf.quants import dequantize
 
-from gpu_stage.model_config import ModelConfig
-from gpu_stage.model_source import ModelSource
+from gpu_stage.loaders.model_source import ModelSource
+from gpu_stage.model.config import ModelConfig
 from ingress.bpe_tokenizer import BpeTokenizer
 
 SUPPORTED_ARCHS = ("llama", "qwen2")

@@ -14,8 +14,8 @@ from typing import Any, Iterator
 import torch
 from safetensors import safe_open
 
-from gpu_stage.model_config import ModelConfig
-from gpu_stage.model_source import ModelSource
+from gpu_stage.loaders.model_source import ModelSource
+from gpu_stage.model.config import ModelConfig
 from ingress.bpe_tokenizer import BpeTokenizer
 
 ARCHITECTURES = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "mistral", "Qwen2ForCausalLM": "qwen2"}

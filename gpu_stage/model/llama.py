@@ -9,7 +9,7 @@ dtype) so logits match it within rounding.
 
 The residual add is carried into the next norm (`add_rms_norm`), so the Triton ops fuse the two
 into one kernel; with the torch ops the arithmetic is the same as h = h + out; norm(h). Norms, RoPE,
-SiLU-and-multiply and the matrix products go through `ops` (layer_ops.TorchOps or the Triton
+SiLU-and-multiply and the matrix products go through `ops` (torch_ops.TorchOps or the Triton
 kernels, whose one-row products may run in the gemv kernel), attention through `attention` (a
 backend module): the CPU path and the GPU path are the same model code.
 """
@@ -26,9 +26,9 @@ from torch import nn
 from gpu_stage.attention import torch_backend
 from gpu_stage.attention.metadata import AttentionMetadata, rows_metadata
 from gpu_stage.kv_cache import KvCache
-from gpu_stage.layer_ops import TorchOps
-from gpu_stage.model_config import ModelConfig
-from gpu_stage.rope import RotaryEmbedding
+from gpu_stage.model.config import ModelConfig
+from gpu_stage.model.rotary import RotaryEmbedding
+from gpu_stage.model.torch_ops import TorchOps
 
 
 def _param(*shape: int, device: torch.device | str, dtype: torch.dtype) -> nn.Parameter:
@@ -116,7 +116,7 @@ class LlamaForCausalLM(nn.Module):
         device: torch.device | str = "cpu",
         dtype: torch.dtype = torch.float32,
         attention: ModuleType = torch_backend,
-        ops=TorchOps,  # layer_ops.TorchOps or a kernels.triton_ops.TritonOps instance
+        ops=TorchOps,  # torch_ops.TorchOps or a triton_ops.TritonOps instance
     ) -> None:
         super().__init__()
         c = config

@@ -5,8 +5,8 @@ from __future__ import annotations
 import torch
 from tiny_hf_models import model_config
 
+from gpu_stage.loaders.model_source import ModelSource
 from gpu_stage.model_runner import ModelRunner
-from gpu_stage.model_source import ModelSource
 from collections import deque
 
 from scheduler.config import SchedulerConfig
@@ -53,7 +53,7 @@ def make_runner(source: ModelSource, dtype: torch.dtype = torch.float32, **kwarg
     args = dict(num_blocks=256, block_size=4, max_num_batched_tokens=128, max_num_seqs=8,
                 attention_backend="triton", max_model_len=256)
     args.update(kwargs)
-    return ModelRunner(source, "cuda", dtype, **args)
+    return ModelRunner.build(source, "cuda", dtype, **args)
 
 
 def serve(runner: ModelRunner, requests: list[tuple[str, list[int], SamplingParams]], async_scheduling: bool,

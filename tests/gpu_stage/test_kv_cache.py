@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from gpu_stage.kv_cache import KvCache, blocks_for_memory
-from gpu_stage.model_config import ModelConfig
+from gpu_stage.model.config import ModelConfig
 
 CONFIG = ModelConfig("llama", 100, 64, 128, num_layers=3, num_heads=4, num_kv_heads=2, head_dim=16)
 

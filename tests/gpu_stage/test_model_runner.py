@@ -10,8 +10,9 @@ import torch
 from gpu_runner_helpers import serve
 from tiny_hf_models import hf_model, model_config
 
+from gpu_stage.loaders.model_source import ModelSource
 from gpu_stage.model_runner import ModelRunner
-from gpu_stage.model_source import ModelSource
+from gpu_stage.warm_up import warm_up_kernels
 from stages.messages import NewRequestData, ScheduledChunk, StepBatch
 from stages.sampling import SamplingParams
 
@@ -51,7 +52,7 @@ def source() -> ModelSource:
 
 
 def _runner(source: ModelSource, num_blocks: int = 64) -> ModelRunner:
-    return ModelRunner(source, "cpu", torch.float32, num_blocks, BLOCK_SIZE, max_num_batched_tokens=64, max_num_seqs=8)
+    return ModelRunner.build(source, "cpu", torch.float32, num_blocks, BLOCK_SIZE, max_num_batched_tokens=64, max_num_seqs=8)
 
 
 @dataclass
@@ -124,7 +125,7 @@ def _requests() -> list[_Req]:
 def test_batched_steps_equal_each_request_alone(source: ModelSource) -> None:
     runner = _runner(source)
     together = _drive(runner, _requests(), token_budget=16)  # forces chunked prefill + mixing
-    assert not runner.requests  # every finished request's state was dropped
+    assert not runner.states.requests  # every finished request's state was dropped
     assert runner.penalties.num_slots_in_use == 0  # and its penalty history slot freed
     for req in _requests():
         req.arrival_step = 0
@@ -181,9 +182,9 @@ def test_step_fault_propagates_and_unknown_request_fails(source: ModelSource) ->
     batch.new_requests = batch.new_requests[:1]  # "ghost" was never announced
     result = runner.execute(batch)
     assert set(result.failed) == {"ghost"} and [t.request_id for t in result.sampled] == ["a"]
-    assert runner.requests["a"].output_token_ids == [result.sampled[0].token_id]
+    assert runner.states.requests["a"].output_token_ids == [result.sampled[0].token_id]
     runner.execute(StepBatch(1, [], [], finished_ids=["a"]))
-    assert "a" not in runner.requests
+    assert "a" not in runner.states.requests
 
 
 def test_limits_and_partial_prefill(source: ModelSource) -> None:
@@ -199,8 +200,9 @@ def test_limits_and_partial_prefill(source: ModelSource) -> None:
     whole = ScheduledChunk("q", list(range(2, 12)), 0, [5, 3, 7], sample=True)
     one_shot = other.execute(StepBatch(0, [NewRequestData("q", whole.token_ids, SamplingParams(temperature=0.0))], [whole]))
     assert chunked == one_shot.sampled[0].token_id
-    runner.warmup()  # runs without touching request state
-    assert set(runner.requests) == {"p"}
+    warm_up_kernels(runner.model, runner.kv_cache, runner.inputs, runner.sampler, runner.attention_backend)
+    # (the start-up warm-up runs without touching request state)
+    assert set(runner.states.requests) == {"p"}
 
 
 def test_steps_launched_ahead_of_their_inputs_give_the_same_tokens(source: ModelSource) -> None:

@@ -5,8 +5,9 @@ from __future__ import annotations
 import torch
 
 from gpu_stage.attention.metadata import build_metadata
-from gpu_stage.sampler import SamplingRow, SamplingTensors
-from gpu_stage.step_inputs import GraphShape, StepInputs, make_layout
+from gpu_stage.sampling.rows import SamplingRow, SamplingTensors
+from gpu_stage.step_inputs import StepInputs
+from gpu_stage.step_layout import GraphShape, make_layout
 from stages.messages import ScheduledChunk
 from stages.sampling import SamplingParams
 

@@ -7,8 +7,8 @@ import torch
 
 from gpu_stage.attention.metadata import build_metadata
 from gpu_stage.kv_cache import KvCache
+from gpu_stage.model.config import ModelConfig
 from gpu_stage.model.llama import LlamaForCausalLM
-from gpu_stage.model_config import ModelConfig
 
 VOCAB = 400
 

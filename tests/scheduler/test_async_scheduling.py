@@ -105,7 +105,7 @@ def test_no_decode_ahead_when_the_pending_token_may_be_the_last() -> None:
 
 def test_penalised_and_min_tokens_requests_get_decodes_ahead() -> None:
     """Their sampling needs nothing the host lacks: a penalised request's history is kept on the
-    device (gpu_stage/penalty_cache.py), and min_tokens counts the rows the GPU stage launched."""
+    device (gpu_stage/sampling/penalties.py), and min_tokens counts the rows the GPU stage launched."""
     s = make_sched()
     prefilled(s, ("pen", 4))
     add(s, "min", 4, min_tokens=3)

@@ -15,7 +15,7 @@ import math
 
 import torch
 
-from gpu_stage.model_config import ModelConfig
+from gpu_stage.model.config import ModelConfig
 
 
 def rope_inv_freq(config: ModelConfig) -> torch.Tensor:

@@ -1,8 +1,10 @@
-"""PenaltyCache: each penalised request's token history on the device, kept from step to step.
+"""The repetition, frequency and presence penalties: `penalize` (the arithmetic), `apply_penalties`
+(from the rows' id lists) and PenaltyCache (each penalised request's token history on the device,
+kept from step to step).
 
 The repetition penalty needs the tokens a request has seen (prompt and output), the frequency and
 presence penalties how often it output each token. Rebuilt from the host's id lists every step
-(sampler.apply_penalties), that cost ~14 ms of the launch thread per step at 64 requests of
+(`apply_penalties`), that cost ~14 ms of the launch thread per step at 64 requests of
 2,048-token prompts on this project's 2-core host, a copy that waits for the device, and a history
 one token short while a step is in flight (so the scheduler could not build decodes ahead for such
 requests). Here a request's row is filled once, when it first samples, and each step adds its
@@ -19,7 +21,7 @@ from __future__ import annotations
 
 import torch
 
-from gpu_stage.sampler import SamplingTensors, device_ids, penalize
+from gpu_stage.sampling.rows import SamplingRow, SamplingTensors, device_ids
 
 INITIAL_SLOTS = 8
 
@@ -94,3 +96,53 @@ class PenaltyCache:
         """The ids inside the vocabulary, on the device (no sync)."""
         ids = [t for t in ids if 0 <= t < self.vocab]
         return device_ids(ids, self.device) if ids else None
+
+
+def apply_penalties(logits: torch.Tensor, rows: list[SamplingRow]) -> torch.Tensor:
+    """The rows' penalties from their id lists (PenaltyCache keeps the same on the device)."""
+    idx = [i for i, r in enumerate(rows) if r.params.needs_penalties]
+    if not idx:
+        return logits
+    device, vocab = logits.device, logits.shape[1]
+    outputs = _padded([rows[i].output_token_ids for i in idx], vocab, device)  # [R, Lo]
+    counts = torch.zeros(len(idx), vocab + 1, dtype=torch.int32, device=device)  # the extra column: padding
+    counts = counts.scatter_add_(1, outputs, torch.ones_like(outputs, dtype=torch.int32))[:, :vocab]
+    seen = None
+    if any(rows[i].params.repetition_penalty != 1.0 for i in idx):
+        prompts = _padded([rows[i].prompt_token_ids for i in idx], vocab, device)  # [R, Lp]
+        seen = torch.zeros(len(idx), vocab + 1, dtype=torch.bool, device=device)
+        seen = seen.scatter_(1, prompts, True)[:, :vocab]
+
+    def param(name: str) -> torch.Tensor:
+        return torch.tensor([getattr(rows[i].params, name) for i in idx], dtype=torch.float32, device=device)
+
+    logits = logits.clone()
+    logits[idx] = penalize(logits[idx], counts, seen, param("repetition_penalty"), param("frequency_penalty"),
+                           param("presence_penalty"))
+    return logits
+
+
+def penalize(logits: torch.Tensor, counts: torch.Tensor, seen: torch.Tensor | None, repetition: torch.Tensor,
+             frequency: torch.Tensor, presence: torch.Tensor) -> torch.Tensor:
+    """logits [R, V], output token counts [R, V], prompt tokens [R, V] bool (None: no row has a
+    repetition penalty), parameters [R] -> new logits. The repetition penalty over prompt + output
+    (HF: divide positive logits, multiply negative ones), then logits -= frequency * count +
+    presence * (count > 0) (OpenAI). Neutral parameters (1, 0, 0) leave a row as it is."""
+    counts = counts.to(logits.dtype)
+    if seen is not None:
+        # Floored so that a valid but tiny penalty (it rounds to 0 in fp32) cannot make logits infinite.
+        rep = repetition.clamp(min=1e-30)[:, None]
+        logits = torch.where(seen | (counts > 0), torch.where(logits > 0, logits / rep, logits * rep), logits)
+    return logits - frequency[:, None] * counts - presence[:, None] * (counts > 0).to(logits.dtype)
+
+
+def _padded(seqs: list[list[int]], vocab: int, device: torch.device) -> torch.Tensor:
+    """Ragged id lists -> [R, max_len] int64 padded with `vocab`: callers scatter into one extra
+    column and drop it. Ids outside [0, vocab) are routed there too."""
+    width = max(1, max(len(s) for s in seqs))
+    out = torch.full((len(seqs), width), vocab, dtype=torch.int64)
+    for i, s in enumerate(seqs):
+        if s:
+            out[i, : len(s)] = torch.tensor(s, dtype=torch.int64)
+    out[(out < 0) | (out > vocab)] = vocab
+    return out.to(device)

@@ -103,7 +103,7 @@ def test_last_layer_on_sampled_rows_only_equals_the_full_forward(rows: list[int]
     from gpu_stage.attention.metadata import build_metadata
     from gpu_stage.kv_cache import KvCache
 
-    from gpu_stage.layer_ops import TorchOps
+    from gpu_stage.model.torch_ops import TorchOps
 
     mlp_rows: list[int] = []
 

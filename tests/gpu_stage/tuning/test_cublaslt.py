@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from gpu_stage import cublaslt
+from gpu_stage.tuning import cublaslt
 
 pytestmark = pytest.mark.gpu
 

@@ -1,8 +1,8 @@
-"""TritonOps: the layer_ops interface backed by the Triton kernels of this package.
+"""TritonOps: the layer ops interface of torch_ops.TorchOps, backed by the Triton kernels (gpu_stage/kernels).
 
 One instance per model: `gemv_plan` holds the one-row products that the gemv kernel runs faster
-than cuBLAS on this GPU (kernels/gemv_tuning.py fills it at start-up; empty: cuBLAS everywhere), and
-`lt_plan` the cuBLASLt algorithm chosen for the others where it beats F.linear's (gemm_tuning.py;
+than cuBLAS on this GPU (tuning/gemv_tuning.py fills it at start-up; empty: cuBLAS everywhere), and
+`lt_plan` the cuBLASLt algorithm chosen for the others where it beats F.linear's (tuning/gemm_tuning.py;
 None: F.linear everywhere).
 """
 from __future__ import annotations
@@ -12,7 +12,7 @@ import torch.nn.functional as F
 
 from gpu_stage.kernels import activation as _activation
 from gpu_stage.kernels import rms_norm as _rms_norm
-from gpu_stage.kernels import rope as _rope
+from gpu_stage.kernels import rope_store as _rope
 from gpu_stage.kernels.gemv import gemv
 
 GemvKey = tuple[int, int, str]  # (weight rows, weight columns, "none" | "silu_mul")

@@ -27,8 +27,8 @@ from typing import Callable, Iterable, Protocol, Sequence
 import torch
 import torch.nn.functional as F
 
-from gpu_stage import cublaslt
-from gpu_stage.cublaslt import LtAlgo
+from gpu_stage.tuning import cublaslt
+from gpu_stage.tuning.cublaslt import LtAlgo
 
 log = logging.getLogger("ttft.gemm")
 
@@ -107,7 +107,7 @@ class LtPlan:
 
 def tuned_row_counts(decode_rows: Iterable[int], max_tokens: int) -> list[int]:
     """Row counts to time: the decode graphs' buckets within the step budget; one row is the
-    gemv's (kernels/gemv_tuning.py)."""
+    gemv's (gemv_tuning.py)."""
     return sorted({r for r in decode_rows if 1 < r <= max_tokens})
 
 

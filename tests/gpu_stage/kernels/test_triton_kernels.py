@@ -17,9 +17,9 @@ pytest.importorskip("triton")
 
 from gpu_stage.attention import torch_backend, triton_backend  # noqa: E402
 from gpu_stage.attention.metadata import build_metadata  # noqa: E402
-from gpu_stage.kernels import activation, rms_norm, rope  # noqa: E402
+from gpu_stage.kernels import activation, rms_norm, rope_store  # noqa: E402
 from gpu_stage.kernels.kv_store import store_kv  # noqa: E402
-from gpu_stage.layer_ops import TorchOps  # noqa: E402
+from gpu_stage.model.torch_ops import TorchOps  # noqa: E402
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 TOL = {torch.float32: 1e-5, torch.bfloat16: 1e-2}
@@ -234,8 +234,8 @@ def test_rms_norm_and_fused_residual_add(rows: int, hidden: int, dtype: torch.dt
                          + [pytest.param(2048, 32, 8, 128, marks=pytest.mark.gpu)])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_rope_in_place_on_strided_qkv(tokens: int, heads: int, kv_heads: int, head_dim: int, dtype: torch.dtype) -> None:
-    from gpu_stage.model_config import ModelConfig
-    from gpu_stage.rope import RotaryEmbedding
+    from gpu_stage.model.config import ModelConfig
+    from gpu_stage.model.rotary import RotaryEmbedding
 
     gen = _gen(tokens)
     config = ModelConfig("llama", 10, heads * head_dim, 8, 1, heads, kv_heads, head_dim, rope_theta=500000.0)
@@ -246,7 +246,7 @@ def test_rope_in_place_on_strided_qkv(tokens: int, heads: int, kv_heads: int, he
     q, k = q.view(tokens, heads, head_dim), k.view(tokens, kv_heads, head_dim)
     ref_q, ref_k = TorchOps.rope(q, k, cos, sin)
     v_before = qkv[:, (heads + kv_heads) * head_dim :].clone()
-    out_q, out_k = rope.rope_(q, k, cos, sin)
+    out_q, out_k = rope_store.rope_(q, k, cos, sin)
     assert out_q.data_ptr() == q.data_ptr()
     assert _rel(out_q, ref_q) < TOL[dtype] and _rel(out_k, ref_k) < TOL[dtype]
     assert torch.equal(qkv[:, (heads + kv_heads) * head_dim :], v_before)  # v untouched
@@ -259,8 +259,8 @@ def test_rope_store_kv_equals_rope_then_store(tokens: int, heads: int, kv_heads:
                                               dtype: torch.dtype) -> None:
     """The fused kernel: q and k rotated in place exactly as rope_, the rotated k and v in the same
     cache slots as store_kv (a negative slot skipped), nothing else written."""
-    from gpu_stage.model_config import ModelConfig
-    from gpu_stage.rope import RotaryEmbedding
+    from gpu_stage.model.config import ModelConfig
+    from gpu_stage.model.rotary import RotaryEmbedding
 
     gen = _gen(tokens * heads)
     config = ModelConfig("llama", 10, heads * head_dim, 8, 1, heads, kv_heads, head_dim)
@@ -277,9 +277,9 @@ def test_rope_store_kv_equals_rope_then_store(tokens: int, heads: int, kv_heads:
         q, k, v = buf.split([heads * head_dim, kv_heads * head_dim, kv_heads * head_dim], dim=-1)
         q, k, v = (x.view(tokens, -1, head_dim) for x in (q, k, v))
         if fused:
-            out_q, out_k = rope.rope_store_kv_(q, k, v, cos, sin, cache[:, 1], slots)
+            out_q, out_k = rope_store.rope_store_kv_(q, k, v, cos, sin, cache[:, 1], slots)
         else:
-            out_q, out_k = rope.rope_(q, k, cos, sin)
+            out_q, out_k = rope_store.rope_(q, k, cos, sin)
             store_kv(cache[:, 1], out_k, v, slots)
         assert out_q.data_ptr() == q.data_ptr()
         results.append((buf, cache))
@@ -358,7 +358,7 @@ def test_gemv_fused_silu_mul_equals_linear_then_activation(inter: int, k: int, d
 
 def test_triton_ops_route_one_row_products_by_plan(monkeypatch) -> None:
     """Only one-row products of a planned shape go to the gemv kernel; the rest stay F.linear."""
-    import gpu_stage.kernels.triton_ops as triton_ops_mod
+    import gpu_stage.model.triton_ops as triton_ops_mod
     from gpu_stage.kernels.gemv import INTERPRETER_CONFIG
 
     gen = _gen(5)
@@ -382,12 +382,12 @@ def test_triton_ops_route_one_row_products_by_plan(monkeypatch) -> None:
 @pytest.mark.gpu
 @pytest.mark.skipif(DEVICE != "cuda", reason="times kernels with CUDA events")
 def test_tune_gemv_keeps_cublas_only_where_it_is_clearly_faster() -> None:
-    from gpu_stage.kernels.gemv import GPU_CONFIGS
-    from gpu_stage.kernels.gemv_tuning import CUBLAS_MARGIN, tune_gemv
-    from gpu_stage.kernels.triton_ops import TritonOps
     from gpu_stage.attention import get_attention_backend
+    from gpu_stage.kernels.gemv import GPU_CONFIGS
+    from gpu_stage.model.config import ModelConfig
     from gpu_stage.model.llama import LlamaForCausalLM
-    from gpu_stage.model_config import ModelConfig
+    from gpu_stage.model.triton_ops import TritonOps
+    from gpu_stage.tuning.gemv_tuning import CUBLAS_MARGIN, tune_gemv
 
     cfg = ModelConfig(architecture="llama", vocab_size=32000, hidden_size=2048, intermediate_size=5632, num_layers=4, num_heads=16,
                       num_kv_heads=4, head_dim=128, rms_norm_eps=1e-5, rope_theta=10000.0,

@@ -1,12 +1,13 @@
 """PenaltyCache: penalties from the device-side histories equal those from the id lists
-(sampler.apply_penalties), step after step as sampled ids are added; slots are reused clean and
+(apply_penalties), step after step as sampled ids are added; slots are reused clean and
 survive the pools' growth."""
 from __future__ import annotations
 
 import torch
 
-from gpu_stage.penalty_cache import INITIAL_SLOTS, PenaltyCache
-from gpu_stage.sampler import Sampler, SamplingRow, SamplingTensors, apply_penalties
+from gpu_stage.sampling.penalties import INITIAL_SLOTS, PenaltyCache, apply_penalties
+from gpu_stage.sampling.rows import SamplingRow, SamplingTensors
+from gpu_stage.sampling.sampler import Sampler
 from stages.sampling import SamplingParams
 
 VOCAB = 50

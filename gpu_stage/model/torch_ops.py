@@ -1,5 +1,6 @@
-"""The elementwise pieces of a decoder layer, as swappable ops: torch (the CPU path and the
-reference) or Triton kernels (gpu_stage/kernels, fused and in place where that saves passes).
+"""TorchOps: the elementwise pieces of a decoder layer and its matrix products in torch (the CPU
+path and the reference); triton_ops.TritonOps is the same interface on the Triton kernels
+(gpu_stage/kernels, fused and in place where that saves passes). `get_layer_ops` picks one.
 
     rms_norm(x, weight, eps)                 -> normed
     add_rms_norm(x, residual, weight, eps)   -> (rms_norm(residual + x), residual + x)
@@ -15,7 +16,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from gpu_stage.rope import apply_rope
+from gpu_stage.model.rotary import apply_rope
 
 
 class TorchOps:
@@ -51,15 +52,3 @@ class TorchOps:
     @staticmethod
     def gate_up_silu(x: torch.Tensor, gate_up_weight: torch.Tensor) -> torch.Tensor:
         return TorchOps.silu_and_mul(F.linear(x, gate_up_weight))
-
-
-def get_layer_ops(name: str):
-    """'torch' or 'triton' (the latter needs triton, and a GPU unless TRITON_INTERPRET=1): a fresh
-    TritonOps per call, since it carries the model's measured gemv plan."""
-    if name == "torch":
-        return TorchOps
-    if name == "triton":
-        from gpu_stage.kernels.triton_ops import TritonOps
-
-        return TritonOps()
-    raise ValueError(f"unknown layer ops {name!r} (known: torch, triton)")

@@ -11,10 +11,10 @@ pytest.importorskip("triton")
 from gpu_stage.attention import get_attention_backend  # noqa: E402
 from gpu_stage.attention.metadata import build_metadata  # noqa: E402
 from gpu_stage.kv_cache import KvCache  # noqa: E402
-from gpu_stage.layer_ops import get_layer_ops  # noqa: E402
+from gpu_stage.loaders.model_source import ModelSource  # noqa: E402
+from gpu_stage.model import get_layer_ops  # noqa: E402
 from gpu_stage.model.llama import LlamaForCausalLM  # noqa: E402
 from gpu_stage.model_runner import ModelRunner  # noqa: E402
-from gpu_stage.model_source import ModelSource  # noqa: E402
 from stages.messages import NewRequestData, ScheduledChunk, StepBatch  # noqa: E402
 from stages.sampling import SamplingParams  # noqa: E402
 
@@ -63,7 +63,7 @@ def test_runner_triton_backend_matches_torch_backend() -> None:
     prompts = {"a": list(range(2, 19)), "b": list(range(40, 45))}
     outputs = {}
     for backend in ("torch", "triton"):
-        runner = ModelRunner(source, DEVICE, torch.float32, 16, 4, max_num_batched_tokens=32, max_num_seqs=4,
+        runner = ModelRunner.build(source, DEVICE, torch.float32, 16, 4, max_num_batched_tokens=32, max_num_seqs=4,
                              attention_backend=backend, enforce_eager=True)
         new = [NewRequestData(r, p, SamplingParams(temperature=0.0, logprobs=2)) for r, p in prompts.items()]
         chunks = [ScheduledChunk("a", prompts["a"][:10], 0, [3, 5, 7], False), ScheduledChunk("b", prompts["b"], 0, [2, 9], True)]
@@ -91,7 +91,7 @@ def test_graph_path_of_execute_on_cpu() -> None:
     the model on views taken only from the bucket's layout and the shape, as a captured graph would."""
     from gpu_stage.attention.metadata import AttentionMetadata, SampledRows
     from gpu_stage.cuda_graphs import CudaGraphRunner
-    from gpu_stage.step_inputs import make_layout
+    from gpu_stage.step_layout import make_layout
 
     class ReplayOnCpu(CudaGraphRunner):
         shapes_used: list = []
@@ -118,7 +118,7 @@ def test_graph_path_of_execute_on_cpu() -> None:
     source = ModelSource("tiny", model_config(hf), lambda d, dt: ((k, v.to(d, dt)) for k, v in state.items()), _Tokenizer(), "t")
     outputs = {}
     for graphs in (False, True):
-        runner = ModelRunner(source, "cpu", torch.float32, 32, 4, max_num_batched_tokens=16, max_num_seqs=4,
+        runner = ModelRunner.build(source, "cpu", torch.float32, 32, 4, max_num_batched_tokens=16, max_num_seqs=4,
                              attention_backend="triton", max_model_len=40)
         if graphs:
             runner.graphs = ReplayOnCpu(runner.model, runner.kv_cache, runner.inputs, 4, 16, 40, prefill_buckets=(8, 16))

@@ -1,5 +1,5 @@
 """Top-k / top-p thresholds without a sort (gpu_stage/kernels/truncation.py) against the sampler's
-torch rule (gpu_stage/sampler.py truncation_mask, which sorts), and the fused draw over what they
+torch rule (gpu_stage/sampling/torch_draw.py truncation_mask, which sorts), and the fused draw over what they
 keep against the torch path's draw.
 
 Without CUDA the kernels run under Triton's interpreter (tests/gpu_stage/conftest.py) at small
@@ -15,7 +15,9 @@ pytest.importorskip("triton")
 
 from gpu_stage.kernels.sampling import MAX_SPLITS, choose_num_splits, sample_rows  # noqa: E402
 from gpu_stage.kernels.truncation import thresholds  # noqa: E402
-from gpu_stage.sampler import Sampler, SamplingRow, SamplingTensors, truncation_mask  # noqa: E402
+from gpu_stage.sampling.rows import SamplingRow, SamplingTensors  # noqa: E402
+from gpu_stage.sampling.sampler import Sampler  # noqa: E402
+from gpu_stage.sampling.torch_draw import truncation_mask  # noqa: E402
 from stages.sampling import SamplingParams  # noqa: E402
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"

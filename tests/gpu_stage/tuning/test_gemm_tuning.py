@@ -6,10 +6,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from gpu_stage import gemm_tuning
-from gpu_stage.cublaslt import LtAlgo
-from gpu_stage.gemm_tuning import LtPlan, tuned_row_counts
-from gpu_stage.kernels.triton_ops import TritonOps
+from gpu_stage.model.triton_ops import TritonOps
+from gpu_stage.tuning import gemm_tuning
+from gpu_stage.tuning.cublaslt import LtAlgo
+from gpu_stage.tuning.gemm_tuning import LtPlan, tuned_row_counts
 
 
 class FakeProduct:
@@ -116,7 +116,7 @@ def test_tuned_plan_equals_f_linear_at_timed_and_untimed_row_counts() -> None:
 
 @pytest.mark.gpu
 def test_the_real_library_runs_a_plan_choice_at_its_row_counts_only() -> None:
-    from gpu_stage import cublaslt
+    from gpu_stage.tuning import cublaslt
 
     lt = cublaslt.Lt(torch.device("cuda", torch.cuda.current_device()))
     w = torch.randn(768, 512, device="cuda", dtype=torch.bfloat16)

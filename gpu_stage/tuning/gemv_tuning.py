@@ -22,7 +22,7 @@ import torch.nn.functional as F
 
 from gpu_stage.kernels import activation
 from gpu_stage.kernels.gemv import GPU_CONFIGS, gemv
-from gpu_stage.kernels.triton_ops import GemvKey, TritonOps
+from gpu_stage.model.triton_ops import GemvKey, TritonOps
 
 log = logging.getLogger("ttft.gemv")
 CUBLAS_MARGIN = 0.05  # cuBLAS keeps a product only where it is this much faster than the best gemv

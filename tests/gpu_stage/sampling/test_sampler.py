@@ -6,7 +6,10 @@ import math
 import pytest
 import torch
 
-from gpu_stage.sampler import Sampler, SamplingRow, SamplingTensors, apply_penalties, truncation_mask
+from gpu_stage.sampling.penalties import apply_penalties
+from gpu_stage.sampling.rows import SamplingRow, SamplingTensors
+from gpu_stage.sampling.sampler import Sampler
+from gpu_stage.sampling.torch_draw import truncation_mask
 from stages.sampling import SamplingParams
 
 PROBS = [0.5, 0.3, 0.15, 0.05]  # a hand-made distribution over 4 tokens (plus banned padding)
@@ -180,7 +183,7 @@ def test_cpu_truncation_from_the_top_candidates_equals_the_whole_sort(peaked: bo
     """On CPU top_k and top_p look among each row's TOP_P_CANDIDATES largest values first; the
     kept sets equal those of a sort of the whole row, also when a row's nucleus reaches past the
     candidates (a flat distribution: every row is then sorted whole)."""
-    import gpu_stage.sampler as sampler_mod
+    import gpu_stage.sampling.torch_draw as torch_draw
 
     gen = torch.Generator().manual_seed(21)
     vocab = 3000
@@ -193,17 +196,17 @@ def test_cpu_truncation_from_the_top_candidates_equals_the_whole_sort(peaked: bo
     rows = [_row(seed=i, **p) for i, p in enumerate(params)]
     t = SamplingTensors.build(rows, torch.device("cpu"), vocab)
     widths = []
-    cut_off = sampler_mod._cut_off
+    cut_off = torch_draw._cut_off
 
     def spy(scaled, top, t, width):
         widths.append(width)
         return cut_off(scaled, top, t, width)
 
-    monkeypatch.setattr(sampler_mod, "_cut_off", spy)
-    monkeypatch.setattr(sampler_mod, "TOP_P_CANDIDATES", 64)
+    monkeypatch.setattr(torch_draw, "_cut_off", spy)
+    monkeypatch.setattr(torch_draw, "TOP_P_CANDIDATES", 64)
     from_candidates = truncation_mask(scaled, t)
     assert widths == ([200] if peaked else [200, vocab])  # the largest top_k sets the width
-    monkeypatch.setattr(sampler_mod, "TOP_P_CANDIDATES", vocab)
+    monkeypatch.setattr(torch_draw, "TOP_P_CANDIDATES", vocab)
     whole = truncation_mask(scaled, t)
     assert torch.equal(from_candidates, whole)
     assert int(whole[1].sum()) == 40 and int(whole[5].sum()) >= 101
@@ -212,7 +215,7 @@ def test_cpu_truncation_from_the_top_candidates_equals_the_whole_sort(peaked: bo
 def test_cpu_truncation_sorts_at_once_a_row_too_flat_for_the_candidates(monkeypatch) -> None:
     """A top_p row whose mass could not fit in the candidates even at the largest weight each is
     sorted whole at once (no selection first); a top_k row beside it never forces that."""
-    import gpu_stage.sampler as sampler_mod
+    import gpu_stage.sampling.torch_draw as torch_draw
 
     vocab = 2000
     scaled = torch.zeros(2, vocab)
@@ -221,9 +224,9 @@ def test_cpu_truncation_sorts_at_once_a_row_too_flat_for_the_candidates(monkeypa
     rows = [_row(seed=0, top_p=0.5), _row(seed=1, top_k=3)]
     t = SamplingTensors.build(rows, torch.device("cpu"), vocab)
     widths = []
-    cut_off = sampler_mod._cut_off
-    monkeypatch.setattr(sampler_mod, "_cut_off", lambda s, top, t, w: widths.append(w) or cut_off(s, top, t, w))
-    monkeypatch.setattr(sampler_mod, "TOP_P_CANDIDATES", 64)
+    cut_off = torch_draw._cut_off
+    monkeypatch.setattr(torch_draw, "_cut_off", lambda s, top, t, w: widths.append(w) or cut_off(s, top, t, w))
+    monkeypatch.setattr(torch_draw, "TOP_P_CANDIDATES", 64)
     keep = truncation_mask(scaled, t)
     assert widths == [vocab]
     assert 900 <= int(keep[0].sum()) <= 1000 and bool(keep[0, -1]) and not bool(keep[0, 0])  # half the mass

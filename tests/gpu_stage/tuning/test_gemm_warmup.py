@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-import gpu_stage.gemm_warmup as warmup
+import gpu_stage.tuning.gemm_warmup as warmup
 from gpu_stage.loaders import load_model_source
 from gpu_stage.model.llama import LlamaForCausalLM
 

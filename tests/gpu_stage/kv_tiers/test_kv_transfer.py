@@ -10,7 +10,7 @@ import gpu_stage.kv_tiers.host_pool as host_pool_module
 from gpu_stage.kv_cache import KvCache
 from gpu_stage.kv_tiers.host_pool import HostKvPool
 from gpu_stage.kv_tiers.transfer import KvTransfer, runs
-from gpu_stage.model_config import ModelConfig
+from gpu_stage.model.config import ModelConfig
 from stages.messages import KvTransferOps
 
 CONFIG = ModelConfig("llama", 100, 64, 128, num_layers=3, num_heads=4, num_kv_heads=2, head_dim=16)

@@ -4,8 +4,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from gpu_stage.model_config import ModelConfig
-from gpu_stage.rope import RotaryEmbedding, apply_rope, rope_inv_freq
+from gpu_stage.model.config import ModelConfig
+from gpu_stage.model.rotary import RotaryEmbedding, apply_rope, rope_inv_freq
 
 SCALINGS = {
     "default": None,

@@ -6,7 +6,7 @@ from typing import Callable, Iterator
 
 import torch
 
-from gpu_stage.model_config import ModelConfig
+from gpu_stage.model.config import ModelConfig
 from ingress.tokenizer import Tokenizer
 
 # Yields (name, tensor) in Hugging Face Llama naming, unfused and in HF's q/k row order, e.g.

@@ -1,0 +1,142 @@
+"""build_parts: what a ModelRunner runs steps with, built so that a constructed runner is ready to serve.
+
+In order: the model is loaded; the sampler, its penalty pools and the step buffers are made; on
+CUDA with `num_blocks` None the KV pool is sized from a memory profile of the largest step
+(memory_profile.py); the pool is allocated; for CUDA graphs the one-row and the decode graphs'
+products are tuned (tuning/); on CUDA the kernels of the eager path are compiled (warm_up.py);
+the graphs are captured (cuda_graphs.py). Triton compiles after that are reported (compile_watch).
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Sequence
+
+import torch
+
+from gpu_stage.attention import get_attention_backend
+from gpu_stage.compile_watch import WATCH
+from gpu_stage.cpu_malloc import keep_freed_memory
+from gpu_stage.cuda_graphs import (MIXED_SEQ_BUCKETS, MIXED_TOKEN_BUCKETS, PREFILL_BUCKETS, CudaGraphRunner,
+                                   decode_buckets)
+from gpu_stage.kernels import triton_available
+from gpu_stage.kv_cache import KvCache
+from gpu_stage.loaders.model_source import ModelSource
+from gpu_stage.memory_profile import profile_num_blocks
+from gpu_stage.model import get_layer_ops
+from gpu_stage.model.llama import LlamaForCausalLM
+from gpu_stage.sampling.penalties import PenaltyCache
+from gpu_stage.sampling.sampler import Sampler
+from gpu_stage.step_inputs import StepInputs
+from gpu_stage.warm_up import warm_up_kernels
+
+log = logging.getLogger("ttft.gpu")
+
+GRAPH_RESERVE_BYTES = 1 << 30  # kept out of the KV pool for the CUDA graph pool (measured: logged)
+
+
+@dataclass
+class RunnerParts:
+    """A runner's model, KV pool, step buffers, sampler and graphs, built and warmed up."""
+
+    model: LlamaForCausalLM
+    kv_cache: KvCache
+    inputs: StepInputs  # also the step limits: max_num_tokens, max_num_seqs, block_size
+    sampler: Sampler
+    penalties: PenaltyCache  # the sampler's
+    graphs: CudaGraphRunner | None  # None: every step runs eagerly
+    dtype: torch.dtype
+    max_model_len: int
+    attention_backend: str
+
+
+def build_parts(
+    source: ModelSource,
+    device: torch.device | str,
+    dtype: torch.dtype,
+    num_blocks: int | None,  # None (CUDA only): size the pool from a memory profile
+    block_size: int,
+    max_num_batched_tokens: int,
+    max_num_seqs: int,
+    attention_backend: str = "torch",  # "torch" | "triton" (kernels for norms/rope/act too)
+    enforce_eager: bool = False,  # no CUDA graphs
+    gpu_memory_utilization: float = 0.9,
+    max_model_len: int | None = None,  # longest sequence (block-table width); default: the model's
+    graph_reserve_bytes: int = GRAPH_RESERVE_BYTES,
+    prefill_graph_sizes: Sequence[int] = PREFILL_BUCKETS,
+    mixed_graph_tokens: Sequence[int] = MIXED_TOKEN_BUCKETS,  # (): no graphs for mixed steps
+    mixed_graph_seqs: Sequence[int] = MIXED_SEQ_BUCKETS,
+) -> RunnerParts:
+    device = resolve_device(device)
+    cuda = device.type == "cuda"
+    config = source.config
+    max_model_len = max_model_len or config.max_position_embeddings
+    if not cuda:
+        keep_freed_memory()  # no page faults per layer on the CPU path (see cpu_malloc)
+    model = load_model(source, device, dtype, attention_backend)
+    # Penalised requests' histories on the device, advanced by each step's sampled ids; on CUDA
+    # a slot for every running request now, so the memory profile below counts them.
+    penalties = PenaltyCache(config.vocab_size, device, max_num_seqs + 1 if cuda else 0)
+    sampler = Sampler(source.tokenizer.eos_token_ids, fused=cuda and triton_available(), penalties=penalties)
+    inputs = StepInputs(max_num_batched_tokens, max_num_seqs, -(-max_model_len // block_size), block_size, device)
+    if cuda:  # start-up compiles by design; what compiles once it is done is reported
+        WATCH.install()
+        WATCH.disarm()
+    use_graphs = graphs_wanted(cuda, enforce_eager, attention_backend)
+    if num_blocks is None:
+        if not cuda:
+            raise ValueError("num_blocks is required on CPU (the memory profile is CUDA only)")
+        num_blocks = profile_num_blocks(model, inputs, sampler, dtype, gpu_memory_utilization,
+                                        graph_reserve_bytes if use_graphs else 0)
+    kv_cache = KvCache(config, num_blocks, block_size, device, dtype)
+    if use_graphs:
+        tune_products(model, dtype, max_num_seqs, max_num_batched_tokens)
+    if cuda:
+        warm_up_kernels(model, kv_cache, inputs, sampler, attention_backend)
+    graphs = None
+    if use_graphs:
+        graphs = CudaGraphRunner(model, kv_cache, inputs, max_num_seqs, max_num_batched_tokens, max_model_len,
+                                 prefill_graph_sizes, mixed_graph_tokens, mixed_graph_seqs)
+        graphs.capture()
+    if cuda:
+        WATCH.arm()
+    return RunnerParts(model, kv_cache, inputs, sampler, penalties, graphs, dtype, max_model_len, attention_backend)
+
+
+def resolve_device(device: torch.device | str) -> torch.device:
+    """A CUDA device with its index (the current one when none is named)."""
+    device = torch.device(device)
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
+    return device
+
+
+def load_model(source: ModelSource, device: torch.device, dtype: torch.dtype,
+               attention_backend: str) -> LlamaForCausalLM:
+    attention = get_attention_backend(attention_backend)
+    model = LlamaForCausalLM(source.config, device, dtype, attention, get_layer_ops(attention_backend))
+    model.load_weights(source.weights(device, dtype))
+    return model
+
+
+def graphs_wanted(cuda: bool, enforce_eager: bool, attention_backend: str) -> bool:
+    use_graphs = cuda and not enforce_eager
+    if use_graphs and attention_backend != "triton":
+        log.warning("CUDA graphs need --attention-backend triton; running eagerly")
+        use_graphs = False
+    return use_graphs
+
+
+def tune_products(model: LlamaForCausalLM, dtype: torch.dtype, max_num_seqs: int, max_num_batched_tokens: int) -> None:
+    """Before the graphs capture the choices. One-row products (batch-1 decode): cuBLAS or the
+    gemv kernel, whichever this GPU runs faster per weight shape inside a CUDA graph (eager steps
+    keep cuBLAS: there a Triton launch's host cost outweighs the gain). Then cuBLASLt's algorithm
+    per product at each decode graph's row count, where it beats F.linear's (gemm_tuning)."""
+    from gpu_stage.tuning import cublaslt, gemm_tuning
+    from gpu_stage.tuning.gemv_tuning import tune_gemv
+
+    tune_gemv(model, model.ops)
+    if not gemm_tuning.enabled() or not cublaslt.supports_dtype(dtype):
+        return
+    rows = gemm_tuning.tuned_row_counts(decode_buckets(max_num_seqs), max_num_batched_tokens)
+    model.ops.lt_plan, _ = gemm_tuning.tune_products(model, rows, rows)

@@ -1,0 +1,76 @@
+"""SamplingStates: what the runner keeps per request between steps for sampling it, and the rows a
+step samples (SamplingRow).
+
+A request's parameters, its prompt and output ids (for penalties and min_tokens), and a private
+random generator (seeded by the request, else from the runner's seed), so that a seeded request
+draws the same tokens whatever else shares its batch; and its PenaltyCache slot, filled the
+first time it samples.
+"""
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from gpu_stage.sampling.penalties import PenaltyCache
+from gpu_stage.sampling.rows import SamplingRow
+from stages.messages import NewRequestData, StepBatch, StepResult
+from stages.sampling import SamplingParams
+
+
+@dataclass
+class SamplingState:
+    params: SamplingParams
+    prompt_token_ids: list[int]
+    output_token_ids: list[int]
+    generator: torch.Generator
+    # Rows sampled for it in launched steps: output_token_ids plus the steps still in flight.
+    num_sampled: int = 0
+
+
+class SamplingStates:
+    def __init__(self, penalties: PenaltyCache, seed: int | None = None) -> None:
+        """`seed` seeds the generators of requests that carry no seed."""
+        self.requests: dict[str, SamplingState] = {}
+        self.penalties = penalties
+        self._seed_source = random.Random(seed)
+
+    def admit(self, new: NewRequestData) -> None:
+        seed = new.params.seed if new.params.seed is not None else self._seed_source.getrandbits(63)
+        generator = torch.Generator(device="cpu")
+        generator.manual_seed(seed)
+        self.requests[new.request_id] = SamplingState(new.params, list(new.prompt_token_ids), [], generator)
+
+    def release(self, request_id: str) -> None:
+        self.requests.pop(request_id, None)
+        self.penalties.release(request_id)
+
+    def sampling_rows(self, batch: StepBatch, result: StepResult, fault_injector: Callable[[str], None] | None
+                      ) -> tuple[list[SamplingRow], list[int], list[str]]:
+        """Rows to sample (requests known and not failed by the test hook `fault_injector`, which
+        `result.failed` then names), their chunk index and request id."""
+        rows, chunk_index, request_ids = [], [], []
+        for i, chunk in enumerate(batch.chunks):
+            if not chunk.sample:
+                continue
+            try:
+                state = self.requests.get(chunk.request_id)
+                if state is None:
+                    raise KeyError(f"request {chunk.request_id!r} was never announced to the runner")
+                if fault_injector is not None:
+                    fault_injector(chunk.request_id)
+                # Its penalty history (filled the first time: the pools may grow, and a failed
+                # allocation fails this request only).
+                slot = (self.penalties.slot(chunk.request_id, state.prompt_token_ids, state.output_token_ids)
+                        if state.params.needs_penalties else 0)
+            except Exception as exc:
+                result.failed[chunk.request_id] = f"{type(exc).__name__}: {exc}"
+                continue
+            rows.append(SamplingRow(state.params, state.prompt_token_ids, state.output_token_ids, state.generator,
+                                    slot, state.num_sampled))
+            state.num_sampled += 1
+            chunk_index.append(i)
+            request_ids.append(chunk.request_id)
+        return rows, chunk_index, request_ids
