@@ -24,8 +24,8 @@ BATCH, CONTEXT = 64, 2048
 
 def main() -> None:
     source = load_model_source(MODEL, seed=0)
-    runner = ModelRunner(source, "cuda", torch.bfloat16, FIXED_BLOCKS, BLOCK_SIZE, max_num_batched_tokens=8192,
-                         max_num_seqs=64, attention_backend="triton", max_model_len=8192)
+    runner = ModelRunner.build(source, "cuda", torch.bfloat16, FIXED_BLOCKS, BLOCK_SIZE, max_num_batched_tokens=8192,
+                               max_num_seqs=64, attention_backend="triton", max_model_len=8192)
     runner.warm_thread()
     width = -(-(CONTEXT + 200) // BLOCK_SIZE)
     step = 0

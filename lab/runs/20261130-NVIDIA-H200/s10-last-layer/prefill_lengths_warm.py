@@ -26,8 +26,8 @@ def main() -> None:
     p.add_argument("--reps", type=int, default=5)
     a = p.parse_args()
     source = load_model_source(MODEL, seed=0)
-    runner = ModelRunner(source, "cuda", torch.bfloat16, FIXED_BLOCKS, BLOCK_SIZE, max_num_batched_tokens=8192,
-                         max_num_seqs=64, attention_backend="triton", max_model_len=8192)
+    runner = ModelRunner.build(source, "cuda", torch.bfloat16, FIXED_BLOCKS, BLOCK_SIZE, max_num_batched_tokens=8192,
+                               max_num_seqs=64, attention_backend="triton", max_model_len=8192)
     runner.warm_thread()  # as the server: cuDNN plans and cuBLAS kernels before the first step
     bench = Bench(runner, source.config.vocab_size)
     print(f"{'tokens':>7} {'median ms':>10} {'min ms':>8} {'ms / 1k tokens':>15}")

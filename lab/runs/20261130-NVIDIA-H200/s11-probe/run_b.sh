@@ -6,7 +6,7 @@ OUT=$1
 mkdir -p "$OUT" /tmp/ttft-site
 export PYTHONUNBUFFERED=1 PYTHONPATH="/tmp/ttft-site:$PWD"
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/ttft-site .whl/*.whl
-timeout 150 python3 -m pytest -p no:cacheprovider -m gpu tests/gpu_stage/test_triton_kernels.py tests/gpu_stage/test_triton_model.py \
+timeout 150 python3 -m pytest -p no:cacheprovider -m gpu tests/gpu_stage/kernels/test_triton_kernels.py tests/gpu_stage/model/test_triton_model.py \
     -q 2>&1 | tail -3 > "$OUT/kernel_tests.log"
 cat "$OUT/kernel_tests.log"
 for t in new:. base:ab_base; do

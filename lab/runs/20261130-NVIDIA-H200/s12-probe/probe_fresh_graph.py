@@ -5,11 +5,11 @@ import statistics, sys, time
 from pathlib import Path
 import torch
 sys.path.insert(0, str(Path.cwd()))
+from gpu_stage.attention import triton_backend as tb
+from gpu_stage.cuda_graphs import CudaGraphRunner
 from gpu_stage.loaders import load_model_source
 from gpu_stage.model_runner import ModelRunner
-from gpu_stage.cuda_graphs import CudaGraphRunner
-from gpu_stage.attention import triton_backend as tb
-from gpu_stage.step_inputs import GraphShape
+from gpu_stage.step_layout import GraphShape
 from stages.messages import ScheduledChunk
 
 FORCE = [False]
@@ -21,8 +21,8 @@ def plan(meta, q):
 tb._prefill_plan = plan
 
 src = load_model_source("dummy:llama-3-8b", seed=0)
-runner = ModelRunner(src, "cuda", torch.bfloat16, 12000, 16, max_num_batched_tokens=8192, max_num_seqs=64,
-                     attention_backend="triton", max_model_len=8192)
+runner = ModelRunner.build(src, "cuda", torch.bfloat16, 12000, 16, max_num_batched_tokens=8192, max_num_seqs=64,
+                           attention_backend="triton", max_model_len=8192)
 runner.warm_thread()
 runner.kv_cache.kv.normal_()
 buckets = (512, 1024, 1536, 2048, 3072, 4096, 8192)

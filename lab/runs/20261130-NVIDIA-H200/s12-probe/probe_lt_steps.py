@@ -14,8 +14,8 @@ from gpu_stage.model_runner import ModelRunner
 from stages.messages import NewRequestData, ScheduledChunk
 
 src = load_model_source("dummy:llama-3-8b", seed=0)
-runner = ModelRunner(src, "cuda", torch.bfloat16, 12000, 16, max_num_batched_tokens=8192, max_num_seqs=64,
-                     attention_backend="triton", max_model_len=8192)
+runner = ModelRunner.build(src, "cuda", torch.bfloat16, 12000, 16, max_num_batched_tokens=8192, max_num_seqs=64,
+                           attention_backend="triton", max_model_len=8192)
 runner.warm_thread()
 runner.kv_cache.kv.normal_()
 ops = runner.model.ops

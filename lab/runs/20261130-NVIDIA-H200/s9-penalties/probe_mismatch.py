@@ -1,6 +1,7 @@
 import torch
-from gpu_stage.penalty_cache import PenaltyCache
-from gpu_stage.sampler import Sampler, SamplingRow, SamplingTensors, apply_penalties
+from gpu_stage.sampling.penalties import PenaltyCache, apply_penalties
+from gpu_stage.sampling.rows import SamplingRow, SamplingTensors
+from gpu_stage.sampling.sampler import Sampler
 from stages.sampling import SamplingParams
 dev = torch.device("cuda"); V = 128256; R = 64
 gen = torch.Generator().manual_seed(R)
