@@ -204,7 +204,7 @@ resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))
 print(store.write(HASH, bytes(NBYTES)), store.stats().num_write_errors)
 """
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                          cwd=Path(__file__).parents[2], timeout=120)
+                          cwd=Path(__file__).parents[3], timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["False", "1"]
     assert all_files(tmp_path) == []
@@ -234,7 +234,7 @@ def test_unwritable_directory_write_is_false() -> None:
             pytest.skip("root without setpriv cannot drop privileges")
         prefix = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
         probe = subprocess.run([*prefix, sys.executable, "-c", "import gpu_stage.kv_tiers"],
-                               capture_output=True, cwd=Path(__file__).parents[2], timeout=120)
+                               capture_output=True, cwd=Path(__file__).parents[3], timeout=120)
         if probe.returncode != 0:
             pytest.skip("uid 65534 cannot import the repository here")
     root = Path(tempfile.mkdtemp(prefix="kv_ro."))
@@ -245,7 +245,7 @@ def test_unwritable_directory_write_is_false() -> None:
         script = CHILD_PRELUDE.format(root=str(root / "store")) + (
             "print(store.write(HASH, bytes(NBYTES)), store.contains(HASH))\n")
         done = subprocess.run([*prefix, sys.executable, "-c", script], capture_output=True,
-                              text=True, cwd=Path(__file__).parents[2], timeout=120)
+                              text=True, cwd=Path(__file__).parents[3], timeout=120)
         assert done.returncode == 0, done.stderr
         assert done.stdout.split() == ["False", "False"]
         assert all_files(root) == []
