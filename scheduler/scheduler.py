@@ -25,9 +25,9 @@ from scheduler.invariants import SchedulerStats, check_scheduler, collect_stats
 from scheduler.kv_manager import KVManager
 from scheduler.kv_tiers.config import TierConfig
 from scheduler.kv_tiers.manager import KvTierManager
-from scheduler.policy import Policy, is_decode, make_policy
+from scheduler.policy import Policy, make_policy
 from scheduler.predictor import OutputLengthPredictor
-from scheduler.request_state import RequestState, RequestStatus
+from scheduler.request_state import RequestState, RequestStatus, is_decode
 from scheduler.sample_group import is_held, link
 from scheduler.shadow import ShadowAdmission
 from scheduler.step_builder import StepBuilder
