@@ -117,8 +117,7 @@ class _EngineGauges:
                                   value=st.num_evictions)
         yield GaugeMetricFamily("ttft_prefix_cache_hit_rate", "Prompt tokens served from the prefix cache "
                                 "over prompt tokens looked up", value=st.prefix_hit_rate)
-        if e.built.scheduler.tiers is not None:
-            yield from tier_metrics(e.built.scheduler.tiers)
+        yield from tier_metrics(e.built.scheduler.tiers)
         lanes = CounterMetricFamily("ttft_admitted_requests", "Requests admitted, by lane", labels=["lane"])
         lanes.add_metric(["short"], st.num_admitted_short)
         lanes.add_metric(["long"], st.num_admitted_long)
