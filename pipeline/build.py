@@ -7,7 +7,7 @@ cannot hold refuses to start.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -43,7 +43,7 @@ class BuiltModel:
     chat_template: ChatTemplate
     max_model_len: int
     num_blocks: int
-    tiers: BuiltTiers | None = None
+    tiers: BuiltTiers = field(default_factory=BuiltTiers.off)
 
     @property
     def model_name(self) -> str:
@@ -110,7 +110,7 @@ def build_model(cfg: EngineConfig) -> BuiltModel:
         eos_token_ids=frozenset(tok.eos_token_ids), policy=cfg.scheduler_policy,
         enable_prefix_caching=cfg.enable_prefix_caching, shadow=cfg.shadow,
         chunked_prefill=cfg.enable_chunked_prefill, async_scheduling=cfg.async_scheduling,
-    ), tiers=tiers.config if tiers else None, disk_blocks=tiers.disk_blocks if tiers else ())
+    ), tiers=tiers.config, disk_blocks=tiers.disk_blocks)
     template = ChatTemplate(
         tok.chat_template, bos_token=getattr(tok, "bos_token", None), eos_token=getattr(tok, "eos_token", None)
     )
