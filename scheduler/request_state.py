@@ -88,10 +88,6 @@ class RequestState:
         return self.all_token_ids[self.num_prompt_tokens:]
 
     @property
-    def is_finished(self) -> bool:
-        return self.status is RequestStatus.FINISHED
-
-    @property
     def num_uncomputed_tokens(self) -> int:
         return self.num_tokens - self.num_computed_tokens
 
