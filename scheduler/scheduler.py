@@ -59,7 +59,7 @@ class Scheduler:
         self.tiers: KvTierManager | NoTiers = KvTierManager(
             tiers, self.kv.pool, self._tier_room, self._tier_fetched, disk_blocks
         ) if tiers is not None and tiers.enabled else NoTiers()
-        self._tiers_on = self.tiers.enabled
+        self._tiers_on = self.tiers.enabled  # (the one-pass decode step queues no tier copies)
         self.placement = StepPlacement(config, self.kv, self.shadow, self.policy, self.tiers,
                                        self.running, self.waiting)
         self.results = StepResults(config, self.kv, self.shadow, self.tiers, self.predictor,
