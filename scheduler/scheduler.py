@@ -170,7 +170,9 @@ class Scheduler:
             return None
         self._next_step_id += 1
         self._steps_in_flight[step.step_id] = not step.num_prefill_tokens
-        batch = step.build(self.results.take_finished_ids())
+        results = self.results  # (its finished ids taken inline, as in _decode_batch)
+        finished, results.finished_ids = results.finished_ids, []
+        batch = step.build(finished)
         batch.kv_ops = self.tiers.take_ops(batch.step_id)
         return batch
 
@@ -179,7 +181,9 @@ class Scheduler:
         step_id = self._next_step_id
         self._next_step_id = step_id + 1
         self._steps_in_flight[step_id] = True
-        return StepBatch(step_id, [], chunks, self.results.take_finished_ids())
+        results = self.results  # (take_finished_ids() inline: no call in the steady step)
+        finished, results.finished_ids = results.finished_ids, []
+        return StepBatch(step_id, [], chunks, finished)
 
     def update(self, batch: StepBatch, result: StepResult) -> list[TokenEvent]:
         """Apply a step's result: advance computed tokens, append samples, finish requests."""
