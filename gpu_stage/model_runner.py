@@ -25,7 +25,7 @@ from typing import Callable, Sequence
 import torch
 
 from gpu_stage.kv_cache import KvCache
-from gpu_stage.kv_tiers.transfer import KvTransfer
+from gpu_stage.kv_tiers.transfer import KvTransfer, NoTransfer
 from gpu_stage.loaders.model_source import ModelSource
 from gpu_stage.runner_builder import RunnerParts, build_parts
 from gpu_stage.sampling.rows import SamplingRow, SamplingTensors, device_ids, draw_uniforms
@@ -77,8 +77,8 @@ class ModelRunner:
         # each sampled request's id) to fail that request only.
         self.fault_injector: Callable[[StepBatch], None] | None = None
         self.request_fault_injector: Callable[[str], None] | None = None
-        # Copies between the device pool and the host KV tier (pipeline/build_tiers.py), if any.
-        self.kv_transfer: KvTransfer | None = None
+        # Copies between the device pool and the host KV tier (pipeline/build_tiers.py sets one).
+        self.kv_transfer: KvTransfer | NoTransfer = NoTransfer()
 
     @classmethod
     def build(cls, source: ModelSource, device: torch.device | str, dtype: torch.dtype, num_blocks: int | None,
@@ -103,7 +103,7 @@ class ModelRunner:
         copies_done, self._early_copies = self._early_copies, []
         if batch.admits and self._last_early_copy is not None:
             torch.cuda.current_stream(self.device).wait_event(self._last_early_copy)  # its hits may be loading
-        if batch.kv_ops is not None and self.kv_transfer is not None:
+        if batch.kv_ops is not None:
             copies_done.append(self.kv_transfer.run(batch.kv_ops))  # queued before the forward
         for request_id in batch.finished_ids:
             self.states.release(request_id)
@@ -147,7 +147,6 @@ class ModelRunner:
     def launch_transfer(self, ops: KvTransferOps) -> None:
         """Start early tier copies now (KvTierManager.take_early_ops); the next step launched
         reports them done, and every step that admits a request waits for them first."""
-        assert self.kv_transfer is not None, "tier copies without a host tier"
         event = self.kv_transfer.run(ops)
         self._early_copies.append(event)
         if event is not None:

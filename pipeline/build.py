@@ -7,7 +7,7 @@ cannot hold refuses to start.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -46,7 +46,7 @@ class BuiltModel:
     chat_template: ChatTemplate
     max_model_len: int
     num_blocks: int
-    tiers: BuiltTiers | None = None
+    tiers: BuiltTiers = field(default_factory=BuiltTiers.off)
 
     @property
     def model_name(self) -> str:
@@ -108,7 +108,7 @@ def build_model(cfg: EngineConfig) -> BuiltModel:
     scheduler = Scheduler(fill(
         SchedulerConfig, cfg, SCHEDULER_RENAMES, num_blocks=num_blocks, max_model_len=max_model_len,
         eos_token_ids=frozenset(tok.eos_token_ids),
-    ), tiers=tiers.config if tiers else None, disk_blocks=tiers.disk_blocks if tiers else ())
+    ), tiers=tiers.config, disk_blocks=tiers.disk_blocks)
     template = ChatTemplate(
         tok.chat_template, bos_token=getattr(tok, "bos_token", None), eos_token=getattr(tok, "eos_token", None)
     )

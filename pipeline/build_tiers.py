@@ -2,6 +2,8 @@
 
 Sizes the host tier (and a disk tier of block files stamped with the model's fingerprint), scans
 the disk for what a predecessor stored, and gives the model runner its host pool and copier.
+Off (neither flag): BuiltTiers.off(), whose config is off, so the scheduler holds a NoTiers and the
+runner keeps its NoTransfer.
 """
 from __future__ import annotations
 
@@ -31,9 +33,13 @@ CPU_FLOPS = 100e9
 @dataclass
 class BuiltTiers:
     config: TierConfig
-    host_pool: HostKvPool
-    disk_store: DiskStore | None
+    host_pool: HostKvPool | None  # None only when off
+    disk_store: DiskStore | None  # None: no disk tier (and no disk stage)
     disk_blocks: list[bytes]  # what the disk tier holds at start-up, oldest first
+
+    @classmethod
+    def off(cls) -> BuiltTiers:
+        return cls(TierConfig(), None, None, [])
 
 
 def weight_files(model: str | None) -> list[Path]:
@@ -43,9 +49,9 @@ def weight_files(model: str | None) -> list[Path]:
     return sorted(path.glob("*.safetensors")) if path.is_dir() else [path]
 
 
-def build_tiers(cfg: EngineConfig, runner: ModelRunner) -> BuiltTiers | None:
+def build_tiers(cfg: EngineConfig, runner: ModelRunner) -> BuiltTiers:
     if cfg.kv_host_gb <= 0 and not cfg.kv_disk_path:
-        return None
+        return BuiltTiers.off()
     if not cfg.enable_prefix_caching:
         raise ValueError("the KV tiers hold prefix-cache blocks: they need --enable-prefix-caching")
     kv = runner.kv_cache

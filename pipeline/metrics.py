@@ -1,22 +1,23 @@
 """EngineMetrics: Prometheus export, one registry per engine (no globals: two engines can coexist).
 
 Histograms are observed as requests progress; gauges (queue depths, KV blocks) are read from the
-stages at scrape time by a collector, so the hot path never updates them.
+stages at scrape time by a collector, so the hot path never updates them. The collector reads the
+engine through GaugedEngine, which names what it reads (pipeline/engine.py's Engine is one).
 """
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, ProcessCollector, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
+from pipeline.health import EngineHealth
 from pipeline.metrics_tiers import tier_metrics
-
 from stages.trace import RequestTrace
 
 if TYPE_CHECKING:
-    from pipeline.engine import Engine
+    from pipeline.build import BuiltModel
 
 LATENCY_BUCKETS_S = (
     0.001, 0.002, 0.004, 0.006, 0.008, 0.01, 0.015, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3,
@@ -26,6 +27,18 @@ STAGE_BUCKETS_S = (
     1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1, 0.25, 0.5,
     1.0, 2.5, 5.0, 10.0, 30.0,
 )
+
+
+class GaugedEngine(Protocol):
+    """What the scrape-time gauges read of an engine, once it has started."""
+    built: BuiltModel | None
+    health: EngineHealth
+
+    @property
+    def stages(self) -> list: ...  # the running actors (each has an `inbox`)
+
+    @property
+    def num_active(self) -> int: ...  # requests admitted whose reply has not ended
 
 
 class EngineMetrics:
@@ -54,7 +67,7 @@ class EngineMetrics:
         # process_resident_memory_bytes & co: a soak checks memory growth through /metrics alone.
         ProcessCollector(registry=self.registry)
 
-    def bind(self, engine: "Engine") -> None:
+    def bind(self, engine: GaugedEngine) -> None:
         self.registry.register(_EngineGauges(engine))
 
     def count_outcome(self, outcome: str) -> None:
@@ -82,7 +95,7 @@ class EngineMetrics:
 class _EngineGauges:
     """Read at scrape time: queue depth per channel, KV blocks by state, requests in flight."""
 
-    def __init__(self, engine: "Engine") -> None:
+    def __init__(self, engine: GaugedEngine) -> None:
         self.engine = engine
 
     def describe(self):
@@ -117,8 +130,7 @@ class _EngineGauges:
                                   value=st.num_evictions)
         yield GaugeMetricFamily("ttft_prefix_cache_hit_rate", "Prompt tokens served from the prefix cache "
                                 "over prompt tokens looked up", value=st.prefix_hit_rate)
-        if e.built.scheduler.tiers is not None:
-            yield from tier_metrics(e.built.scheduler.tiers)
+        yield from tier_metrics(e.built.scheduler.tiers)
         lanes = CounterMetricFamily("ttft_admitted_requests", "Requests admitted, by lane", labels=["lane"])
         lanes.add_metric(["short"], st.num_admitted_short)
         lanes.add_metric(["long"], st.num_admitted_long)

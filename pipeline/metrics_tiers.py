@@ -1,6 +1,7 @@
 """Prometheus families of the KV tiers below the device pool (read at scrape time).
 
-`ttft_kv_blocks` keeps counting device blocks only; these count the host and disk tiers.
+`ttft_kv_blocks` keeps counting device blocks only; these count the host and disk tiers, and are
+not exported at all while the tiers are off (NoTiers).
 """
 from __future__ import annotations
 
@@ -9,13 +10,16 @@ from typing import Iterator
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from scheduler.kv_tiers.manager import KvTierManager
+from scheduler.kv_tiers.no_tiers import NoTiers
 
 
-def tier_metrics(tiers: KvTierManager) -> Iterator[Metric]:
+def tier_metrics(tiers: KvTierManager | NoTiers) -> Iterator[Metric]:
+    if not tiers.enabled:  # off (NoTiers): no families, as there is nothing to count
+        return
     st = tiers.stats
     blocks = GaugeMetricFamily("ttft_kv_tier_blocks", "KV blocks held per tier below the device", labels=["tier"])
     blocks.add_metric(["host"], len(tiers.host))
-    blocks.add_metric(["disk"], len(tiers.disk) if tiers.disk is not None else 0)
+    blocks.add_metric(["disk"], len(tiers.disk))  # (no disk tier: an empty index)
     yield blocks
     hits = CounterMetricFamily("ttft_kv_tier_hits", "Prefix blocks found per tier at arrival", labels=["tier"])
     for tier, num in st.hits.items():

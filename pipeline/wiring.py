@@ -46,7 +46,7 @@ def wire_stages(built: BuiltModel, cfg: EngineConfig, on_engine_error: Callable[
     emitter = EmitterStage(scheduler.inbox, cfg.emitter_inbox_size, on_finished)
     scheduler.gpu_inbox, scheduler.emitter_inbox = gpu.inbox, emitter.inbox
     kv_disk = None
-    if built.tiers is not None and built.tiers.disk_store is not None:
+    if built.tiers.disk_store is not None:
         kv_disk = KvDiskStage(built.tiers.disk_store, built.tiers.host_pool, scheduler.inbox,
                               inbox_size=cfg.scheduler_inbox_size, num_threads=cfg.kv_disk_threads,
                               read_delay_s=disk_read_delay_s())

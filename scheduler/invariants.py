@@ -4,18 +4,43 @@ Beyond the pool's own check: every live request is in exactly one queue with a m
 a running request's block table covers exactly its computed plus in-flight positions; waiting and
 preempted requests hold nothing; and the pool's ref counts are exactly the blocks the requests hold
 (so nothing leaks, nothing is freed twice, and when idle nothing is in use).
+Both read a scheduler through SchedulerState, which names what they read.
 """
 from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Collection, Protocol
 
-from scheduler.request_state import RequestStatus
+from scheduler.config import SchedulerConfig
+from scheduler.kv_manager import KVManager
+from scheduler.kv_tiers.manager import KvTierManager
+from scheduler.kv_tiers.no_tiers import NoTiers
+from scheduler.request_state import RequestState, RequestStatus
+from scheduler.shadow import ShadowAdmission
 from stages.messages import MAX_STEPS_IN_FLIGHT
 
-if TYPE_CHECKING:
-    from scheduler.scheduler import Scheduler
+
+class SchedulerState(Protocol):
+    """What the checks and the stats read of a scheduler (scheduler.py's Scheduler)."""
+    config: SchedulerConfig
+    kv: KVManager
+    shadow: ShadowAdmission
+    tiers: KvTierManager | NoTiers
+    requests: dict[str, RequestState]
+    running: list[RequestState]
+
+    @property
+    def waiting(self) -> Collection[RequestState]: ...
+
+    @property
+    def num_preemptions(self) -> int: ...
+
+    @property
+    def num_decodes_ahead(self) -> int: ...
+
+    @property
+    def num_admitted_by_lane(self) -> dict[str, int]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,7 +65,7 @@ class SchedulerStats:
     num_admitted_long: int = 0
 
 
-def collect_stats(s: Scheduler) -> SchedulerStats:
+def collect_stats(s: SchedulerState) -> SchedulerStats:
     pool, kv = s.kv.pool, s.kv
     return SchedulerStats(
         num_waiting=len(s.waiting), num_running=len(s.running),
@@ -56,7 +81,7 @@ def collect_stats(s: Scheduler) -> SchedulerStats:
     )
 
 
-def check_scheduler(s: Scheduler) -> None:
+def check_scheduler(s: SchedulerState) -> None:
     pool, config = s.kv.pool, s.config
     pool.check()
     assert len(s.running) <= config.max_num_seqs
@@ -85,8 +110,7 @@ def check_scheduler(s: Scheduler) -> None:
     for req in s.requests.values():
         assert req.num_tokens <= config.max_model_len, req
         assert req.num_output_tokens <= req.params.max_tokens, req
-    if s.tiers is not None:
-        s.tiers.check()
+    s.tiers.check()
     refs = {b: r for b, r in enumerate(pool.ref_counts) if r > 0}
     assert dict(held) == refs, f"pool refs {refs} != blocks held by requests {dict(held)}"
     if not s.requests:
@@ -94,7 +118,7 @@ def check_scheduler(s: Scheduler) -> None:
     check_reservations(s)
 
 
-def check_reservations(s: Scheduler) -> None:
+def check_reservations(s: SchedulerState) -> None:
     """Claims add up, never exceed what the pool can hand out, and vanish when idle; a waiting
     request holds a claim exactly when it is not waiting for room (shadow on)."""
     shadow, pool = s.shadow, s.kv.pool

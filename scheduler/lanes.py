@@ -43,8 +43,7 @@ from __future__ import annotations
 from operator import attrgetter
 
 from scheduler.config import SchedulerConfig
-from scheduler.policy import is_decode
-from scheduler.request_state import RequestState, RequestStatus
+from scheduler.request_state import RequestState, RequestStatus, is_decode
 from scheduler.step_builder import StepBuilder
 
 _DECODE, _PROMOTED, _SHORT, _LONG = 0, 1, 2, 3

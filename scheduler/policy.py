@@ -13,7 +13,8 @@ from __future__ import annotations
 from typing import Protocol
 
 from scheduler.config import SchedulerConfig
-from scheduler.request_state import RequestState, RequestStatus
+from scheduler.lanes import LanesPolicy
+from scheduler.request_state import RequestState
 from scheduler.step_builder import StepBuilder
 
 
@@ -41,11 +42,6 @@ class Policy(Protocol):
     def pick_victim(self, running: list[RequestState]) -> RequestState | None: ...
 
 
-def is_decode(req: RequestState) -> bool:
-    """A running request that lacks one token: its step is a decode (or the last prefill token)."""
-    return req.status is RequestStatus.RUNNING and req.num_uncomputed_tokens == 1
-
-
 class FcfsPolicy:
     name = "fcfs"
     # When nobody waits and every running request decodes with one priority, order() is the
@@ -69,7 +65,7 @@ class FcfsPolicy:
         """Decodes, then prefills, oldest first; then the queue as it stands (preempted in front)."""
         decodes: list[RequestState] = []
         prefills: list[RequestState] = []
-        for req in running:  # all RUNNING (see is_decode): one pass, no property calls
+        for req in running:  # all RUNNING (see request_state.is_decode): one pass, no property calls
             if len(req.all_token_ids) - req.num_computed_tokens == 1:
                 decodes.append(req)
             else:
@@ -98,6 +94,4 @@ class FcfsPolicy:
 
 
 def make_policy(config: SchedulerConfig) -> Policy:
-    from scheduler.lanes import LanesPolicy
-
     return LanesPolicy(config) if config.policy == "lanes" else FcfsPolicy(config)

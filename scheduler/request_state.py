@@ -88,13 +88,14 @@ class RequestState:
         return self.all_token_ids[self.num_prompt_tokens:]
 
     @property
-    def is_finished(self) -> bool:
-        return self.status is RequestStatus.FINISHED
-
-    @property
     def num_uncomputed_tokens(self) -> int:
         return self.num_tokens - self.num_computed_tokens
 
     def __repr__(self) -> str:
         return (f"RequestState({self.request_id!r}, {self.status.value}, "
                 f"computed={self.num_computed_tokens}/{self.num_tokens}, blocks={self.block_ids})")
+
+
+def is_decode(req: RequestState) -> bool:
+    """A running request that lacks one token: its step is a decode (or the last prefill token)."""
+    return req.status is RequestStatus.RUNNING and req.num_uncomputed_tokens == 1

@@ -15,9 +15,9 @@ aborted) does not wait: it goes on as a request of its own (with the prefix cach
 follower only ever waits on a running request, which always progresses: no deadlock. Samples already
 admitted keep their references when the leader ends or is preempted; ref counts free each block once.
 
-Plain functions over RequestState, called by the scheduler at arrival (`link`), when a waiting
-request might be admitted (`is_held`) and for the prefix it is admitted with (`admission_hits`);
-by the shadow for the footprint (`num_blocks_from_leader`).
+Plain functions over RequestState, called by the scheduler at arrival (`link`) and when a waiting
+request might be admitted (`is_held`), by its placement for the prefix it is admitted with
+(`admission_hits`), by the shadow for the footprint (`num_blocks_from_leader`).
 """
 from __future__ import annotations
 

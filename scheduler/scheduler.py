@@ -11,7 +11,9 @@ decode in flight then gets its next decode ahead of its result (its input is PEN
 token the step in flight samples). Results arrive in step order; a request that ends in step N
 drops what the step built ahead of N computed for it.
 Who runs first is the policy's (policy.py, lanes.py); who may be admitted is the shadow's (shadow.py);
-how one request enters a step is step_placement.py's, how a result is applied step_results.py's.
+how one request enters the queue and a step is its StepPlacement's (step_placement.py), how a result
+is applied and a request retired its StepResults' (step_results.py): two objects it owns, built
+with the collaborators they share with it. KV tiers off: `tiers` is a NoTiers, which does nothing.
 """
 from __future__ import annotations
 
@@ -25,45 +27,45 @@ from scheduler.invariants import SchedulerStats, check_scheduler, collect_stats
 from scheduler.kv_manager import KVManager
 from scheduler.kv_tiers.config import TierConfig
 from scheduler.kv_tiers.manager import KvTierManager
-from scheduler.policy import Policy, is_decode, make_policy
+from scheduler.kv_tiers.no_tiers import NoTiers
+from scheduler.policy import Policy, make_policy
 from scheduler.predictor import OutputLengthPredictor
-from scheduler.request_state import RequestState, RequestStatus
+from scheduler.request_state import RequestState, RequestStatus, is_decode
 from scheduler.sample_group import is_held, link
 from scheduler.shadow import ShadowAdmission
 from scheduler.step_builder import StepBuilder
 from scheduler.step_placement import StepPlacement
 from scheduler.step_results import StepResults
 from stages.messages import (
-    MAX_STEPS_IN_FLIGHT, GenerateRequest, ScheduledChunk, StepBatch, TokenEvent,
+    MAX_STEPS_IN_FLIGHT, GenerateRequest, ScheduledChunk, StepBatch, StepResult, TokenEvent,
 )
 
 __all__ = ["OVERLOADED", "Scheduler"]
 
 
-class Scheduler(StepPlacement, StepResults):
+class Scheduler:
     def __init__(self, config: SchedulerConfig, policy: Policy | None = None,
                  tiers: TierConfig | None = None, disk_blocks: Iterable[bytes] = ()) -> None:
         self.config = config
         self._block_size = config.block_size
-        self._caching = config.enable_prefix_caching
-        self._eos_token_ids = config.eos_token_ids
-        self._max_model_len = config.max_model_len
         self.kv = KVManager(config)
         self.policy = policy or make_policy(config)
         self.predictor = OutputLengthPredictor(config.prior_output_tokens)
         self.shadow = ShadowAdmission(config, self.kv, self.predictor)
-        # KV tiers below the device pool (host memory, disk); `disk_blocks`: what the disk holds.
-        self.tiers = KvTierManager(tiers, self.kv.pool, self._tier_room, self._tier_fetched, disk_blocks
-                                   ) if tiers is not None and tiers.enabled else None
         self.requests: dict[str, RequestState] = {}  # live (not finished) requests
         self.waiting: deque[RequestState] = deque()
         self.running: list[RequestState] = []  # sorted by arrival_seq
-        self.num_preemptions = 0
-        self.num_decodes_ahead = 0
-        self.num_admitted_by_lane = {"short": 0, "long": 0}  # first admissions
+        # KV tiers below the device pool (host memory, disk); `disk_blocks`: what the disk holds.
+        self.tiers: KvTierManager | NoTiers = KvTierManager(
+            tiers, self.kv.pool, self._tier_room, self._tier_fetched, disk_blocks
+        ) if tiers is not None and tiers.enabled else NoTiers()
+        self._tiers_on = self.tiers.enabled  # (the one-pass decode step queues no tier copies)
+        self.placement = StepPlacement(config, self.kv, self.shadow, self.policy, self.tiers,
+                                       self.running, self.waiting)
+        self.results = StepResults(config, self.kv, self.shadow, self.tiers, self.predictor,
+                                   self.requests, self.running, self.waiting)
         self._next_arrival = 0
         self._next_step_id = 0
-        self._finished_ids: list[str] = []  # ended since the last batch, known to the GPU stage
         self._steps_in_flight: dict[int, bool] = {}  # step id -> whether it is decodes only
         # Steady decode steps in one pass (decode_step.py), for the policies whose order then
         # is arrival order; off: every step walks the policy's order (the tests compare both).
@@ -84,16 +86,8 @@ class Scheduler(StepPlacement, StepResults):
         self.requests[req.request_id] = state
         self.waiting.append(state)
         req.trace.mark("queued")
-        self._shadow(state)
+        self.placement.queue(state, self._next_step_id)
         return None
-
-    def _shadow(self, req: RequestState) -> None:
-        hits = self.kv.find_prefix(req)
-        if self.tiers is not None:  # fetch what the prefix has below the device, now
-            self.tiers.prefetch(req, hits)
-            hits = self.kv.find_prefix(req)
-        self.policy.on_queued(req, req.num_tokens - len(hits) * self.config.block_size, self._next_step_id)
-        self.shadow.on_queued(req, hits)
 
     def _tier_room(self, request_id: str) -> int:
         """Device blocks a tier fetch for this request may take: what nobody has claimed, plus
@@ -118,8 +112,8 @@ class Scheduler(StepPlacement, StepResults):
         req = self.requests.get(request_id)
         if req is None:
             return None
-        self._retire(req, reason, error)
-        return self._event(req, [], None)
+        self.results.retire(req, reason, error)
+        return self.results.event(req, [], None)
 
     def fail_all(self, message: str) -> list[TokenEvent]:
         """The engine broke: every live request ends with finish_reason "error"."""
@@ -130,11 +124,11 @@ class Scheduler(StepPlacement, StepResults):
         """The next step, or None when nothing can run (finished ids then ride the next batch).
         Walks the policy's order under the token budget: running requests get their chunk
         (preempting if short of blocks), waiting ones are admitted if the shadow allows."""
-        if (self._decode_fast_path and not self.waiting and self.tiers is None
+        if (self._decode_fast_path and not self.waiting and not self._tiers_on
                 and self.shadow.is_settled()):
             num_allocatable = self.kv.pool.num_allocatable
             chunks = decode_chunks(self.running, self._next_step_id, self._block_size,
-                                   self.config.max_num_batched_tokens, num_allocatable, self._grow)
+                                   self.config.max_num_batched_tokens, num_allocatable, self.placement.grow)
             if chunks is not None:  # the general walk below would build exactly these
                 if self.kv.pool.num_allocatable != num_allocatable:  # blocks were taken: claims may exceed
                     self.shadow.enforce(self.waiting, self.running)
@@ -145,6 +139,7 @@ class Scheduler(StepPlacement, StepResults):
         admitting = len(self.running) < self.config.max_num_seqs
         waiting = list(self.waiting) if admitting and self.waiting else []
         ahead = self.can_schedule_ahead()
+        place = self.placement
         running_status, block_size = RequestStatus.RUNNING, self._block_size
         for req in self.policy.order(self.running, waiting, step.step_id):
             if step.budget_left <= 0:
@@ -154,31 +149,31 @@ class Scheduler(StepPlacement, StepResults):
             if req.status is running_status:
                 if req.in_flight:
                     if ahead:
-                        self._schedule_ahead(req, step)
+                        place.schedule_ahead(req, step)
                 elif (len(req.all_token_ids) - req.num_computed_tokens == 1
                       and req.num_computed_tokens < len(req.block_ids) * block_size):
                     # The common decode, inline: one token (every policy's chunk is 1 here), its
                     # slot already in the last block: no growth, no preemption.
                     step.add_decode(req)
                 else:
-                    self._schedule_running(req, step)
+                    place.schedule_running(req, step)
             elif (not admitting or req.request_id in step.preempted_ids
                   or not self.shadow.admissible(req) or is_held(req, self._block_size)
-                  or self._waits_for_fetch(req)):
+                  or place.waits_for_fetch(req)):
                 continue
             elif step.num_preempted and step.chunks:
                 continue  # blocks just taken back by preemption go to the running batch, not the queue
-            elif not self._try_admit(req, step) and self.policy.blocks_queue(req):
+            elif not place.try_admit(req, step) and self.policy.blocks_queue(req):
                 admitting = False  # admit nobody behind it; running requests still get served
         self.shadow.enforce(self.waiting, self.running)
         if not step.chunks:
             return None
         self._next_step_id += 1
         self._steps_in_flight[step.step_id] = not step.num_prefill_tokens
-        finished, self._finished_ids = self._finished_ids, []
+        results = self.results  # (its finished ids taken inline, as in _decode_batch)
+        finished, results.finished_ids = results.finished_ids, []
         batch = step.build(finished)
-        if self.tiers is not None:
-            batch.kv_ops = self.tiers.take_ops(batch.step_id)
+        batch.kv_ops = self.tiers.take_ops(batch.step_id)
         return batch
 
     def _decode_batch(self, chunks: list[ScheduledChunk]) -> StepBatch:
@@ -186,8 +181,15 @@ class Scheduler(StepPlacement, StepResults):
         step_id = self._next_step_id
         self._next_step_id = step_id + 1
         self._steps_in_flight[step_id] = True
-        finished, self._finished_ids = self._finished_ids, []
+        results = self.results  # (take_finished_ids() inline: no call in the steady step)
+        finished, results.finished_ids = results.finished_ids, []
         return StepBatch(step_id, [], chunks, finished)
+
+    def update(self, batch: StepBatch, result: StepResult) -> list[TokenEvent]:
+        """Apply a step's result: advance computed tokens, append samples, finish requests."""
+        self._steps_in_flight.pop(batch.step_id, None)
+        self.tiers.on_step_done(batch.step_id)
+        return self.results.apply(batch, result)
 
     def can_schedule_ahead(self) -> bool:
         """May a step be built now, before the results of those in flight? Only with async
@@ -216,8 +218,19 @@ class Scheduler(StepPlacement, StepResults):
 
     def pop_finished_ids(self) -> list[str]:
         """Finished ids not yet sent in a batch (for a stage that goes idle)."""
-        out, self._finished_ids = self._finished_ids, []
-        return out
+        return self.results.take_finished_ids()
+
+    @property
+    def num_preemptions(self) -> int:  # since start
+        return self.placement.num_preemptions
+
+    @property
+    def num_decodes_ahead(self) -> int:  # since start: decodes built before their input was sampled
+        return self.placement.num_decodes_ahead
+
+    @property
+    def num_admitted_by_lane(self) -> dict[str, int]:  # first admissions, since start
+        return self.placement.num_admitted_by_lane
 
     def stats(self) -> SchedulerStats:
         return collect_stats(self)

@@ -85,8 +85,7 @@ class SchedulerStage(Stage[SchedulerMessage]):
         elif isinstance(msg, AheadDue):
             pass  # after_burst builds the step
         elif isinstance(msg, KvDiskDone):
-            assert self.scheduler.tiers is not None
-            self.scheduler.tiers.on_disk_done(msg)
+            self.scheduler.tiers.on_disk_done(msg)  # (NoTiers: an error, there is no disk stage)
         else:  # pragma: no cover - a programming error
             raise TypeError(f"scheduler got {type(msg).__name__}")
 
@@ -108,8 +107,8 @@ class SchedulerStage(Stage[SchedulerMessage]):
         c0, t0 = cpu_clock_ns(), host_clock_ns()
         self._pending_events.extend(self.scheduler.update(batch, result))
         self._charge(batch, self._update_cost, cpu_clock_ns() - c0, host_clock_ns() - t0)
-        if self.scheduler.tiers is not None:  # recompute cost, for the wait-or-recompute choice
-            self.scheduler.tiers.cost.observe_step(batch.num_tokens, result.duration_ns / 1e9)
+        # Recompute cost, for the tiers' wait-or-recompute choice.
+        self.scheduler.tiers.observe_step(batch.num_tokens, result.duration_ns / 1e9)
 
     def _charge(self, batch: StepBatch, shares: StepCostShares, cpu_ns: int, wall_ns: int) -> None:
         """Share one call's host cost among the step's requests: decodes pay what a decode costs,
@@ -124,8 +123,7 @@ class SchedulerStage(Stage[SchedulerMessage]):
 
     async def after_burst(self) -> None:
         self._send_disk_jobs()  # reads started by arrivals go out before anything else
-        tiers = self.scheduler.tiers
-        if tiers is not None and (early := tiers.take_early_ops(self.scheduler.next_step_id)) is not None:
+        if (early := self.scheduler.tiers.take_early_ops(self.scheduler.next_step_id)) is not None:
             await self.gpu_inbox.put(early)  # loads for new arrivals start now, beside the steps
         # The next step goes out first: the GPU stage wakes before the emitter, so the model runs
         # step N+1 while this step's tokens are detokenized and written to their sockets. With
@@ -183,7 +181,7 @@ class SchedulerStage(Stage[SchedulerMessage]):
 
     def _send_disk_jobs(self) -> None:
         tiers = self.scheduler.tiers
-        if tiers is None or not tiers.disk_requests:
+        if not tiers.disk_requests:
             return
         jobs = tiers.take_disk_requests()
         if self.disk_inbox is not None:  # bounded by the scheduler: pinned slots, write cap

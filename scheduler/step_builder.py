@@ -72,7 +72,6 @@ class StepBuilder:
         return StepBatch(self.step_id, self.new_requests, self.chunks, finished_ids, admits=self.admits)
 
 
-
 def _mark_in_flight(req: RequestState, step_id: int, num_tokens: int, ahead: bool) -> None:
     req.in_flight.append((step_id, num_tokens, ahead))
     req.in_flight_step = step_id

@@ -1,22 +1,60 @@
-"""StepPlacement: how the scheduler places one request in the step it builds (mixed into Scheduler,
-whose state it uses: config, kv, shadow, policy, tiers, running, waiting).
+"""StepPlacement: how one request enters the queue and the step the scheduler builds.
 
-A running request gets its next chunk (a decode, or a prefill chunk the policy sizes), growing its
-blocks and preempting the policy's victims when the pool is short; with async scheduling a decode
-in flight gets the decode after it; a waiting request is admitted with its first chunk when seats,
-blocks and the policy allow. Preemption is by recompute: the KV is dropped, the tokens kept.
+A request is queued (at arrival, or again after preemption) with its prefix match, the tiers'
+prefetch, the policy's lane and the shadow's claim. A running request gets its next chunk (a
+decode, or a prefill chunk the policy sizes), growing its blocks and preempting the policy's
+victims when the pool is short; with async scheduling a decode in flight gets the decode after
+it; a waiting request is admitted with its first chunk when seats, blocks and the policy allow.
+Preemption is by recompute: the KV is dropped, the tokens kept.
+
+The Scheduler owns one and gives it, once, the collaborators it works with (shared with the
+scheduler and never replaced): the block tables (KVManager), the shadow, the policy, the tiers,
+and the running and waiting queues. It counts what it does: preemptions, decodes built ahead,
+first admissions by lane.
 """
 from __future__ import annotations
 
 import bisect
+from collections import deque
 
+from scheduler.config import SchedulerConfig
+from scheduler.kv_manager import KVManager
+from scheduler.kv_tiers.manager import KvTierManager
+from scheduler.kv_tiers.no_tiers import NoTiers
+from scheduler.policy import Policy
 from scheduler.request_state import RequestState, RequestStatus
 from scheduler.sample_group import admission_hits
+from scheduler.shadow import ShadowAdmission
 from scheduler.step_builder import StepBuilder
 
 
 class StepPlacement:
-    def _schedule_ahead(self, req: RequestState, step: StepBuilder) -> None:
+    def __init__(self, config: SchedulerConfig, kv: KVManager, shadow: ShadowAdmission, policy: Policy,
+                 tiers: KvTierManager | NoTiers, running: list[RequestState],
+                 waiting: deque[RequestState]) -> None:
+        self.config = config
+        self._block_size = config.block_size
+        self._max_model_len = config.max_model_len
+        self.kv = kv
+        self.shadow = shadow
+        self.policy = policy
+        self.tiers = tiers
+        self.running = running  # sorted by arrival_seq
+        self.waiting = waiting
+        self.num_preemptions = 0
+        self.num_decodes_ahead = 0
+        self.num_admitted_by_lane = {"short": 0, "long": 0}  # first admissions
+
+    def queue(self, req: RequestState, step_id: int) -> None:
+        """Shadow a request that (re-)enters the queue before step `step_id`: its prefix hits (and
+        what the tiers fetch below the device, now), its lane, its claim on the pool."""
+        hits = self.kv.find_prefix(req)
+        if self.tiers.prefetch(req, hits):  # fetched blocks continue the device prefix
+            hits = self.kv.find_prefix(req)
+        self.policy.on_queued(req, req.num_tokens - len(hits) * self._block_size, step_id)
+        self.shadow.on_queued(req, hits)
+
+    def schedule_ahead(self, req: RequestState, step: StepBuilder) -> None:
         """The decode after the one in flight, if its input is the only thing it waits for: the
         step in flight samples the token (its chunk ends at the known tokens) and that token cannot
         end the request by length. The sampler needs nothing the host has not seen: the penalties'
@@ -32,21 +70,23 @@ class StepPlacement:
                 or num_tokens + 1 >= self._max_model_len):
             return
         # Its slot in the last block (most steps: no growth), else grow by a block.
-        if num_tokens < len(req.block_ids) * self._block_size or self._grow(req, num_tokens + 1):
+        if num_tokens < len(req.block_ids) * self._block_size or self.grow(req, num_tokens + 1):
             step.add_ahead(req)
             self.num_decodes_ahead += 1
 
-    def _waits_for_fetch(self, req: RequestState) -> bool:
+    def waits_for_fetch(self, req: RequestState) -> bool:
         """Tiers: bring up what arrived since the request was queued, then say whether it should
         wait for the disk reads that continue its prefix rather than recompute (never blocking
         the requests behind it)."""
-        if self.tiers is None or not self.tiers.has_news(req):
+        tiers = self.tiers
+        if not tiers.has_news(req):
             return False  # the common case: no walk of the prefix on every step
         hits = self.kv.find_prefix(req)
-        self.tiers.prefetch(req, hits)
-        return self.tiers.must_wait(req, len(self.kv.find_prefix(req)), len(self.running))
+        if tiers.prefetch(req, hits):
+            hits = self.kv.find_prefix(req)
+        return tiers.must_wait(req, len(hits), len(self.running))
 
-    def _schedule_running(self, req: RequestState, step: StepBuilder) -> None:
+    def schedule_running(self, req: RequestState, step: StepBuilder) -> None:
         """A decode takes 1 token, an unfinished prefill a chunk, shrunk to the blocks there are;
         if not even one token fits, preempt the policy's victim until it does."""
         # Not in flight, so its last result is in: a running request always lacks a token. (The
@@ -57,36 +97,36 @@ class StepPlacement:
         if num_new == 0:
             return  # the policy keeps it for a later step
         if num_new > 1:
-            num_room = (len(req.block_ids) + self.kv.pool.num_allocatable) * self.config.block_size
+            num_room = (len(req.block_ids) + self.kv.pool.num_allocatable) * self._block_size
             num_new = max(1, min(num_new, num_room - req.num_computed_tokens))
-        while not self._grow(req, req.num_computed_tokens + num_new):
+        while not self.grow(req, req.num_computed_tokens + num_new):
             victim = self.policy.pick_victim(self.running)
             assert victim is not None  # req itself is a candidate
-            self._preempt(victim, step)
+            self.preempt(victim, step)
             if victim is req:
                 return
         step.add(req, num_new)
 
-    def _try_admit(self, req: RequestState, step: StepBuilder) -> bool:
+    def try_admit(self, req: RequestState, step: StepBuilder) -> bool:
         """Admit a waiting request with its first chunk (after prefix hits) if seats and blocks allow."""
-        if len(self.running) >= self.config.max_num_seqs:
+        config = self.config
+        if len(self.running) >= config.max_num_seqs:
             return False
         hits = admission_hits(req, self.kv.find_prefix(req), self._block_size)
-        num_hit_tokens = len(hits) * self.config.block_size
+        num_hit_tokens = len(hits) * self._block_size
         num_new = self.policy.chunk_size(req, req.num_tokens - num_hit_tokens, step)
         if num_new == 0:
             return False  # the policy keeps it for a later step
-        if not self.config.chunked_prefill and num_new < req.num_tokens - num_hit_tokens:
+        if not config.chunked_prefill and num_new < req.num_tokens - num_hit_tokens:
             return False  # no chunked prefill: the whole (uncached) prompt in one step, or wait
-        num_prompt_blocks = self.config.blocks_for(req.num_tokens) - len(hits)
+        num_prompt_blocks = config.blocks_for(req.num_tokens) - len(hits)
         if not self.kv.can_admit(hits, num_hit_tokens + num_new) or not self.policy.can_start(
                 req, num_prompt_blocks, self.kv.pool.num_allocatable, self.running):
             return False
         num_before = self.kv.pool.num_allocatable
         self.kv.admit(req, hits, num_hit_tokens + num_new)
         self.shadow.consume(req, num_before - self.kv.pool.num_allocatable)
-        if self.tiers is not None:
-            self.tiers.release(req)
+        self.tiers.release(req)
         self.waiting.remove(req)
         if not req.was_scheduled:
             self.num_admitted_by_lane["long" if req.is_long else "short"] += 1
@@ -96,7 +136,9 @@ class StepPlacement:
         step.admits = True
         return True
 
-    def _grow(self, req: RequestState, num_total_tokens: int) -> bool:
+    def grow(self, req: RequestState, num_total_tokens: int) -> bool:
+        """Blocks for `num_total_tokens` positions (the growth charged to the request's claim);
+        False, nothing changed, when the pool is short."""
         if self.config.blocks_for(num_total_tokens) <= len(req.block_ids):
             return True  # most decode steps: the last block has room
         num_before = self.kv.pool.num_allocatable
@@ -105,7 +147,7 @@ class StepPlacement:
         self.shadow.consume(req, num_before - self.kv.pool.num_allocatable)
         return True
 
-    def _preempt(self, req: RequestState, step: StepBuilder) -> None:
+    def preempt(self, req: RequestState, step: StepBuilder) -> None:
         """Recompute preemption: drop the KV, keep the tokens; back to the queue's front, shadowed
         again (its claim is recomputed for what it still needs)."""
         self.running.remove(req)
@@ -118,4 +160,4 @@ class StepPlacement:
         step.num_preempted += 1
         step.preempted_ids.add(req.request_id)
         self.waiting.appendleft(req)
-        self._shadow(req)
+        self.queue(req, step.step_id)

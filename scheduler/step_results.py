@@ -1,15 +1,28 @@
-"""StepResults: a step's result applied to the scheduler's requests (mixed into Scheduler, whose
-state it uses: requests, running, waiting, kv, shadow, tiers, predictor).
+"""StepResults: a step's result applied to the scheduler's requests, and the one way out of them.
 
 Each chunk's request advances its computed tokens and appends its sampled token; a token that may
 end the request (a stop id, a length limit) decides its finish reason; a request that ends leaves
-by `_retire`, the one exit, which frees its blocks and claim once. A result for a request aborted
-while its step was in flight is dropped (its step id no longer heads its in-flight list).
+by `retire`, the one exit (an abort too), which frees its blocks and claim once. A result for a
+request aborted while its step was in flight is dropped (its step id no longer heads its
+in-flight list).
+
+The Scheduler owns one and gives it, once, the collaborators it works with (shared with the
+scheduler and never replaced): the block tables (KVManager), the shadow, the tiers, the output
+length predictor, and the live requests with their running and waiting queues. It keeps the ids
+of the requests that ended since the last batch, which the GPU stage must forget.
 """
 from __future__ import annotations
 
+from collections import deque
+
+from scheduler.config import SchedulerConfig
 from scheduler.finish import finish_reason
+from scheduler.kv_manager import KVManager
+from scheduler.kv_tiers.manager import KvTierManager
+from scheduler.kv_tiers.no_tiers import NoTiers
+from scheduler.predictor import OutputLengthPredictor
 from scheduler.request_state import RequestState, RequestStatus
+from scheduler.shadow import ShadowAdmission
 from stages.messages import SampledToken, StepBatch, StepResult, TokenEvent
 from stages.trace import RequestTrace
 
@@ -26,11 +39,30 @@ def _mark_prefill_done(trace: RequestTrace, result: StepResult) -> None:
 
 
 class StepResults:
-    def update(self, batch: StepBatch, result: StepResult) -> list[TokenEvent]:
-        """Apply a step's result: advance computed tokens, append samples, finish requests."""
-        self._steps_in_flight.pop(batch.step_id, None)
-        if self.tiers is not None:
-            self.tiers.on_step_done(batch.step_id)
+    def __init__(self, config: SchedulerConfig, kv: KVManager, shadow: ShadowAdmission,
+                 tiers: KvTierManager | NoTiers, predictor: OutputLengthPredictor,
+                 requests: dict[str, RequestState], running: list[RequestState],
+                 waiting: deque[RequestState]) -> None:
+        self._block_size = config.block_size
+        self._caching = config.enable_prefix_caching
+        self._eos_token_ids = config.eos_token_ids
+        self._max_model_len = config.max_model_len
+        self.kv = kv
+        self.shadow = shadow
+        self.tiers = tiers
+        self.predictor = predictor
+        self.requests = requests  # live (not finished) requests
+        self.running = running
+        self.waiting = waiting
+        self.finished_ids: list[str] = []  # ended since the last batch, known to the GPU stage
+
+    def take_finished_ids(self) -> list[str]:
+        """The ids that ended since the last call (they ride the next batch)."""
+        out, self.finished_ids = self.finished_ids, []
+        return out
+
+    def apply(self, batch: StepBatch, result: StepResult) -> list[TokenEvent]:
+        """Advance computed tokens, append samples, finish requests."""
         sampled = {s.request_id: s for s in result.sampled}
         failed = result.failed
         requests = self.requests
@@ -51,8 +83,8 @@ class StepResults:
             if failure is None and chunk.sample and token is None:
                 failure = "the step sampled no token for this request"
             if failure is not None:
-                self._retire(req, "error", failure)
-                events.append(self._event(req, [], None))
+                self.retire(req, "error", failure)
+                events.append(self.event(req, [], None))
                 continue
             # Advance the computed tokens (inline: once per request per step).
             before = req.num_computed_tokens
@@ -82,25 +114,24 @@ class StepResults:
                 or token_id in self._eos_token_ids or token_id in params.stop_token_ids):
             reason = finish_reason(req, token_id, self._eos_token_ids, self._max_model_len)
             if reason is not None:
-                self._retire(req, reason, None)
-        # _event's TokenEvent, inline (one per request per step).
+                self.retire(req, reason, None)
+        # event()'s TokenEvent, inline (one per request per step).
         return TokenEvent(req.request_id, [token_id], req.finish_reason,
                           None if params.logprobs is None else [token], req.num_prompt_tokens,
                           num_output, req.num_cached_tokens, req.error)
 
-    def _retire(self, req: RequestState, reason: str, error: str | None) -> None:
+    def retire(self, req: RequestState, reason: str, error: str | None) -> None:
         """The one exit: out of its queue, blocks and claim freed once, forgotten. Natural ends
         teach the output-length predictor."""
         if req.status is RequestStatus.RUNNING:
             self.running.remove(req)
         else:
             self.waiting.remove(req)
-        if req.in_flight and self.tiers is not None:  # its steps in flight write past the computed
+        if req.in_flight:  # its steps in flight write past the computed
             self.tiers.mark_dirty(req.block_ids[req.num_computed_tokens // self._block_size:], req.in_flight_step)
         self.kv.free(req)
         self.shadow.release(req)
-        if self.tiers is not None:
-            self.tiers.release(req)
+        self.tiers.release(req)
         if reason in ("stop", "length"):
             self.predictor.observe(req.params.max_tokens, req.num_output_tokens)
         req.status = RequestStatus.FINISHED
@@ -109,9 +140,9 @@ class StepResults:
         req.in_flight_step, req.num_in_flight_tokens = None, 0
         del self.requests[req.request_id]
         if req.was_scheduled:
-            self._finished_ids.append(req.request_id)
+            self.finished_ids.append(req.request_id)
 
-    def _event(self, req: RequestState, token_ids: list[int], logprob: SampledToken | None) -> TokenEvent:
+    def event(self, req: RequestState, token_ids: list[int], logprob: SampledToken | None) -> TokenEvent:
         # Positional: one is built per request per step (request_id, token_ids, finish_reason,
         # logprobs, num_prompt_tokens, num_output_tokens, num_cached_tokens, error).
         return TokenEvent(

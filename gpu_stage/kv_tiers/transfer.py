@@ -9,6 +9,7 @@ offloads of cached blocks only) they run beside it. No host sync here: `run` ret
 runner waits for before it reports the step done, so the host learns the copies are done when the
 step's result arrives. On CPU the same copies are plain memcpys.
 Consecutive blocks going to consecutive slots are copied as one run.
+NoTransfer is the runner's while the KV tiers are off: no host slots, so no copy to run.
 """
 from __future__ import annotations
 
@@ -31,7 +32,18 @@ def runs(pairs: list[tuple[int, int]]) -> list[tuple[int, int, int]]:
     return out
 
 
+class NoTransfer:
+    """The KV tiers are off: the scheduler (NoTiers) queues no copy, so a batch carries none."""
+    enabled = False
+
+    def run(self, ops: KvTransferOps) -> None:
+        assert not ops, "tier copies without a host tier"  # (a fence alone is nothing to wait for)
+        return None
+
+
 class KvTransfer:
+    enabled = True
+
     def __init__(self, kv_cache: KvCache, host: HostKvPool) -> None:
         self.kv = kv_cache.kv.view(kv_cache.num_blocks, -1)  # [num_blocks, block_numel]
         assert self.kv.shape[1] == host.block_numel and kv_cache.dtype == host.dtype

@@ -21,7 +21,8 @@ order makes this safe: a batch's loads run before its forward, so any step that 
 that batch or a later one, sees it loaded; and if the block is evicted and reused before its load
 runs, the load lands first and the new owner's own writes come after it.
 The manager is a synchronous core: it never copies bytes. It queues `KvTransferOps` for the next
-batch and `KvDiskRequest`s for the disk stage; the stage hands their results back.
+batch (through its CopyQueue, copy_queue.py) and `KvDiskRequest`s for the disk stage; the stage
+hands their results back. Tiers off: the scheduler holds a NoTiers (no_tiers.py) instead.
 """
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ from typing import Callable, Iterable
 
 from scheduler.block_pool import BlockPool
 from scheduler.kv_tiers.config import TierConfig
+from scheduler.kv_tiers.copy_queue import CopyQueue
 from scheduler.kv_tiers.cost_model import FetchCostModel
 from scheduler.kv_tiers.disk_index import DiskIndex
 from scheduler.kv_tiers.host_index import HostIndex
@@ -46,14 +48,9 @@ class _Read:
     waiters: set[str] = field(default_factory=set)
 
 
-@dataclass(slots=True)
-class _InFlight:
-    ready_slots: list[tuple[int, bytes]]  # offload targets: ready once the step is done
-    load_slots: list[int]  # load sources: unpinned once the step is done
-    load_infos: list[dict]  # trace records of the requests whose loads ride the step
-
-
 class KvTierManager:
+    enabled = True  # (NoTiers: False)
+
     def __init__(self, config: TierConfig, pool: BlockPool, room: Callable[[str], int],
                  fetched: Callable[[str, int], None], existing_disk: Iterable[bytes] = ()) -> None:
         assert config.enabled and pool.enable_caching, "tiers hold prefix-cache blocks: caching must be on"
@@ -62,22 +59,17 @@ class KvTierManager:
         self.room = room  # device blocks a fetch for a request may take, claims respected
         self.fetched = fetched  # told of blocks fetched for a request that already holds a claim
         self.host = HostIndex(config.num_host_blocks)
-        self.disk = DiskIndex(config.num_disk_blocks, existing_disk) if config.has_disk else None
+        # No disk tier: an index of no capacity, which never holds a block (nothing is written).
+        self.disk = DiskIndex(config.num_disk_blocks, existing_disk if config.has_disk else ())
         self.cost = FetchCostModel(config)
         self.stats = TierStats()
         self.disk_requests: list[KvDiskRequest] = [
-            KvDiskRequest("delete", h) for h in (self.disk.over_capacity_at_start if self.disk else [])]
-        self._ops = KvTransferOps()
-        self._ops_ready: list[tuple[int, bytes]] = []
-        self._ops_sources: list[int] = []
-        self._ops_infos: list[dict] = []
-        self._in_flight: dict[int, _InFlight] = {}
+            KvDiskRequest("delete", h) for h in self.disk.over_capacity_at_start]
+        self.copies = CopyQueue()
         self._reads: dict[bytes, _Read] = {}
         self._writes: dict[bytes, int] = {}  # hash -> slot being written to disk
         self._version = 0  # bumped whenever a block becomes fetchable: prefetch again then
         self._seen_version: dict[str, int] = {}
-        self._fence = False  # the next batch may overwrite a block whose offload is not done
-        self._dirty: dict[int, int] = {}  # freed block -> last step in flight that may write it
         pool.on_evict = self._on_device_evict
         if config.offload_on_cache:
             pool.on_cached = self._on_cached
@@ -87,9 +79,9 @@ class KvTierManager:
         slot = self.host.lookup(block_hash)
         if slot is not None:
             self.host.touch(block_hash)  # inclusive: its bytes are already there (or on their way)
-            self._fence |= not self.host.is_ready(slot)
+            self.copies.fence |= not self.host.is_ready(slot)
             return
-        self._fence = True  # the block is reused next: its copy must run before that forward
+        self.copies.fence = True  # the block is reused next: its copy must run before that forward
         self._offload(block_id, block_hash)
 
     def _on_cached(self, block_id: int, block_hash: bytes) -> None:
@@ -104,55 +96,31 @@ class KvTierManager:
         slot, evicted = placed
         if evicted is not None:
             self.stats.evictions["host"] += 1
-        self._ops.offloads.append((block_id, slot))
-        self._ops_ready.append((slot, block_hash))
+        self.copies.offload(block_id, slot, block_hash)
         self.stats.bytes["d2h"] += self.config.block_nbytes
         self._version += 1
 
     # -- batches -------------------------------------------------------------------------------
     def take_ops(self, step_id: int) -> KvTransferOps | None:
-        """The copies queued since the last batch, to ride with batch `step_id` (also when there
-        are none but the batch must wait for copies already running: a fence alone)."""
-        if not self._ops and not self._fence:
-            return None
-        ops = self._take(step_id)
-        ops.fence, self._fence = self._fence or bool(ops.loads), False
-        return ops
+        """The copies to ride with batch `step_id` (CopyQueue.take_ops)."""
+        return self.copies.take_ops(step_id)
 
     def take_early_ops(self, next_step_id: int) -> KvTransferOps | None:
-        """Loads queued since the last batch (and the offloads before them), to start now, on
-        their own, rather than with the next batch: they overlap the steps before the request's
-        admission. They wait for the steps in flight only if a target block may still be
-        written by one (`wait_compute`); the batches that admit requests wait for them. Their
-        completion is reported with batch `next_step_id` (the next one built)."""
-        if not self._ops.loads:
-            return None
-        ops = self._take(next_step_id)
-        ops.fence = False
-        ops.wait_compute = any(block in self._dirty for _, block in ops.loads)
-        return ops
+        """Loads to start now, before the batch that admits their request (CopyQueue.take_early_ops)."""
+        return self.copies.take_early_ops(next_step_id)
 
     def mark_dirty(self, block_ids: Iterable[int], until_step: int) -> None:
-        """Blocks freed while step `until_step` (or one before it) may still write them: a load
-        into one of them must wait for that step."""
-        for block in block_ids:
-            self._dirty[block] = max(until_step, self._dirty.get(block, -1))
+        """Blocks freed while step `until_step` may still write them (CopyQueue.mark_dirty)."""
+        self.copies.mark_dirty(block_ids, until_step)
 
-    def _take(self, step_id: int) -> KvTransferOps:
-        ops, self._ops = self._ops, KvTransferOps()
-        done = self._in_flight.setdefault(step_id, _InFlight([], [], []))
-        done.ready_slots += self._ops_ready
-        done.load_slots += self._ops_sources
-        done.load_infos += self._ops_infos
-        self._ops_ready, self._ops_sources, self._ops_infos = [], [], []
-        return ops
+    def observe_step(self, num_tokens: int, duration_s: float) -> None:
+        """A step's time: the recompute cost that the wait-or-recompute choice weighs."""
+        self.cost.observe_step(num_tokens, duration_s)
 
     def on_step_done(self, step_id: int) -> None:
         """A batch's copies have completed (its step did): offloaded slots are ready, load
         sources free to go; ready slots are written to disk in the background."""
-        if self._dirty:
-            self._dirty = {b: s for b, s in self._dirty.items() if s > step_id}
-        done = self._in_flight.pop(step_id, None)
+        done = self.copies.step_done(step_id)
         if done is None:
             return
         now = host_clock_ns()
@@ -169,7 +137,7 @@ class KvTierManager:
                 self.host.unpin(slot)
 
     def _should_write(self, block_hash: bytes) -> bool:
-        if self.disk is None or block_hash in self.disk or block_hash in self._writes:
+        if not self.config.has_disk or block_hash in self.disk or block_hash in self._writes:
             return False
         if len(self._writes) >= self.config.max_pending_disk_writes:
             self.stats.num_disk_writes_skipped += 1
@@ -181,12 +149,12 @@ class KvTierManager:
         if done.kind == "write":
             slot = self._writes.pop(done.block_hash)
             self.host.unpin(slot)
-            if done.ok and self.disk is not None:
+            if done.ok:
                 self.stats.bytes["disk_write"] += done.num_bytes
                 for gone in self.disk.insert(done.block_hash):
                     self.stats.evictions["disk"] += 1
                     self.disk_requests.append(KvDiskRequest("delete", gone))
-            elif not done.ok:
+            else:
                 self.stats.num_disk_write_errors += 1
         elif done.kind == "read":
             self._on_read_done(done, host_clock_ns() if now_ns is None else now_ns)
@@ -197,8 +165,7 @@ class KvTierManager:
             self.stats.note_fetch(rid, done_ns=now_ns)
         if not done.ok:  # corrupt, truncated, foreign or unreadable: a miss, recomputed
             self.stats.num_disk_read_errors += 1
-            if self.disk is not None:
-                self.disk.remove(done.block_hash)
+            self.disk.remove(done.block_hash)
             self.host.remove(done.block_hash)
             self.host.unpin(read.slot)
             return
@@ -218,14 +185,15 @@ class KvTierManager:
         block became fetchable since its last prefetch, or disk reads are running."""
         return bool(self._reads) or self._seen_version.get(req.request_id) != self._version
 
-    def prefetch(self, req: RequestState, device_hits: list[int]) -> None:
+    def prefetch(self, req: RequestState, device_hits: list[int]) -> bool:
         """Bring up what the request's prefix has below the device: host blocks are loaded with
         the next batch, disk blocks read into host now. Cheap to call again: it does nothing
-        until some block became fetchable since its last call for this request."""
+        until some block became fetchable since its last call for this request. True when it
+        gave blocks to the device, which may now continue `device_hits` (match again)."""
         rid = req.request_id
         last = self._seen_version.get(rid)
         if last == self._version:
-            return
+            return False
         self._seen_version[rid] = self._version
         count_hits = last is None  # hits are what the first (arrival-time) match found
         self.stats.track(req)
@@ -244,7 +212,7 @@ class KvTierManager:
                 self.host.pin(slot)  # now: a disk read started below must not take this slot
                 to_load.append((block_hash, slot))
                 tier = "host"
-            elif self.disk is not None and block_hash in self.disk and self._start_read(block_hash, rid):
+            elif block_hash in self.disk and self._start_read(block_hash, rid):
                 tier = "disk"
             else:
                 break
@@ -254,6 +222,7 @@ class KvTierManager:
             self.pool.touch(device_hits)  # so the allocation cannot evict this request's own hits
             self._load(to_load, [rid])
             self.pool.free(reversed(device_hits))
+        return bool(to_load)
 
     def _start_read(self, block_hash: bytes, rid: str) -> bool:
         placed = self.host.insert(block_hash)
@@ -262,7 +231,6 @@ class KvTierManager:
         slot, evicted = placed
         if evicted is not None:
             self.stats.evictions["host"] += 1
-        assert self.disk is not None
         self.disk.touch(block_hash)
         now = host_clock_ns()
         self._reads[block_hash] = _Read(slot, now, {rid})
@@ -289,12 +257,11 @@ class KvTierManager:
         for (block_hash, slot), block_id in zip(blocks, block_ids):
             registered = self.pool.cache_block(block_id, block_hash)
             assert registered, "a fetched block is already on the device"
-            self._ops.loads.append((slot, block_id))
-            self._ops_sources.append(slot)
+            self.copies.load(slot, block_id)
             for rid in for_ids:
                 self.stats.note_fetch(rid, started_ns=now, num_bytes=self.config.block_nbytes)
         self.pool.free(reversed(block_ids))  # cached now: chain tail nearest eviction, as kv.free
-        self._ops_infos.extend(info for rid in for_ids if (info := self.stats.infos.get(rid)) is not None)
+        self.copies.note_loaded_for(info for rid in for_ids if (info := self.stats.infos.get(rid)) is not None)
         self.stats.bytes["h2d"] += len(block_ids) * self.config.block_nbytes
 
     # -- admission -----------------------------------------------------------------------------

@@ -190,3 +190,26 @@ async def test_early_offload_has_every_cached_block_in_host_and_the_same_tokens(
         assert tokens == cold[0] and hit(info) == {"host": 12, "disk": 0}
         assert tiers.stats.bytes["d2h"] == 5 * 12 * BLOCK_NBYTES  # each block copied down once
         engine.built.scheduler.check()
+
+
+async def test_tiers_off_are_no_op_objects_and_export_no_tier_metrics() -> None:
+    from gpu_stage.kv_tiers.transfer import NoTransfer
+    from scheduler.kv_tiers.no_tiers import NoTiers
+
+    async with Engine(EngineConfig(model="dummy:tiny", num_kv_blocks=40, max_model_len=512)) as engine:
+        assert isinstance(engine.built.scheduler.tiers, NoTiers)
+        assert isinstance(engine.built.runner.kv_transfer, NoTransfer)
+        assert engine.built.tiers.disk_store is None and engine.pipeline.kv_disk is None
+        tokens, info = await ask(engine, docs(1)[0])
+        assert len(tokens) == GREEDY.max_tokens and info == {}
+        body = engine.metrics.render().decode()
+        assert "ttft_kv_blocks" in body and "ttft_kv_tier" not in body and "ttft_kv_prefetch" not in body
+
+
+async def test_a_host_tier_without_disk_counts_no_disk_blocks() -> None:
+    async with Engine(config(None)) as engine:
+        tiers = engine.built.scheduler.tiers
+        assert tiers.enabled and len(tiers.disk) == 0 and engine.pipeline.kv_disk is None
+        await ask(engine, docs(1)[0])
+        body = engine.metrics.render().decode()
+        assert 'ttft_kv_tier_blocks{tier="disk"} 0.0' in body

@@ -113,7 +113,7 @@ def _decoding(num_tokens: int = 5) -> Scheduler:
 
 def test_decode_chunks_builds_one_decode_per_running_request_in_arrival_order() -> None:
     s = _decoding()
-    chunks = decode_chunks(s.running, 9, 4, 24, s.kv.pool.num_allocatable, s._grow)
+    chunks = decode_chunks(s.running, 9, 4, 24, s.kv.pool.num_allocatable, s.placement.grow)
     assert chunks is not None
     assert [(c.request_id, c.token_ids, c.start_pos, c.sample) for c in chunks] == [
         ("a", [30], 5, True), ("b", [31], 5, True)]
@@ -125,7 +125,7 @@ def test_decode_chunks_builds_one_decode_per_running_request_in_arrival_order() 
 def test_decode_chunks_grows_the_requests_at_a_block_boundary_in_order() -> None:
     s = _decoding(num_tokens=8)  # 9 known, 8 computed: slot 8 starts a third block
     free_before = s.kv.pool.free_order()
-    chunks = decode_chunks(s.running, 9, 4, 24, s.kv.pool.num_allocatable, s._grow)
+    chunks = decode_chunks(s.running, 9, 4, 24, s.kv.pool.num_allocatable, s.placement.grow)
     assert chunks is not None and [c.start_pos for c in chunks] == [8, 8]
     assert [r.block_ids[2] for r in s.running] == free_before[:2]  # "a" first, as the walk grows them
     assert all(c.block_table is r.block_ids and len(c.block_table) == 3 for c, r in zip(chunks, s.running))
@@ -147,5 +147,5 @@ def test_decode_chunks_declines_and_changes_nothing(why: str) -> None:
     elif why == "budget":
         budget = 1
     before = [(r.in_flight[:], r.in_flight_step, r.num_in_flight_tokens, r.block_ids[:]) for r in (a, b)]
-    assert decode_chunks(s.running, 9, 4, budget, num_allocatable, s._grow) is None
+    assert decode_chunks(s.running, 9, 4, budget, num_allocatable, s.placement.grow) is None
     assert [(r.in_flight, r.in_flight_step, r.num_in_flight_tokens, r.block_ids) for r in (a, b)] == before

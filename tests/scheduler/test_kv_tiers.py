@@ -270,7 +270,7 @@ def test_early_loads_start_at_arrival_and_wait_only_for_blocks_a_step_in_flight_
     assert b_blocks[3] in [block for _, block in early.loads] and early.wait_compute
     assert tiers.take_early_ops(s.next_step_id) is None  # taken once
     s.update(running, StepResult(running.step_id, [SampledToken("b", 7)]))
-    assert not tiers._dirty  # the step that could write it is done
+    assert not tiers.copies._dirty  # the step that could write it is done
     batch = step(s)  # admits a2: reports the early copies done, then a2's own chunk
     assert batch.admits and [(c.request_id, c.start_pos) for c in batch.chunks] == [("a2", 8)]
     assert s.is_idle() and s.kv.pool.num_used == 0

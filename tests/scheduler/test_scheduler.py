@@ -1,5 +1,5 @@
 """Scheduler: chunked prefill, continuous batching, preemption, admission errors, aborts, finishes
-(through its public API: scheduler.py with the parts it mixes in, step_placement.py and
+(through its public API: scheduler.py with the objects it owns, step_placement.py and
 step_results.py).
 
 Every test drives the real Scheduler with a fake GPU step (`run_step`) and calls check() after every

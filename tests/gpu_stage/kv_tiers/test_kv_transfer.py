@@ -9,7 +9,7 @@ import torch
 import gpu_stage.kv_tiers.host_pool as host_pool_module
 from gpu_stage.kv_cache import KvCache
 from gpu_stage.kv_tiers.host_pool import HostKvPool
-from gpu_stage.kv_tiers.transfer import KvTransfer, runs
+from gpu_stage.kv_tiers.transfer import KvTransfer, NoTransfer, runs
 from gpu_stage.model.config import ModelConfig
 from stages.messages import KvTransferOps
 
@@ -72,3 +72,11 @@ def test_cuda_copies_wait_for_the_compute_stream_and_it_waits_for_them() -> None
     total = cache.kv[9].float().sum()  # on the compute stream, after the copies
     assert float(total) == 3.0 * cache.block(0).numel()
     assert torch.equal(host.slot(0).view(cache.block(0).shape).cuda(), cache.kv[2])
+
+
+def test_no_transfer_runs_nothing_and_refuses_copies() -> None:
+    off = NoTransfer()
+    assert not off.enabled and KvTransfer.enabled
+    assert off.run(KvTransferOps()) is None  # a fence alone: nothing to wait for
+    with pytest.raises(AssertionError, match="without a host tier"):
+        off.run(KvTransferOps(loads=[(0, 1)]))
