@@ -6,7 +6,7 @@ a decode: its blocks are allocated and hashed, and a prompt still prefilling sen
 the general walk instead of the decode fast path. Sharing a step's cost by tokens charged a long
 prompt's chunk for its neighbours' decodes as well: with caches cold, as between CPU model steps,
 7 decodes cost 124 us (schedule + update) and the same step with a 256-token chunk 243 us; by
-tokens the chunk was charged 237 us, though it added 119 (`python -m bench.chunk_step_cost`,
+tokens the chunk was charged 237 us, though it added 119 (`python -m lab.chunk_step_cost`,
 bench/results/20261130-cpu/issue2-s7). So each decode pays what a decode costs in a
 decode-only step (a running estimate from those steps, one per call site: schedule() and update()
 differ), and the prefill chunks share the rest by their tokens: each prompt pays what it adds.

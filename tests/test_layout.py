@@ -111,7 +111,6 @@ def test_relative_and_function_level_imports_are_read(tmp_path) -> None:
     assert imported_names("pkg.b", tmp_path / "pkg" / "b.py") == {"pkg.a", "pkg.a.g"}
 
 
-@pytest.mark.xfail(strict=False, reason="cycles fixed by the other issue-21 branches")
 def test_no_import_cycles() -> None:
     assert strongly_connected(import_graph(module_files())) == []
 

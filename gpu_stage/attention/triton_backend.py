@@ -27,7 +27,7 @@ from gpu_stage.kernels.prefill_attention import prefill_attention
 from gpu_stage.kernels.rope_store import rope_store_kv_
 
 # Steps of fresh prefills, one at least this long, go to torch's SDPA (cuDNN on an H200). Per layer
-# at the Llama-3-8B shape (bench/chunk_attention.py, bench/results/20261130-NVIDIA-H200/s5-*): a
+# at the Llama-3-8B shape (lab/chunk_attention.py, bench/results/20261130-NVIDIA-H200/s5-*): a
 # fresh 2,048-token prompt 0.113-0.118 ms against our kernel's 0.231-0.246, a fresh 8,192 1.0
 # against 1.89. Shorter prompts stay on Triton: they are captured in CUDA graphs.
 SDPA_MIN_TOKENS = 512

@@ -128,7 +128,7 @@ def decode_pdl_args(q: torch.Tensor, num_splits: int) -> dict:
     A single-split launch (on an H200 from 33 sequences, or contexts of one BLOCK_N tile; at 64
     sequences 512 programs, one wave and a part of a second) ran slower with PDL:
     - at 64 streams of 2,048 tokens the server's ITL was 9.24 ms with it against 9.16 without
-      (`bench/itl_ab.sh`, same machine);
+      (`lab/itl_ab.sh`, same machine);
     - back to back, a layer took 151 us against 133
       (`bench/results/20261130-NVIDIA-H200/s11-probe/`).
     With splits PDL stays: one stream read 4.22 ms with it, 4.24 without."""

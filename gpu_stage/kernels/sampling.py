@@ -4,7 +4,7 @@ temperature, and with top_k, top_p or min_p through the threshold search of kern
 ok flags).
 
 Why: the torch path spends a reduction per question and a kernel per elementwise step. On the H200
-with Llama-3's 128,256 logits (`python3 bench/sampling_cost.py`, bench/results/20261130-NVIDIA-H200,
+with Llama-3's 128,256 logits (`python3 lab/sampling_cost.py`, bench/results/20261130-NVIDIA-H200,
 s8-*): greedy took 78 us of device time at 1-64 rows (argmax, max, conversions, concatenation;
 torch gives each row one block), temperature sampling 312-418 us (softmax, a cumulative sum per
 row, searchsorted). Here the vocabulary is split over enough programs to cover the SMs.

@@ -2,7 +2,7 @@
 
 cuBLAS chooses a kernel per problem shape, and CUDA loads a kernel's module the first time it runs
 (lazy loading): ~2.5-4 ms on the H200 host per kernel not yet loaded, paid in layer 0 of a step
-while the device waits (bench/gemm_first_call.py; bench/results/20261130-NVIDIA-H200/s5-first-calls).
+while the device waits (lab/gemm_first_call.py; bench/results/20261130-NVIDIA-H200/s5-first-calls).
 A prompt whose length leads a product to a kernel no earlier step used waited that long for its
 first token. So warm_gemm_kernels runs each of the model's products once at every row count a step
 can have, in steps of ROW_STEP (every count up to ROW_STEP), before the server reports ready,
