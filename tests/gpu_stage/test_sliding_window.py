@@ -81,8 +81,9 @@ def test_greedy_through_the_paged_cache_matches_transformers_generate(variant: s
     for seed, length, chunk in ((1, 30, 7), (2, 64, 20), (3, 64, None)):
         prompt = _prompt(length, seed)
         with torch.no_grad():
-            gen = hf.generate(torch.tensor([prompt]), max_new_tokens=40, do_sample=False, output_logits=True,
-                              return_dict_in_generate=True, pad_token_id=0, eos_token_id=None)
+            ids = torch.tensor([prompt])  # an explicit mask: token 0 is not padding here
+            gen = hf.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=40, do_sample=False,
+                              output_logits=True, return_dict_in_generate=True, pad_token_id=0, eos_token_id=None)
         ref = gen.sequences[0, length:].tolist()
         gaps = [float(step[0].topk(2).values.diff().abs()) for step in gen.logits]
         got = PagedSequence(ours, length + 40, seed=seed).greedy(prompt, 40, chunk=chunk)
