@@ -1,5 +1,5 @@
 """bench.long_context end to end against a real `ttft serve` (dummy:tiny on CPU, sizes scaled down)
-and its floor arithmetic; bench.long_attention's FLOP count; bench.sustained_rate's summary."""
+and its floor arithmetic; bench.sustained_rate's summary."""
 from __future__ import annotations
 
 import json
@@ -12,7 +12,6 @@ from pathlib import Path
 import httpx
 import pytest
 
-from bench.long_attention import pair_flops
 from bench.long_context import floor_ms, main, prompt_len
 from bench.sustained_rate import summarize
 from gpu_stage.loaders.dummy_loader import dummy_preset
@@ -29,14 +28,6 @@ def test_floor_is_issue_22s_arithmetic() -> None:
     assert floor_ms(c, s, 670.0, 4.25) == pytest.approx(want, rel=0.01)
     assert 9_000 < floor_ms(c, s, 670.0, 4.25) < 10_000  # PERFORMANCE.md: ~9.5 s at 128K
     assert prompt_len(131072, 131072) == 131071 and prompt_len(32768, 131072) == 32768
-
-
-def test_attention_flops_count_visible_pairs() -> None:
-    assert pair_flops(0, 4) == 4 * 32 * 128 * 10  # 1 + 2 + 3 + 4 keys
-    assert pair_flops(10, 2) == 4 * 32 * 128 * (11 + 12)
-    assert pair_flops(10, 2, window=4) == 4 * 32 * 128 * 8
-    # 32 layers of a whole prompt: PERFORMANCE.md's 262,144 S (S + 1)
-    assert 32 * pair_flops(0, 1000) == 262_144 * 1000 * 1001
 
 
 def test_sustained_rate_takes_the_late_windows() -> None:
