@@ -17,6 +17,10 @@
 #               device pool of a quarter of the working set) with a 48 GiB host tier and without
 #               (recompute), and bench/kv_tier_restore.py (a 4,096-token prefix from host memory
 #               vs recomputed): OUTDIR/tiers_summary.json. Under 8 minutes.
+#   --long:     instead, long prompts (issue 22): a minute of back-to-back GEMMs (the sustained rate),
+#               attention over long cached contexts against torch's (bench/long_attention.py; skip
+#               with LONG_ATTENTION=0), then `ttft serve --max-model-len 131072` and
+#               bench/long_context.py: OUTDIR/long_summary.json. About 7 minutes.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUTDIR=""
@@ -28,6 +32,7 @@ PROFILE=""
 BASELINE=""
 ABLATE=""
 TIERS=""
+LONG=""
 for arg in "$@"; do
     case "$arg" in
         --quick) QUICK="--quick" ;;
@@ -38,6 +43,7 @@ for arg in "$@"; do
         --baseline) BASELINE=1 ;;
         --ablate) ABLATE=1 ;;
         --tiers) TIERS=1 ;;
+        --long) LONG=1 ;;
         *) OUTDIR="$arg" ;;
     esac
 done
@@ -111,6 +117,30 @@ if [ -n "$TIERS" ]; then
     done
     python3 bench/tiers_summary.py "$DETAIL" "$OUTDIR"
 fi
+
+# ---- --long (issue 22): self-contained, exits at its end ----
+if [ -n "$LONG" ]; then
+    echo "== long prompts: sustained matrix rate, attention at long contexts, TTFT up to 131,072 tokens"
+    timeout 120 python3 -m bench.sustained_rate --seconds 60 --out "$OUTDIR/sustained_rate.json" | tail -1
+    if [ "${LONG_ATTENTION:-1}" = 1 ]; then
+        timeout 300 python3 -m bench.long_attention --out "$OUTDIR/long_attention.json" 2>&1 \
+            | tail -40 > "$OUTDIR/long_attention.log"
+        tail -18 "$OUTDIR/long_attention.log"
+    fi
+    LONG_FLAGS=(--model dummy:llama-3.1-8b --device cuda --max-model-len 131072 --max-num-seqs 128
+                --max-num-batched-tokens 8192 --long-prefill-threshold 4096)
+    if start_server "$DETAIL/server-long.log" "${LONG_FLAGS[@]}" ${LONG_SERVE_ARGS:-}; then
+        timeout 420 python3 -m bench.long_context --out "$OUTDIR" --rates "$OUTDIR/sustained_rate.json" 2>&1 \
+            | tee "$OUTDIR/long_context.log" | tail -32
+    else
+        echo "server (--long) did not start"; tail -20 "$DETAIL/server-long.log"
+    fi
+    stop_server
+    tail -40 "$DETAIL/server-long.log" > "$OUTDIR/server_long.log"
+    ls -la "$OUTDIR"
+    exit 0
+fi
+# ---- end of --long ----
 
 if [ -n "$BASELINE$ABLATE$TIERS" ]; then  # these replace the default run
     tar -czf "$OUTDIR/detail.tar.gz" -C "$DETAIL" . 2>/dev/null

@@ -18,27 +18,10 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from lab.cuda_timing import median_ms  # noqa: E402
+from bench.cuda_timing import median_ms  # noqa: E402
+from bench.long_attention import BLOCK, HEAD_DIM, HEADS, KV_HEADS, flash_lower_right, gather_kv  # noqa: E402
 from gpu_stage.attention.metadata import build_metadata  # noqa: E402
 from gpu_stage.kernels.prefill_attention import prefill_attention  # noqa: E402
-
-HEADS, KV_HEADS, HEAD_DIM, BLOCK = 32, 8, 128, 16
-
-
-def gather_kv(kv_layer: torch.Tensor, table: torch.Tensor, length: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The sequence's K and V, [1, Hkv, length, D] each, from its blocks."""
-    blocks = kv_layer.index_select(0, table)  # [n, 2, BLOCK, Hkv, D]
-    k = blocks[:, 0].reshape(-1, KV_HEADS, HEAD_DIM)[:length]
-    v = blocks[:, 1].reshape(-1, KV_HEADS, HEAD_DIM)[:length]
-    return k.transpose(0, 1).unsqueeze(0), v.transpose(0, 1).unsqueeze(0)
-
-
-def flash_lower_right(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-    """q [T, H, D], k/v [1, Hkv, L, D] (L >= T) -> [T, H, D]: query i sees keys [0, L - T + i]."""
-    out = torch.ops.aten._scaled_dot_product_flash_attention(
-        q.transpose(0, 1).unsqueeze(0), k, v, 0.0, is_causal=True, scale=HEAD_DIM**-0.5)[0]
-    return out[0].transpose(0, 1)
-
 
 def main() -> None:
     dev, dt = "cuda", torch.bfloat16

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from lab.cuda_timing import median_ms  # noqa: E402
+from bench.cuda_timing import median_ms  # noqa: E402
 from gpu_stage.kernels.rms_norm import add_rms_norm, rms_norm  # noqa: E402
 
 HIDDEN, INTER = 4096, 14336

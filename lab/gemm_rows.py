@@ -16,7 +16,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from lab.cuda_timing import median_ms  # noqa: E402
+from bench.cuda_timing import median_ms  # noqa: E402
 
 HIDDEN, INTER, QKV = 4096, 14336, 6144
 PRODUCTS = {"qkv": (QKV, HIDDEN), "o": (HIDDEN, HIDDEN), "gate_up": (2 * INTER, HIDDEN), "down": (HIDDEN, INTER)}

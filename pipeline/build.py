@@ -75,7 +75,10 @@ def build_model(cfg: EngineConfig) -> BuiltModel:
     if cfg.cpu_threads is not None:
         torch.set_num_threads(cfg.cpu_threads)
     dtype = DTYPES[cfg.resolved_dtype()]
-    source = load_model_source(cfg.model, seed=cfg.seed)
+    try:
+        source = load_model_source(cfg.model, seed=cfg.seed)
+    except ValueError as exc:  # a model (or config field) we cannot run: the user's to fix, not a fault
+        raise StartupError(f"cannot load the model: {exc}") from exc
     on_gpu = device.type == "cuda"
     if cfg.num_kv_blocks is not None:
         num_blocks: int | None = cfg.num_kv_blocks

@@ -16,15 +16,17 @@ metadata) and reused by every layer; all single-token (decode) sequences run as 
 scaled_dot_product_attention call, with the query heads of a kv group folded into the query-length
 dimension so no K/V is repeated; each multi-token (prefill) sequence is one SDPA call, with
 `is_causal` when it starts at position 0 (the fast fused path) and an explicit mask otherwise.
+A sliding-window layer (`window`) uses the same gathers with window masks (window_masks.py).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 import torch
 import torch.nn.functional as F
 
 from gpu_stage.attention.metadata import AttentionMetadata
+from gpu_stage.attention.window_masks import decode_window_mask, prefill_window_mask
 
 
 @dataclass
@@ -45,6 +47,8 @@ class _Plan:
     decode_mask: torch.Tensor | None  # [Bd, 1, 1, Ld] bool; None when all lengths are equal
     decode_max_len: int
     prefills: list[_PrefillSeq]
+    decode_lens: list[int] = field(default_factory=list)  # context of each decode sequence
+    windowed: dict = field(default_factory=dict)  # sliding window -> this plan with its masks
 
 
 def _pool_rows(kv_layer: torch.Tensor) -> torch.Tensor:
@@ -84,9 +88,12 @@ def rope_store_kv(kv_layer: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: t
     return q, k
 
 
-def forward(q: torch.Tensor, kv_layer: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
-    """q [T, num_heads, head_dim] -> out [T, num_heads, head_dim]. Call after store_kv."""
+def forward(q: torch.Tensor, kv_layer: torch.Tensor, meta: AttentionMetadata, window: int | None = None) -> torch.Tensor:
+    """q [T, num_heads, head_dim] -> out [T, num_heads, head_dim]. Call after store_kv. `window`:
+    a sliding-window layer's (window_masks.py), None: the whole context."""
     plan = _get_plan(meta, kv_layer)
+    if window is not None:
+        plan = _windowed(plan, window, meta.block_tables.device)
     rows = _pool_rows(kv_layer)  # [num_rows, kv_heads * head_dim]
     num_kv_heads = kv_layer.shape[3]
     if plan.all_decode:
@@ -124,6 +131,18 @@ def _prefill(q: torch.Tensor, rows: torch.Tensor, num_kv_heads: int, seq: _Prefi
     return out[0].transpose(0, 1)
 
 
+def _windowed(plan: _Plan, window: int, device: torch.device) -> _Plan:
+    """The plan with sliding-window masks (every prefill gets one, also from position 0), made
+    once per step and window and shared by the layers that use it."""
+    if window not in plan.windowed:
+        decode_mask = None if plan.decode_rows is None else decode_window_mask(
+            plan.decode_lens, plan.decode_max_len, window, device)
+        prefills = [replace(seq, mask=prefill_window_mask(seq.q_end - seq.q_start, seq.k_rows.shape[0], window, device))
+                    for seq in plan.prefills]
+        plan.windowed[window] = replace(plan, decode_mask=decode_mask, prefills=prefills, windowed={})
+    return plan.windowed[window]
+
+
 def _plan(meta: AttentionMetadata, kv_layer: torch.Tensor) -> _Plan:
     device = meta.block_tables.device
     block_size = meta.block_size
@@ -140,6 +159,7 @@ def _plan(meta: AttentionMetadata, kv_layer: torch.Tensor) -> _Plan:
 
     decode_rows = decode_k_rows = decode_mask = None
     max_len = 0
+    lens = []
     if decode_idx:
         lens = [seq_lens[i] for i in decode_idx]
         max_len = max(lens)
@@ -166,4 +186,4 @@ def _plan(meta: AttentionMetadata, kv_layer: torch.Tensor) -> _Plan:
         k_rows = tables[i][pos // block_size] + pos % block_size  # [L]
         prefills.append(_PrefillSeq(cu[i], cu[i + 1], k_rows, mask))
     all_decode = len(decode_idx) == len(query_lens)
-    return _Plan(v_delta, store_k_rows, all_decode, decode_rows, decode_k_rows, decode_mask, max_len, prefills)
+    return _Plan(v_delta, store_k_rows, all_decode, decode_rows, decode_k_rows, decode_mask, max_len, prefills, lens)

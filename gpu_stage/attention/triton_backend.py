@@ -11,7 +11,8 @@ every layer; nothing here reads a device value back, so a step is free of host s
 captured in a CUDA graph. Decode-only steps use the split-K decode kernel; any other mix (prefill
 chunks, prefix hits, decodes alongside) uses the general kernel, except that eager CUDA steps of
 fresh prefills only, one of SDPA_MIN_TOKENS or more, go to torch's SDPA (cuDNN), one causal call
-per sequence.
+per sequence. A sliding-window layer (`window` shorter than the step's longest sequence) always
+takes the kernels, which skip the key tiles before the window: SDPA's causal call has no window.
 """
 from __future__ import annotations
 
@@ -100,15 +101,20 @@ def rope_store_kv(kv_layer: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: t
     return q, k
 
 
-def forward(q: torch.Tensor, kv_layer: torch.Tensor, meta: AttentionMetadata) -> torch.Tensor:
-    """q [T, num_heads, head_dim] -> out [T, num_heads, head_dim]. Call after store_kv."""
+def forward(q: torch.Tensor, kv_layer: torch.Tensor, meta: AttentionMetadata, window: int | None = None) -> torch.Tensor:
+    """q [T, num_heads, head_dim] -> out [T, num_heads, head_dim]. Call after store_kv. `window`:
+    a sliding-window layer's (keys seen, the query's own included), None: the whole context."""
     plan = meta.backend_plan
     if not isinstance(plan, TritonPlan):
         plan = meta.backend_plan = make_plan(meta, q, kv_layer.shape[3])
+    if window is not None and window >= meta.max_seq_len:
+        window = None  # no sequence of the step (a graph: of max_model_len) reaches past it
     if plan.decode_only:
-        return decode_mod.decode_attention(q, kv_layer, meta.seq_lens, meta.block_tables, plan.workspace)
-    if not plan.sdpa:
-        return prefill_attention(q, kv_layer, meta.cu_seqlens_q, meta.seq_lens, meta.block_tables, plan.num_seqs)
+        return decode_mod.decode_attention(q, kv_layer, meta.seq_lens, meta.block_tables, plan.workspace,
+                                           window=window)
+    if not plan.sdpa or window is not None:
+        return prefill_attention(q, kv_layer, meta.cu_seqlens_q, meta.seq_lens, meta.block_tables, plan.num_seqs,
+                                 window=window)
     k, v = meta.fresh_kv  # [T, Hkv, D] each: what this layer just stored
     if len(plan.sdpa) == 1:
         return fresh_sdpa(q, k, v)  # one prompt: no output buffer to copy into

@@ -16,6 +16,12 @@ sequence by binary search over cu_seqlens_q and exits when its tile lies past th
 Keys come from the paged cache only (store_kv runs first): positions [0, seq_len), where the last
 query_len positions are this step's tokens. Keys every row of the tile may see run without a mask;
 the diagonal tiles apply the causal mask. Softmax in base 2 with float32 statistics.
+
+Sliding window (`window`, NO_WINDOW for none; a query at p sees keys p - window + 1 .. p): the key
+loop starts at the tile holding the tile's first query's first key, so tiles wholly before every
+row's window are never read; the tiles before the first one every row sees whole get the mask too
+(causal and window in one). A row can then meet a tile it sees nothing of before any it sees: its
+statistics stay -inf and that tile adds zero (the masked tiles' guard).
 """
 from __future__ import annotations
 
@@ -27,6 +33,7 @@ import triton.language as tl
 
 from gpu_stage.kernels import interpreting, next_pow2
 from gpu_stage.kernels.common import dot_flags, mma
+from gpu_stage.kernels.decode_attention import NO_WINDOW
 
 LOG2E = 1.4426950408889634
 # (BLOCK_M, BLOCK_N, num_warps, num_stages); bench/gpu_kernels.py sweeps alternatives on the GPU.
@@ -39,7 +46,7 @@ def _attend_tile(
     q, acc, m_i, l_i, kv_ptr, bt_row_ptr, start, kv_end, q_pos, d, d_ok, stride_c_block, stride_c_kv,
     stride_c_tok, kv_head_off, block_size,
     BLOCK_N: tl.constexpr, CAUSAL_MASK: tl.constexpr, IEEE: tl.constexpr, UPCAST: tl.constexpr,
-    sm_scale_log2,
+    sm_scale_log2, window,
 ):
     pos = start + tl.arange(0, BLOCK_N)  # [BLOCK_N] key positions
     pos_ok = pos < kv_end
@@ -51,10 +58,14 @@ def _attend_tile(
     s = mma(q, tl.trans(k), IEEE, UPCAST)
     s = s * sm_scale_log2  # [BLOCK_M, BLOCK_N], log2 domain
     if CAUSAL_MASK:
-        s = tl.where(pos[None, :] <= q_pos[:, None], s, float("-inf"))
+        seen = (pos[None, :] <= q_pos[:, None]) & (pos[None, :] > q_pos[:, None] - window)
+        s = tl.where(seen, s, float("-inf"))
     m_new = tl.maximum(m_i, tl.max(s, 1))
-    alpha = tl.exp2(m_i - m_new)
-    p = tl.exp2(s - m_new[:, None])
+    m_ref = m_new
+    if CAUSAL_MASK:  # a window can hide this whole tile from a row: no -inf - -inf
+        m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)
+    alpha = tl.exp2(m_i - m_ref)
+    p = tl.exp2(s - m_ref[:, None])
     l_i = l_i * alpha + tl.sum(p, 1)
     pv = mma(p.to(v.dtype), v, IEEE, UPCAST)
     acc = acc * alpha[:, None] + pv
@@ -65,13 +76,14 @@ def _attend_tile(
 # from step to step, and a combination first met while serving compiled there (measured on the
 # H200: one second of a request's TTFT). One variant for all counts. (The block-table stride is
 # always a multiple of 16: step_layout.round_width.)
-@triton.jit(do_not_specialize=["num_seqs"])
+@triton.jit(do_not_specialize=["num_seqs", "window"])
 def _prefill_attention_kernel(
     q_ptr, kv_ptr, out_ptr, cu_q_ptr, seq_lens_ptr, bt_ptr,
     sm_scale_log2, num_seqs,
     stride_q_t, stride_q_h, stride_o_t, stride_o_h,
     stride_c_block, stride_c_kv, stride_c_tok, stride_c_head, stride_bt,
     block_size,
+    window,
     GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_N: tl.constexpr,
     IEEE: tl.constexpr, UPCAST: tl.constexpr,
@@ -113,14 +125,22 @@ def _prefill_attention_kernel(
         last_q = tl.minimum(q_first + BLOCK_Q, q_len) - 1
         kv_end = context + last_q + 1  # keys past this are seen by no row of the tile
         full_end = ((context + q_first + 1) // BLOCK_N) * BLOCK_N  # tiles every row sees whole
-        for start in range(0, full_end, BLOCK_N):
+        # Window: keys before `lo` no row sees; from `mid_lo` every row sees them (0, 0 without one)
+        lo = (tl.maximum(context + q_first - window + 1, 0) // BLOCK_N) * BLOCK_N
+        mid_lo = tl.minimum(tl.maximum(tl.cdiv(tl.maximum(context + last_q - window + 1, 0), BLOCK_N) * BLOCK_N, lo),
+                            full_end)
+        for start in range(lo, mid_lo, BLOCK_N):
             acc, m_i, l_i = _attend_tile(
                 q, acc, m_i, l_i, kv_ptr, bt_row_ptr, start, kv_end, q_pos, d, d_ok, stride_c_block,
-                stride_c_kv, stride_c_tok, kv_head_off, block_size, BLOCK_N, False, IEEE, UPCAST, sm_scale_log2)
+                stride_c_kv, stride_c_tok, kv_head_off, block_size, BLOCK_N, True, IEEE, UPCAST, sm_scale_log2, window)
+        for start in range(mid_lo, full_end, BLOCK_N):
+            acc, m_i, l_i = _attend_tile(
+                q, acc, m_i, l_i, kv_ptr, bt_row_ptr, start, kv_end, q_pos, d, d_ok, stride_c_block,
+                stride_c_kv, stride_c_tok, kv_head_off, block_size, BLOCK_N, False, IEEE, UPCAST, sm_scale_log2, window)
         for start in range(full_end, kv_end, BLOCK_N):
             acc, m_i, l_i = _attend_tile(
                 q, acc, m_i, l_i, kv_ptr, bt_row_ptr, start, kv_end, q_pos, d, d_ok, stride_c_block,
-                stride_c_kv, stride_c_tok, kv_head_off, block_size, BLOCK_N, True, IEEE, UPCAST, sm_scale_log2)
+                stride_c_kv, stride_c_tok, kv_head_off, block_size, BLOCK_N, True, IEEE, UPCAST, sm_scale_log2, window)
         out = acc / l_i[:, None]
         tl.store(out_ptr + q_rows[:, None] * stride_o_t + head[:, None] * stride_o_h + d[None, :],
                  out.to(out_ptr.dtype.element_ty), mask=q_mask)
@@ -139,6 +159,7 @@ def prefill_attention(
     num_seqs: int,
     out: torch.Tensor | None = None,
     config: dict | None = None,
+    window: int | None = None,  # sliding window: keys seen, the query's own included
 ) -> torch.Tensor:
     """-> out [T, num_heads, head_dim]; rows outside every sequence are left unwritten."""
     num_tokens, num_heads, head_dim = q.shape
@@ -156,6 +177,7 @@ def prefill_attention(
         q.stride(0), q.stride(1), out.stride(0), out.stride(1),
         kv_layer.stride(0), kv_layer.stride(1), kv_layer.stride(2), kv_layer.stride(3),
         block_tables.stride(0), block_size,
+        NO_WINDOW if window is None else window,
         GROUP=group, HEAD_DIM=head_dim, BLOCK_D=max(16, next_pow2(head_dim)), BLOCK_M=block_m,
         BLOCK_Q=block_q, BLOCK_N=cfg.pop("BLOCK_N"), **dot_flags(q.dtype), **cfg,
     )

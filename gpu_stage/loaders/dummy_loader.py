@@ -63,6 +63,17 @@ PRESETS: dict[str, ModelConfig] = {
         architecture="qwen2", vocab_size=152064, hidden_size=3584, intermediate_size=18944, num_layers=28,
         num_heads=28, num_kv_heads=4, head_dim=128, rms_norm_eps=1e-6, rope_theta=1000000.0,
         max_position_embeddings=32768, attention_bias=True),
+    # Qwen2.5-7B with its model card's YaRN recipe for 128K contexts
+    "qwen2.5-7b-yarn": ModelConfig(
+        architecture="qwen2", vocab_size=152064, hidden_size=3584, intermediate_size=18944, num_layers=28,
+        num_heads=28, num_kv_heads=4, head_dim=128, rms_norm_eps=1e-6, rope_theta=1000000.0,
+        rope_scaling={"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768},
+        max_position_embeddings=131072, attention_bias=True),
+    # Mistral-7B-v0.1: a 4,096-token sliding window on every layer
+    "mistral-7b": ModelConfig(
+        architecture="mistral", vocab_size=32000, hidden_size=4096, intermediate_size=14336, num_layers=32,
+        num_heads=32, num_kv_heads=8, head_dim=128, rope_theta=10000.0, max_position_embeddings=32768,
+        sliding_window=4096),
 }
 
 

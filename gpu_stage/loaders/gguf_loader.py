@@ -100,6 +100,39 @@ def llama3_rope_scaling(rope_freqs: np.ndarray, rope_theta: float, head_dim: int
     return scaling
 
 
+# llama.cpp's rope scaling keys ({arch}.rope.scaling.*) -> transformers' rope_scaling fields. Its
+# converters write HF's `attention_factor` (or the mscale they computed) as `attn_factor`.
+_SCALING_KEYS = {"factor": "factor", "original_context_length": "original_max_position_embeddings",
+                 "attn_factor": "attention_factor", "yarn_beta_fast": "beta_fast", "yarn_beta_slow": "beta_slow"}
+_SCALING_INTS = ("original_max_position_embeddings",)
+
+
+def gguf_rope_scaling(arch: str, meta: dict[str, Any]) -> dict | None:
+    """rope_scaling from `{arch}.rope.scaling.*` ("none" or absent: None); the values go through
+    the same checks as a config.json's (ModelConfig), so a yarn file without a factor is refused
+    naming it. Types llama.cpp has and we do not (longrope) are refused here."""
+    scaling_type = meta.get(f"{arch}.rope.scaling.type")
+    if scaling_type in (None, "none"):
+        return None
+    if scaling_type not in ("linear", "yarn"):
+        raise ValueError(f"unsupported GGUF {arch}.rope.scaling.type {scaling_type!r} (supported: none, linear, yarn)")
+    scaling: dict[str, Any] = {"rope_type": scaling_type}
+    for gguf_name, hf_name in _SCALING_KEYS.items():
+        value = meta.get(f"{arch}.rope.scaling.{gguf_name}")
+        if value is not None:
+            scaling[hf_name] = int(value) if hf_name in _SCALING_INTS else float(value)
+    return scaling
+
+
+def gguf_sliding_window(arch: str, meta: dict[str, Any]) -> int | None:
+    """`{arch}.attention.sliding_window` on every layer (as Mistral's); absent or 0: none. A
+    per-layer pattern is not supported."""
+    if meta.get(f"{arch}.attention.sliding_window_pattern") is not None:
+        raise ValueError(f"GGUF {arch}.attention.sliding_window_pattern is not supported")
+    window = meta.get(f"{arch}.attention.sliding_window")
+    return None if window in (None, 0) else int(window)
+
+
 def gguf_model_config(meta: dict[str, Any], tensors: dict[str, Any]) -> ModelConfig:
     arch = meta.get("general.architecture")
     if arch not in SUPPORTED_ARCHS:
@@ -112,14 +145,7 @@ def gguf_model_config(meta: dict[str, Any], tensors: dict[str, Any]) -> ModelCon
     num_heads = int(key("attention.head_count"))
     head_dim = int(key("attention.key_length", hidden // num_heads))
     rope_theta = float(key("rope.freq_base", 10000.0))
-    rope_scaling = None
-    scaling_type = key("rope.scaling.type")
-    if scaling_type in ("linear", "yarn"):
-        rope_scaling = {"rope_type": scaling_type, "factor": float(key("rope.scaling.factor", 1.0))}
-        if (orig := key("rope.scaling.original_context_length")) is not None:
-            rope_scaling["original_max_position_embeddings"] = int(orig)
-    elif scaling_type not in (None, "none"):
-        raise ValueError(f"unsupported GGUF rope scaling type {scaling_type!r}")
+    rope_scaling = gguf_rope_scaling(arch, meta)
     if "rope_freqs.weight" in tensors:
         freqs = dequantize_tensor(tensors["rope_freqs.weight"].data, tensors["rope_freqs.weight"].tensor_type)
         rope_scaling = llama3_rope_scaling(freqs.reshape(-1), rope_theta, head_dim)
@@ -139,6 +165,7 @@ def gguf_model_config(meta: dict[str, Any], tensors: dict[str, Any]) -> ModelCon
         max_position_embeddings=int(key("context_length", 2048)),
         tie_word_embeddings="output.weight" not in tensors,
         attention_bias="blk.0.attn_q.bias" in tensors,
+        sliding_window=gguf_sliding_window(arch, meta),
         extra={"gguf_name": meta.get("general.name"), "gguf_file_type": meta.get("general.file_type")},
     )
 

@@ -3,6 +3,10 @@
 Weights are read lazily through `safe_open` (memory-mapped), one tensor at a time, so loading never
 holds a second copy of the model in host memory. Both config spellings are understood: the classic
 `rope_theta` + `rope_scaling` and transformers 5's `rope_parameters`.
+
+Sliding windows are read as transformers reads them: Mistral's `sliding_window` on every layer
+(absent: MistralConfig's default 4096; null: none); Qwen2's only with `use_sliding_window`, on the
+layers its `layer_types` names "sliding_attention", or else on layers >= `max_window_layers`.
 """
 from __future__ import annotations
 
@@ -15,7 +19,7 @@ import torch
 from safetensors import safe_open
 
 from gpu_stage.loaders.model_source import ModelSource
-from gpu_stage.model.config import ModelConfig
+from gpu_stage.model.config import FULL, SLIDING, ModelConfig
 from ingress.bpe_tokenizer import BpeTokenizer
 
 ARCHITECTURES = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "mistral", "Qwen2ForCausalLM": "qwen2"}
@@ -30,7 +34,32 @@ def _rope(cfg: dict[str, Any]) -> tuple[float, dict | None]:
     if rope_type in (None, "default"):
         return theta, None
     out = {k: v for k, v in scaling.items() if k not in ("type", "rope_type", "rope_theta")}
+    if rope_type in ("llama3", "yarn") and cfg.get("original_max_position_embeddings") is not None:
+        # transformers' standardize_rope_params: a top-level value wins over the dict's
+        out["original_max_position_embeddings"] = cfg["original_max_position_embeddings"]
     return theta, {"rope_type": rope_type, **out}
+
+
+MISTRAL_DEFAULT_WINDOW = 4096  # transformers' MistralConfig and Qwen2Config defaults
+QWEN2_DEFAULT_MAX_WINDOW_LAYERS = 28
+
+
+def _sliding_window(arch: str, cfg: dict[str, Any], num_layers: int) -> tuple[int | None, tuple[str, ...] | None]:
+    """-> (window, per-layer types or None for every layer); ValueError naming a bad field."""
+    if arch == "mistral":
+        return cfg.get("sliding_window", MISTRAL_DEFAULT_WINDOW), None
+    if arch != "qwen2" or not cfg.get("use_sliding_window", False):
+        return None, None
+    window = cfg.get("sliding_window", MISTRAL_DEFAULT_WINDOW)
+    if window is None:
+        raise ValueError("use_sliding_window is true but sliding_window is null")
+    if cfg.get("layer_types") is not None:
+        return window, tuple(cfg["layer_types"])
+    first = cfg.get("max_window_layers", QWEN2_DEFAULT_MAX_WINDOW_LAYERS)
+    if isinstance(first, bool) or not isinstance(first, int) or not 0 <= first <= num_layers:
+        raise ValueError(f"max_window_layers must be an integer in [0, num_hidden_layers = {num_layers}] "
+                         f"when use_sliding_window is true, got {first!r}")
+    return window, tuple(SLIDING if i >= first else FULL for i in range(num_layers))
 
 
 def hf_model_config(cfg: dict[str, Any]) -> ModelConfig:
@@ -47,13 +76,15 @@ def hf_model_config(cfg: dict[str, Any]) -> ModelConfig:
     hidden = int(cfg["hidden_size"])
     num_heads = int(cfg["num_attention_heads"])
     rope_theta, rope_scaling = _rope(cfg)
-    extra = {k: cfg[k] for k in ("sliding_window", "use_sliding_window", "torch_dtype", "dtype") if k in cfg}
+    num_layers = int(cfg["num_hidden_layers"])
+    window, layer_types = _sliding_window(arch, cfg, num_layers)
+    extra = {k: cfg[k] for k in ("torch_dtype", "dtype") if k in cfg}
     return ModelConfig(
         architecture=arch,
         vocab_size=int(cfg["vocab_size"]),
         hidden_size=hidden,
         intermediate_size=int(cfg["intermediate_size"]),
-        num_layers=int(cfg["num_hidden_layers"]),
+        num_layers=num_layers,
         num_heads=num_heads,
         num_kv_heads=int(cfg.get("num_key_value_heads") or num_heads),
         head_dim=int(cfg.get("head_dim") or hidden // num_heads),
@@ -63,6 +94,8 @@ def hf_model_config(cfg: dict[str, Any]) -> ModelConfig:
         max_position_embeddings=int(cfg.get("max_position_embeddings", 2048)),
         tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
         attention_bias=arch == "qwen2" or bool(cfg.get("attention_bias", False)),
+        sliding_window=window,
+        layer_types=layer_types,
         extra=extra,
     )
 

@@ -1,7 +1,23 @@
-"""ModelConfig: the shape of a Llama-family model, whatever file it came from."""
+"""ModelConfig: the shape of a Llama-family model, whatever file it came from.
+
+Checked when made (every loader and preset goes through it): RoPE scaling fields
+(rope_scaling.check_rope_scaling) and the sliding window, each a ValueError naming the field.
+
+Sliding window (Mistral; Qwen2 with use_sliding_window): a query at position p attends to the keys
+at positions p - window + 1 .. p (transformers' `kv_idx > q_idx - sliding_window`: the `window`
+most recent, itself included) on the layers `layer_types` names "sliding_attention" (None: every
+layer); the others attend to the whole context. KV blocks that fall wholly behind every layer's
+window are not freed: a Qwen2 model's full layers still read them, prefix-cache hits and
+recompute after preemption need no special case, and the attention kernels skip those blocks'
+tiles anyway, so the cost is memory only (a Mistral sequence holds its whole context, as before).
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+
+from gpu_stage.model.rope_scaling import check_rope_scaling
+
+SLIDING, FULL = "sliding_attention", "full_attention"
 
 
 @dataclass(frozen=True)
@@ -22,7 +38,27 @@ class ModelConfig:
     max_position_embeddings: int = 2048
     tie_word_embeddings: bool = False
     attention_bias: bool = False  # Qwen2: bias on q/k/v
+    sliding_window: int | None = None  # keys a windowed layer's query sees, itself included
+    layer_types: tuple[str, ...] | None = None  # per layer SLIDING or FULL; None: all SLIDING
     extra: dict = field(default_factory=dict, compare=False)
+
+    def __post_init__(self) -> None:
+        check_rope_scaling(self.rope_scaling, self.max_position_embeddings)
+        window = self.sliding_window
+        if window is not None and (isinstance(window, bool) or not isinstance(window, int) or window <= 0):
+            raise ValueError(f"sliding_window must be a positive integer or null, got {window!r}")
+        if self.layer_types is not None:
+            if len(self.layer_types) != self.num_layers:
+                raise ValueError(f"layer_types names {len(self.layer_types)} layers, the model has {self.num_layers}")
+            odd = sorted({t for t in self.layer_types if t not in (SLIDING, FULL)})
+            if odd:
+                raise ValueError(f"layer_types: unsupported {odd} (supported: {SLIDING}, {FULL})")
+
+    def layer_window(self, layer: int) -> int | None:
+        """The sliding window of layer `layer`, or None where it attends to the whole context."""
+        if self.sliding_window is None or (self.layer_types is not None and self.layer_types[layer] != SLIDING):
+            return None
+        return self.sliding_window
 
     @property
     def q_size(self) -> int:

@@ -27,7 +27,7 @@ from gpu_stage.attention import torch_backend
 from gpu_stage.attention.metadata import AttentionMetadata, rows_metadata
 from gpu_stage.kv_cache import KvCache
 from gpu_stage.model.config import ModelConfig
-from gpu_stage.model.rotary import RotaryEmbedding
+from gpu_stage.model.rotary import RotaryEmbedding, token_seq_lens
 from gpu_stage.model.torch_ops import TorchOps
 
 
@@ -48,10 +48,12 @@ class RMSNorm(nn.Module):
 
 
 class LlamaDecoderLayer(nn.Module):
-    def __init__(self, config: ModelConfig, attention: ModuleType, device, dtype, ops=TorchOps) -> None:
+    def __init__(self, config: ModelConfig, attention: ModuleType, device, dtype, ops=TorchOps,
+                 window: int | None = None) -> None:
         super().__init__()
         c = config
         self.ops = ops
+        self.window = window  # sliding window (keys seen, the query's own included); None: all
         self.num_heads, self.num_kv_heads, self.head_dim = c.num_heads, c.num_kv_heads, c.head_dim
         self.q_size, self.kv_size = c.q_size, c.kv_size
         self.attention = attention
@@ -102,7 +104,7 @@ class LlamaDecoderLayer(nn.Module):
         if only_rows is not None:
             rows, meta = only_rows
             q, residual, num_tokens = q.index_select(0, rows), residual.index_select(0, rows), rows.shape[0]
-        attn = self.attention.forward(q, kv_layer, meta)  # [T, H, D]
+        attn = self.attention.forward(q, kv_layer, meta, window=self.window)  # [T, H, D]
         out = ops.linear(attn.reshape(num_tokens, self.q_size), self.o_weight, self.o_bias)
         x, residual = ops.add_rms_norm(out, residual, norm2.weight, norm2.eps)
         act = ops.gate_up_silu(x, self.gate_up_weight)  # [T, inter]
@@ -124,7 +126,7 @@ class LlamaForCausalLM(nn.Module):
         self.ops = ops
         self.embed_weight = _param(c.vocab_size, c.hidden_size, device=device, dtype=dtype)
         self.layers = nn.ModuleList(
-            LlamaDecoderLayer(c, attention, device, dtype, ops) for _ in range(c.num_layers)
+            LlamaDecoderLayer(c, attention, device, dtype, ops, c.layer_window(i)) for i in range(c.num_layers)
         )
         self.norm = RMSNorm(c.hidden_size, c.rms_norm_eps, device, dtype)
         self.lm_head_weight = (
@@ -148,7 +150,9 @@ class LlamaForCausalLM(nn.Module):
     ) -> torch.Tensor:
         """-> logits [S, vocab] float32."""
         h = F.embedding(input_ids, self.embed_weight)  # [T, hidden]
-        cos, sin = self.rotary.cos_sin(positions, h.dtype)  # [T, head_dim] each
+        # Dynamic NTK rotates by each sequence's length (read on the device: no host sync)
+        seq_lens = token_seq_lens(meta.cu_seqlens_q, meta.seq_lens, h.shape[0]) if self.rotary.dynamic else None
+        cos, sin = self.rotary.cos_sin(positions, h.dtype, seq_lens)  # [T, head_dim] each
         residual = None
         last = len(self.layers) - 1
         # Only the sampled rows of the last layer's output are read: when they are fewer than the

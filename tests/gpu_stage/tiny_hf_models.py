@@ -55,6 +55,9 @@ def model_config(hf) -> ModelConfig:
         rope_scaling=None if rope.get("rope_type", "default") == "default" else rope,
         max_position_embeddings=c.max_position_embeddings, tie_word_embeddings=c.tie_word_embeddings,
         attention_bias=arch == "qwen2" or bool(getattr(c, "attention_bias", False)),
+        # transformers' own reading of the window: Mistral's on every layer, Qwen2's per layer_types
+        sliding_window=getattr(c, "sliding_window", None),
+        layer_types=tuple(c.layer_types) if getattr(c, "layer_types", None) else None,
     )
 
 

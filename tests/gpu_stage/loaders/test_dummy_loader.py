@@ -71,6 +71,11 @@ def test_preset_details():
     q = dummy_preset("qwen2.5-7b")
     assert q.attention_bias and (q.num_heads, q.num_kv_heads, q.vocab_size) == (28, 4, 152064)
     assert not dummy_preset("llama-3-8b").tie_word_embeddings
+    yarn = dummy_preset("qwen2.5-7b-yarn")
+    assert yarn.rope_scaling["rope_type"] == "yarn" and yarn.max_position_embeddings == 131072
+    assert dict(weight_shapes(yarn)) == dict(weight_shapes(q))  # the same weights, another RoPE
+    mistral = dummy_preset("mistral-7b")
+    assert [mistral.layer_window(i) for i in (0, 31)] == [4096, 4096]
 
 
 @pytest.mark.parametrize("preset", list(PRESETS))

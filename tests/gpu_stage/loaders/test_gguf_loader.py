@@ -228,3 +228,41 @@ def test_smollm2_weights_equal_transformers_gguf_loader(smollm2_three_layers):
         assert tensor.shape == reference[name].shape, name
         assert (tensor - reference[name]).abs().max().item() < 1e-6, name
     assert names == set(reference) - {"lm_head.weight"}  # tied: lm_head is the embedding
+
+
+def _meta(arch: str = "qwen2", **keys) -> dict:
+    """Metadata as read back from a file, with keys spelled by gguf's own constants."""
+    meta = {"general.architecture": arch, f"{arch}.embedding_length": 64, f"{arch}.attention.head_count": 4,
+            f"{arch}.feed_forward_length": 128, f"{arch}.block_count": 2, f"{arch}.context_length": 131072}
+    meta.update({k.format(arch=arch): v for k, v in keys.items()})
+    return meta
+
+
+_EMBD = {"token_embd.weight": type("T", (), {"shape": (64, 100)})()}
+
+
+def test_gguf_yarn_keys_map_to_rope_scaling():
+    from gguf import Keys
+
+    meta = _meta(**{Keys.Rope.SCALING_TYPE: "yarn", Keys.Rope.SCALING_FACTOR: 4.0,
+                    Keys.Rope.SCALING_ORIG_CTX_LEN: 32768, Keys.Rope.SCALING_ATTN_FACTOR: 1.25,
+                    Keys.Rope.SCALING_YARN_BETA_FAST: 16.0, Keys.Rope.SCALING_YARN_BETA_SLOW: 2.0,
+                    Keys.Attention.SLIDING_WINDOW: 4096})
+    cfg = gguf_model_config(meta, _EMBD)
+    assert cfg.rope_scaling == {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768,
+                                "attention_factor": 1.25, "beta_fast": 16.0, "beta_slow": 2.0}
+    assert cfg.sliding_window == 4096 and cfg.layer_window(1) == 4096
+    plain = gguf_model_config(_meta(**{Keys.Rope.SCALING_TYPE: "none", Keys.Attention.SLIDING_WINDOW: 0}), _EMBD)
+    assert plain.rope_scaling is None and plain.sliding_window is None
+
+
+@pytest.mark.parametrize("keys, message", [
+    ({"{arch}.rope.scaling.type": "yarn"}, "rope_scaling.factor is required"),
+    ({"{arch}.rope.scaling.type": "yarn", "{arch}.rope.scaling.factor": 0.0}, "rope_scaling.factor must be > 0"),
+    ({"{arch}.rope.scaling.type": "longrope", "{arch}.rope.scaling.factor": 4.0}, "rope.scaling.type 'longrope'"),
+    ({"{arch}.attention.sliding_window": 4096, "{arch}.attention.sliding_window_pattern": 6},
+     "sliding_window_pattern"),
+])
+def test_gguf_bad_long_context_keys_name_the_field(keys, message):
+    with pytest.raises(ValueError, match=message):
+        gguf_model_config(_meta(**keys), _EMBD)

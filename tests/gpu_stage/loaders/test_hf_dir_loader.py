@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 import torch
@@ -131,3 +132,73 @@ def test_missing_files_are_clear_errors(tmp_path, llama_dir):
         load_model_source(str(tmp_path))
     with pytest.raises(ValueError, match="unsupported model file"):
         load_model_source(str(tmp_path / "config.json"))
+
+
+QWEN25 = {"architectures": ["Qwen2ForCausalLM"], "vocab_size": 152064, "hidden_size": 3584,
+          "intermediate_size": 18944, "num_hidden_layers": 28, "num_attention_heads": 28,
+          "num_key_value_heads": 4, "rope_theta": 1000000.0, "max_position_embeddings": 32768,
+          "max_window_layers": 28, "use_sliding_window": False, "sliding_window": 131072,
+          "rope_scaling": {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}}
+
+
+def test_qwen25_yarn_config_loads_with_its_fields():
+    c = hf_model_config(QWEN25)
+    assert c.rope_scaling == {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}
+    assert c.sliding_window is None and all(c.layer_window(i) is None for i in range(28))
+    full = {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768, "beta_fast": 16,
+            "beta_slow": 2, "attention_factor": 1.2, "truncate": False}
+    assert hf_model_config({**QWEN25, "rope_scaling": full}).rope_scaling == {"rope_type": "yarn", **{
+        k: v for k, v in full.items() if k != "type"}}
+    top = hf_model_config({**QWEN25, "original_max_position_embeddings": 16384})
+    assert top.rope_scaling["original_max_position_embeddings"] == 16384
+
+
+def _transformers_layer_types(cfg: dict) -> list[str]:
+    import transformers
+
+    cls = {"qwen2": transformers.Qwen2Config, "mistral": transformers.MistralConfig}[cfg["model_type"]]
+    hc = cls(**{k: v for k, v in cfg.items() if k not in ("architectures", "model_type")})
+    window = hc.sliding_window
+    types = getattr(hc, "layer_types", None) or ["sliding_attention"] * hc.num_hidden_layers
+    return [window if t == "sliding_attention" else None for t in types]
+
+
+@pytest.mark.parametrize("cfg", [
+    {**CLASSIC, "model_type": "mistral", "sliding_window": 4096},
+    {**CLASSIC, "model_type": "mistral", "sliding_window": None},
+    {**{k: v for k, v in CLASSIC.items() if k != "sliding_window"}, "model_type": "mistral"},  # default 4096
+    {**QWEN25, "model_type": "qwen2", "use_sliding_window": True, "sliding_window": 4096, "max_window_layers": 20},
+    {**QWEN25, "model_type": "qwen2", "use_sliding_window": True, "sliding_window": 4096, "max_window_layers": 28},
+    {**QWEN25, "model_type": "qwen2", "use_sliding_window": True, "sliding_window": 512, "max_window_layers": 0},
+    {**QWEN25, "model_type": "qwen2", "use_sliding_window": False, "max_window_layers": 70},  # Qwen2.5-3B's
+    {**QWEN25, "model_type": "qwen2", "use_sliding_window": True, "sliding_window": 1024,
+     "layer_types": ["sliding_attention", "full_attention"] * 14},
+])
+def test_sliding_window_per_layer_as_transformers_reads_it(cfg):
+    c = hf_model_config(cfg)
+    assert [c.layer_window(i) for i in range(c.num_layers)] == _transformers_layer_types(cfg)
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"rope_scaling": {"type": "yarn", "original_max_position_embeddings": 32768}}, "rope_scaling.factor is required"),
+    ({"rope_scaling": {"type": "yarn", "factor": -4.0}}, "rope_scaling.factor must be > 0"),
+    ({"rope_scaling": {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": "32k"}},
+     "rope_scaling.original_max_position_embeddings"),
+    ({"rope_scaling": {"type": "longrope", "factor": 4.0}}, "rope_scaling.rope_type 'longrope'"),
+    ({"use_sliding_window": True, "sliding_window": 0}, "sliding_window must be a positive integer"),
+    ({"use_sliding_window": True, "sliding_window": 4096.0}, "sliding_window must be a positive integer"),
+    ({"use_sliding_window": True, "sliding_window": None}, "sliding_window is null"),
+    ({"use_sliding_window": True, "sliding_window": 4096, "max_window_layers": 29}, "max_window_layers"),
+    ({"use_sliding_window": True, "sliding_window": 4096, "max_window_layers": -1}, "max_window_layers"),
+    ({"use_sliding_window": True, "sliding_window": 4096, "layer_types": ["full_attention"] * 3}, "layer_types"),
+    ({"use_sliding_window": True, "sliding_window": 4096, "layer_types": ["chunked_attention"] * 28}, "layer_types"),
+])
+def test_bad_long_context_fields_name_the_field(change, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        hf_model_config({**QWEN25, **change})
+
+
+@pytest.mark.parametrize("window", [0, -16, 4096.0, "4096", True])
+def test_bad_mistral_window_names_the_field(window):
+    with pytest.raises(ValueError, match="sliding_window must be a positive integer"):
+        hf_model_config({**CLASSIC, "sliding_window": window})

@@ -18,6 +18,14 @@ VARIANTS = {
     "qwen2-bias": ("qwen2", {"tie_word_embeddings": True}),
     "tied-smollm-like": ("llama", {"tie_word_embeddings": True, "num_attention_heads": 6, "num_key_value_heads": 2, "hidden_size": 96}),
     "mistral": ("mistral", {}),
+    # YaRN past its original length (a 90-token prompt, original 32): the ramp and the mscale matter
+    "llama-yarn-rope": ("llama", {"rope_parameters": {"rope_type": "yarn", "factor": 4.0, "rope_theta": 10000.0,
+                                                      "original_max_position_embeddings": 32}}),
+    "qwen2-yarn-rope": ("qwen2", {"max_position_embeddings": 128, "rope_parameters": {
+        "rope_type": "yarn", "factor": 4.0, "rope_theta": 10000.0, "original_max_position_embeddings": 32}}),
+    # dynamic NTK rescales once a sequence passes max_position_embeddings (32 here)
+    "llama-dynamic-rope": ("llama", {"max_position_embeddings": 32,
+                                     "rope_parameters": {"rope_type": "dynamic", "factor": 2.0, "rope_theta": 10000.0}}),
     "mha-3-layers": ("llama", {"num_key_value_heads": 4, "num_hidden_layers": 3}),
 }
 
@@ -40,7 +48,7 @@ def test_prompt_logits_match_transformers(variant: str) -> None:
     assert (logits - ref).abs().max() < 1e-4
 
 
-@pytest.mark.parametrize("variant", ["llama", "llama3-rope", "qwen2-bias"])
+@pytest.mark.parametrize("variant", ["llama", "llama3-rope", "qwen2-bias", "llama-yarn-rope", "llama-dynamic-rope"])
 def test_greedy_continuation_matches_transformers_generate(variant: str) -> None:
     arch, overrides = VARIANTS[variant]
     hf = hf_model(arch, **overrides)
