@@ -156,7 +156,7 @@ def _yarn(scaling: dict, theta: float, dim: int, max_positions: int) -> tuple[to
 
 
 def dynamic_inv_freq(scaling: dict[str, Any], theta: float, dim: int, max_positions: int,
-                     seq_lens: torch.Tensor) -> torch.Tensor:
+                     seq_lens: torch.Tensor, plain: torch.Tensor | None = None) -> torch.Tensor:
     """Dynamic NTK: seq_lens [N] (int) -> inv_freq [N, dim // 2] float32, one row per length.
 
     transformers recomputes the frequencies when a forward's positions reach past
@@ -171,11 +171,13 @@ def dynamic_inv_freq(scaling: dict[str, Any], theta: float, dim: int, max_positi
     cache) does not equal one unchunked forward; decode equals transformers' generate(). vLLM
     instead fixes L = max * factor for every token (one set of frequencies, exact under chunking
     and prefix caching, but not what transformers computes below that length); we match
-    transformers, the reference every check here uses."""
+    transformers, the reference every check here uses. `plain`: the unscaled frequencies already on
+    seq_lens' device (a CUDA graph capture may not copy them from the host)."""
     factor = scaling["factor"]
     lens = torch.clamp(seq_lens.to(torch.int64), min=max_positions)
     base = theta * ((factor * lens / max_positions) - (factor - 1)) ** (dim / (dim - 2))  # [N] float32
     exponents = torch.arange(0, dim, 2, dtype=torch.int64, device=seq_lens.device).to(torch.float32) / dim
     scaled = 1.0 / (base[:, None] ** exponents[None, :])
-    plain = base_inv_freq(theta, dim).to(seq_lens.device)
+    if plain is None:
+        plain = base_inv_freq(theta, dim).to(seq_lens.device)
     return torch.where((seq_lens > max_positions)[:, None], scaled, plain[None, :])

@@ -50,7 +50,8 @@ class RotaryEmbedding:
             c = self.config
             if seq_lens is None:
                 seq_lens = (positions.max() + 1).expand(positions.shape[0])
-            inv_freq = dynamic_inv_freq(c.rope_scaling, c.rope_theta, c.head_dim, c.max_position_embeddings, seq_lens)
+            inv_freq = dynamic_inv_freq(c.rope_scaling, c.rope_theta, c.head_dim, c.max_position_embeddings, seq_lens,
+                                        self.inv_freq)
             freqs = pos * inv_freq  # [T, head_dim/2]
         else:
             freqs = pos * self.inv_freq[None, :]  # [T, head_dim/2]
