@@ -102,8 +102,15 @@ class KvCache:
 
     @property
     def num_tokens(self) -> int:
-        """Tokens the pool holds (block 0 included)."""
-        return self.num_blocks * self.block_size
+        """Tokens the pool holds for requests: block 0 is the null block (scheduler/block_pool.py)."""
+        return (self.num_blocks - 1) * self.block_size
+
+    def describe(self) -> dict:
+        """The pool's format and size, as /metrics and /debug/kv report them."""
+        return {"dtype": self.kv_dtype, "quantized": self.is_quantized,
+                "scales": "bfloat16/token-head" if self.is_quantized else None,
+                "bytes_per_token": self.num_bytes_per_token, "block_size": self.block_size,
+                "num_blocks": self.num_blocks, "pool_tokens": self.num_tokens, "pool_bytes": self.num_bytes}
 
     def fingerprint_fields(self) -> tuple[str, tuple[int, ...], int]:
         """(dtype name, block shape, layout version) for kv_tiers.fingerprint.model_fingerprint: a

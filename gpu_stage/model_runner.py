@@ -33,6 +33,7 @@ from gpu_stage.cuda_graphs import (MIXED_SEQ_BUCKETS, MIXED_TOKEN_BUCKETS, PREFI
                                    decode_buckets)
 from gpu_stage.kernels import triton_available
 from gpu_stage.kv_cache import KvCache, blocks_for_memory
+from gpu_stage.kv_format import resolve_kv_format
 from gpu_stage.kv_tiers.transfer import KvTransfer
 from gpu_stage.layer_ops import get_layer_ops
 from gpu_stage.memory_profile import profile_step
@@ -94,12 +95,14 @@ class ModelRunner:
         prefill_graph_sizes: Sequence[int] = PREFILL_BUCKETS,
         mixed_graph_tokens: Sequence[int] = MIXED_TOKEN_BUCKETS,  # (): no graphs for mixed steps
         mixed_graph_seqs: Sequence[int] = MIXED_SEQ_BUCKETS,
+        kv_cache_dtype: str = "auto",  # --kv-cache-dtype (gpu_stage/kv_format.py)
     ) -> None:
         self.config = source.config
         self.device = torch.device(device)
         if self.device.type == "cuda" and self.device.index is None:
             self.device = torch.device("cuda", torch.cuda.current_device())
         self.dtype = dtype
+        self.kv_format = resolve_kv_format(kv_cache_dtype, dtype)
         self.block_size = block_size
         self.max_num_batched_tokens = max_num_batched_tokens
         self.max_num_seqs = max_num_seqs
@@ -144,7 +147,7 @@ class ModelRunner:
             if not cuda:
                 raise ValueError("num_blocks is required on CPU (the memory profile is CUDA only)")
             num_blocks = self._profile_num_blocks(gpu_memory_utilization, graph_reserve_bytes if use_graphs else 0)
-        self.kv_cache = KvCache(self.config, num_blocks, block_size, self.device, dtype)
+        self.kv_cache = KvCache(self.config, num_blocks, block_size, self.device, dtype, self.kv_format)
         self.graphs: CudaGraphRunner | None = None
         # One-row products (batch-1 decode): cuBLAS or the gemv kernel, whichever this GPU runs
         # faster per weight shape inside a CUDA graph; measured before the graphs capture the
@@ -413,7 +416,7 @@ class ModelRunner:
             table = list(range(next_block, next_block + width))
             chunks.append(ScheduledChunk(f"profile{i}", [1 + i % 7] * n, 0, table, True))
             next_block += width
-        temporary = KvCache(self.config, next_block, self.block_size, self.device, self.dtype)
+        temporary = KvCache(self.config, next_block, self.block_size, self.device, self.dtype, self.kv_format)
         gen = torch.Generator().manual_seed(0)
         rows = [SamplingRow(SamplingParams(temperature=1.0, top_p=0.9, top_k=50, logprobs=5), [], [], gen)] * num_seqs
 
@@ -425,7 +428,7 @@ class ModelRunner:
         profile = profile_step(run, temporary.num_bytes, utilization, graph_reserve_bytes, self.device)
         del temporary
         torch.cuda.empty_cache()
-        num_blocks = blocks_for_memory(self.config, self.block_size, self.dtype, profile.kv_budget_bytes)
+        num_blocks = blocks_for_memory(self.config, self.block_size, self.kv_format, profile.kv_budget_bytes)
         if num_blocks < 2:
             raise RuntimeError(f"no room for the KV cache: {profile.summary()}")
         return num_blocks

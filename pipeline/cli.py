@@ -7,6 +7,7 @@ import logging
 import os
 import sys
 
+from gpu_stage.kv_format import KV_CACHE_DTYPES
 from ingress.limits import IngressLimits
 from scheduler.config import PREFILL_BACKLOG_STEPS
 from pipeline.config import EngineConfig
@@ -27,6 +28,9 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kv-cache-gb", type=float, default=None, help="KV pool size (default 1 GiB on CPU)")
     p.add_argument("--num-kv-blocks", type=int, default=None, help="KV pool size in blocks (overrides --kv-cache-gb)")
     p.add_argument("--block-size", type=int, default=d.block_size)
+    p.add_argument("--kv-cache-dtype", choices=KV_CACHE_DTYPES, default=d.kv_cache_dtype,
+                   help="KV pool format: auto (the model's dtype), a float dtype, or 8 bits with a scale per "
+                        "token and head (fp8 = fp8_e4m3)")
     p.add_argument("--gpu-memory-utilization", type=float, default=d.gpu_memory_utilization)
     p.add_argument("--attention-backend", choices=["auto", "triton", "torch"], default=d.attention_backend)
     p.add_argument("--enforce-eager", action="store_true", help="no CUDA graphs")
@@ -91,7 +95,7 @@ def config_from_args(a: argparse.Namespace) -> EngineConfig:
     return EngineConfig(
         model=a.model, served_model_name=a.served_model_name, seed=a.seed, device=a.device,
         dtype=a.dtype, max_model_len=a.max_model_len, kv_cache_gb=a.kv_cache_gb,
-        num_kv_blocks=a.num_kv_blocks, gpu_memory_utilization=a.gpu_memory_utilization,
+        num_kv_blocks=a.num_kv_blocks, kv_cache_dtype=a.kv_cache_dtype, gpu_memory_utilization=a.gpu_memory_utilization,
         attention_backend=a.attention_backend, enforce_eager=a.enforce_eager,
         mixed_graph_max_tokens=a.mixed_graph_max_tokens, block_size=a.block_size, max_num_seqs=a.max_num_seqs,
         max_num_batched_tokens=a.max_num_batched_tokens, max_queued=a.max_queued,

@@ -18,6 +18,9 @@ class EngineConfig:
     kv_cache_gb: float | None = None  # default: 1 GiB on CPU
     num_kv_blocks: int | None = None  # overrides kv_cache_gb (tests, reproducible benchmarks)
     block_size: int = 16
+    # KV pool format (gpu_stage/kv_format.py): auto (the model's dtype) | bfloat16 | float16 | fp8 |
+    # fp8_e4m3 | fp8_e5m2 | int8 (8-bit values with a bf16 scale per token and KV head).
+    kv_cache_dtype: str = "auto"
     gpu_memory_utilization: float = 0.9  # GPU: share of device memory for weights, activations, KV
     attention_backend: str = "auto"  # auto (triton on a GPU, torch on CPU) | triton | torch
     enforce_eager: bool = False  # no CUDA graphs
