@@ -3,7 +3,8 @@
 The arithmetic is fixed to the bit (the Triton store kernels reproduce it): in float32,
     scale = bf16(amax(|x|) * float32(1 / qmax))              per token and KV head
     y     = clamp(x / scale, -qmax, qmax)                    (0 where the scale is 0)
-    q     = round_half_even(y) as int8, or y rounded to the nearest fp8 value (ties to even)
+    q     = round_half_even(y) as int8, or y rounded to the nearest fp8 value (ties to even; a
+            negative value that rounds to zero stored as +0, so that every path writes one zero)
 and a value reads back as float32(q) * float32(scale). Only conversions and float32 math are used:
 torch's CPU float8 tensors support little else.
 """
@@ -13,6 +14,8 @@ import torch
 
 from gpu_stage.kv_format import KvFormat
 from gpu_stage.kv_layout import SCALE_DTYPE
+
+NEGATIVE_ZERO = 0x80  # the byte of -0 in both fp8 formats
 
 
 def quantize(x: torch.Tensor, fmt: KvFormat) -> tuple[torch.Tensor, torch.Tensor]:
@@ -24,7 +27,9 @@ def quantize(x: torch.Tensor, fmt: KvFormat) -> tuple[torch.Tensor, torch.Tensor
     y = torch.where(s32 > 0, x32 / torch.where(s32 > 0, s32, 1.0), 0.0).clamp_(-fmt.qmax, fmt.qmax)
     if fmt.torch_dtype == torch.int8:
         return y.round_().to(torch.int8), scale
-    return y.to(fmt.torch_dtype), scale
+    values = y.to(fmt.torch_dtype)
+    values.view(torch.uint8).masked_fill_(values.view(torch.uint8) == NEGATIVE_ZERO, 0)  # one zero: +0
+    return values, scale
 
 
 def dequantize(values: torch.Tensor, scales: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:

@@ -58,5 +58,5 @@ def kv_quantize(x, scale, QMAX: tl.constexpr, FMT: tl.constexpr, MBITS: tl.const
         e = tl.maximum(((y.to(tl.int32, bitcast=True) >> 23) & 0xFF) - 127, EMIN) - MBITS
         quantum = ((e + 127) << 23).to(tl.float32, bitcast=True)
         inverse = ((127 - e) << 23).to(tl.float32, bitcast=True)
-        y = _round_int(y * inverse) * quantum
+        y = _round_int(y * inverse) * quantum + 0.0  # + 0.0: zero is +0 even from a negative value
     return y

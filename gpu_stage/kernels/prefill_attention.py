@@ -51,8 +51,11 @@ def _attend_tile(
     block = tl.load(bt_row_ptr + pos // block_size, mask=pos_ok, other=0).to(tl.int64)
     row_off = block * stride_c_block + (pos % block_size) * stride_c_tok + kv_head_off  # [BLOCK_N]
     kv_mask = pos_ok[:, None] & d_ok[None, :]
-    k = tl.load(kv_ptr + row_off[:, None] + d[None, :], mask=kv_mask, other=0.0).to(q.dtype)  # [BLOCK_N, BLOCK_D]
-    v = tl.load(kv_ptr + stride_c_kv + row_off[:, None] + d[None, :], mask=kv_mask, other=0.0).to(q.dtype)
+    k = tl.load(kv_ptr + row_off[:, None] + d[None, :], mask=kv_mask, other=0.0)  # [BLOCK_N, BLOCK_D]
+    v = tl.load(kv_ptr + stride_c_kv + row_off[:, None] + d[None, :], mask=kv_mask, other=0.0)
+    if QUANT:  # 8-bit codes -> float32 (exact) first: the interpreter cannot convert int8 to bf16
+        k, v = k.to(tl.float32), v.to(tl.float32)
+    k, v = k.to(q.dtype), v.to(q.dtype)  # a no-op for a plain pool of the model dtype
     s = mma(q, tl.trans(k), IEEE, UPCAST)
     if QUANT:  # [BLOCK_N] scales of this tile's keys and values (0 past the end)
         s_off = block * stride_s_block + (pos % block_size) * stride_s_tok + kv_head
