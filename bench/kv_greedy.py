@@ -61,7 +61,7 @@ async def greedy_runs(model: str | None, kv_cache_dtype: str, prompts: list[str]
     """Every prompt at once (continuous batching), greedy, `max_tokens` tokens each, EOS ignored."""
     params = SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=True, logprobs=2)
     config = EngineConfig(model=model, kv_cache_dtype=kv_cache_dtype, num_kv_blocks=num_kv_blocks,
-                          max_num_seqs=len(prompts), max_model_len=1024)
+                          max_num_seqs=len(prompts))
     async with Engine(config) as engine:
         tok, template = engine.tokenizer, engine.built.chat_template
         # The template writes its own special tokens (as ingress does for chat requests).
