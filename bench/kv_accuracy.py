@@ -115,9 +115,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--skip-greedy", action="store_true")
     p.add_argument("--out", default=None, help="directory for kv_accuracy.json / .md (default: print only)")
     args = p.parse_args(argv)
+    commit = _commit()  # before the run: the code that runs is the one checked out now
     result = measure(args)
     result["machine"] = f"{platform.machine()}, {torch.get_num_threads()} torch threads, torch {torch.__version__}"
-    result["commit"] = _commit()
+    result["commit"] = commit
     result["command"] = "python -m bench.kv_accuracy " + " ".join(argv if argv is not None else sys.argv[1:])
     md = markdown(result)
     print(md)
