@@ -47,7 +47,7 @@ def check_agreement(solo, others, what: str) -> ExactnessReport:
     return report
 
 
-@pytest.mark.parametrize("kv_dtype", ["int8", "fp8_e4m3"])
+@pytest.mark.parametrize("kv_dtype", ["int8", "fp8_e4m3", "bfloat16"])  # bfloat16: a plain pool cast
 async def test_batching_chunking_and_preemption_do_not_change_greedy_outputs(kv_dtype: str) -> None:
     # 16-token chunks, 64-token steps, a pool of 24 blocks (368 tokens for ~930 prompt tokens):
     # long prompts are chunked, batched with decodes, and preempted.
