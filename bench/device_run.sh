@@ -13,6 +13,8 @@
 #               at a time (bench/ablate.py): OUTDIR/ablation.json/.md. Under 8 minutes.
 #   PDL_AB=1:   also time the runner's steps (CUDA graphs) with programmatic dependent launch off.
 #   SUITE_SERVE_ARGS="...": more `ttft serve` flags for the suite's server (later flags win).
+#   --kv8:      instead, the 8-bit KV cache, fp8 against bf16 (bench/kv_dtype_suite.sh; its modes in
+#               KV8_MODES, default "--suite"; e.g. KV8_MODES="--tests" or "--tiers" in other calls).
 #   --tiers:    instead, the KV tiers: `ttft bench --workload multi-turn` (64 conversations, a
 #               device pool of a quarter of the working set) with a 48 GiB host tier and without
 #               (recompute), and bench/kv_tier_restore.py (a 4,096-token prefix from host memory
@@ -33,6 +35,7 @@ BASELINE=""
 ABLATE=""
 TIERS=""
 LONG=""
+KV8=""
 for arg in "$@"; do
     case "$arg" in
         --quick) QUICK="--quick" ;;
@@ -44,6 +47,7 @@ for arg in "$@"; do
         --ablate) ABLATE=1 ;;
         --tiers) TIERS=1 ;;
         --long) LONG=1 ;;
+        --kv8) KV8=1 ;;
         *) OUTDIR="$arg" ;;
     esac
 done
@@ -62,6 +66,11 @@ fi
     git rev-parse HEAD 2>/dev/null || echo "no git"
 } > "$OUTDIR/machine.txt" 2>&1
 cat "$OUTDIR/machine.txt"
+
+if [ -n "$KV8" ]; then  # issue 23: the 8-bit KV cache (replaces the default run)
+    bash bench/kv_dtype_suite.sh "$OUTDIR" ${KV8_MODES:---suite}
+    exit $?
+fi
 
 if [ -n "$BASELINE" ]; then
     echo "== baselines: transformers generate(), transformers continuous batching, ttft (same weights)"

@@ -28,7 +28,7 @@ from typing import Sequence
 
 import torch
 
-from gpu_stage.kv_cache import KvCache
+from gpu_stage.kv.cache import KvCache
 from gpu_stage.model.llama import LlamaForCausalLM
 from gpu_stage.step_inputs import StagedStep, StepInputs, forward_step
 from gpu_stage.step_layout import Chunk, GraphShape

@@ -14,7 +14,8 @@ from typing import Callable
 
 import torch
 
-from gpu_stage.kv_cache import KvCache, blocks_for_memory
+from gpu_stage.kv.cache import KvCache, blocks_for_memory
+from gpu_stage.kv.format import KvFormat
 from gpu_stage.model.llama import LlamaForCausalLM
 from gpu_stage.sampling.rows import SamplingRow, draw_uniforms
 from gpu_stage.sampling.sampler import Sampler
@@ -69,8 +70,9 @@ def profile_step(run_step: Callable[[], None], temporary_bytes: int, utilization
 
 
 def profile_num_blocks(model: LlamaForCausalLM, inputs: StepInputs, sampler: Sampler, dtype: torch.dtype,
-                       utilization: float, graph_reserve_bytes: int) -> int:
-    """Run the largest step against a temporary pool; the KV pool gets what is left -> its blocks."""
+                       kv_format: KvFormat, utilization: float, graph_reserve_bytes: int) -> int:
+    """Run the largest step against a temporary pool (in the pool's format); the KV pool gets what
+    is left -> its blocks."""
     config, block_size, device = model.config, inputs.block_size, inputs.device
     num_tokens = inputs.max_num_tokens
     num_seqs = min(inputs.max_num_seqs, num_tokens)
@@ -81,7 +83,7 @@ def profile_num_blocks(model: LlamaForCausalLM, inputs: StepInputs, sampler: Sam
         table = list(range(next_block, next_block + width))
         chunks.append(ScheduledChunk(f"profile{i}", [1 + i % 7] * n, 0, table, True))
         next_block += width
-    temporary = KvCache(config, next_block, block_size, device, dtype)
+    temporary = KvCache(config, next_block, block_size, device, dtype, kv_format)
     gen = torch.Generator().manual_seed(0)
     rows = [SamplingRow(SamplingParams(temperature=1.0, top_p=0.9, top_k=50, logprobs=5), [], [], gen)] * num_seqs
 
@@ -93,7 +95,7 @@ def profile_num_blocks(model: LlamaForCausalLM, inputs: StepInputs, sampler: Sam
     profile = profile_step(run, temporary.num_bytes, utilization, graph_reserve_bytes, device)
     del temporary
     torch.cuda.empty_cache()
-    num_blocks = blocks_for_memory(config, block_size, dtype, profile.kv_budget_bytes)
+    num_blocks = blocks_for_memory(config, block_size, kv_format, profile.kv_budget_bytes)
     if num_blocks < 2:
         raise RuntimeError(f"no room for the KV cache: {profile.summary()}")
     return num_blocks

@@ -24,7 +24,7 @@ from typing import Callable, Sequence
 
 import torch
 
-from gpu_stage.kv_cache import KvCache
+from gpu_stage.kv.cache import KvCache
 from gpu_stage.kv_tiers.transfer import KvTransfer, NoTransfer
 from gpu_stage.loaders.model_source import ModelSource
 from gpu_stage.runner_builder import RunnerParts, build_parts

@@ -20,7 +20,8 @@ from gpu_stage.cpu_malloc import keep_freed_memory
 from gpu_stage.cuda_graphs import (MIXED_SEQ_BUCKETS, MIXED_TOKEN_BUCKETS, PREFILL_BUCKETS, CudaGraphRunner,
                                    decode_buckets)
 from gpu_stage.kernels import triton_available
-from gpu_stage.kv_cache import KvCache
+from gpu_stage.kv.cache import KvCache
+from gpu_stage.kv.format import resolve_kv_format
 from gpu_stage.loaders.model_source import ModelSource
 from gpu_stage.memory_profile import profile_num_blocks
 from gpu_stage.model import get_layer_ops
@@ -66,11 +67,13 @@ def build_parts(
     prefill_graph_sizes: Sequence[int] = PREFILL_BUCKETS,
     mixed_graph_tokens: Sequence[int] = MIXED_TOKEN_BUCKETS,  # (): no graphs for mixed steps
     mixed_graph_seqs: Sequence[int] = MIXED_SEQ_BUCKETS,
+    kv_cache_dtype: str = "auto",  # --kv-cache-dtype (gpu_stage/kv/format.py)
 ) -> RunnerParts:
     device = resolve_device(device)
     cuda = device.type == "cuda"
     config = source.config
     max_model_len = max_model_len or config.max_position_embeddings
+    kv_format = resolve_kv_format(kv_cache_dtype, dtype)
     if not cuda:
         keep_freed_memory()  # no page faults per layer on the CPU path (see cpu_malloc)
     model = load_model(source, device, dtype, attention_backend)
@@ -86,9 +89,9 @@ def build_parts(
     if num_blocks is None:
         if not cuda:
             raise ValueError("num_blocks is required on CPU (the memory profile is CUDA only)")
-        num_blocks = profile_num_blocks(model, inputs, sampler, dtype, gpu_memory_utilization,
+        num_blocks = profile_num_blocks(model, inputs, sampler, dtype, kv_format, gpu_memory_utilization,
                                         graph_reserve_bytes if use_graphs else 0)
-    kv_cache = KvCache(config, num_blocks, block_size, device, dtype)
+    kv_cache = KvCache(config, num_blocks, block_size, device, dtype, kv_format)
     if use_graphs:
         tune_products(model, dtype, max_num_seqs, max_num_batched_tokens)
     if cuda:

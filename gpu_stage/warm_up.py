@@ -13,7 +13,7 @@ import time
 
 import torch
 
-from gpu_stage.kv_cache import KvCache
+from gpu_stage.kv.cache import KvCache
 from gpu_stage.model.llama import LlamaForCausalLM
 from gpu_stage.sampling.rows import SamplingRow
 from gpu_stage.sampling.sampler import Sampler

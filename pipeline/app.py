@@ -22,6 +22,7 @@ from pipeline.auth import ApiKeyMiddleware
 from pipeline.request_cap import RequestCapMiddleware
 from pipeline.engine import Engine
 from pipeline.json_response import error_response, json_response
+from pipeline.metrics_kv import debug_kv
 from pipeline.openai_routes import chat_completions, completions, list_models
 from pipeline.openapi import openapi_json
 from pipeline.perfetto import traces_to_perfetto
@@ -122,6 +123,7 @@ def create_app(engine: Engine, api_key: str | None = None, protect_metrics: bool
         Route("/openapi.json", openapi_json, methods=["GET"]),
         Route("/metrics", metrics, methods=["GET"]),
         Route("/debug/traces", debug_traces, methods=["GET"]),
+        Route("/debug/kv", debug_kv, methods=["GET"]),
         Route("/start_profile", start_profile, methods=["POST"]),
         Route("/stop_profile", stop_profile, methods=["POST"]),
     ]

@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 import torch
 
 from gpu_stage.cuda_graphs import MIXED_TOKEN_BUCKETS
-from gpu_stage.kv_cache import blocks_for_memory
+from gpu_stage.kv.cache import blocks_for_memory
+from gpu_stage.kv.format import check_kv_format, resolve_kv_format
 from gpu_stage.loaders import load_model_source
 from gpu_stage.loaders.model_source import ModelSource
 from gpu_stage.model_runner import ModelRunner
@@ -75,6 +76,11 @@ def build_model(cfg: EngineConfig) -> BuiltModel:
     if cfg.cpu_threads is not None:
         torch.set_num_threads(cfg.cpu_threads)
     dtype = DTYPES[cfg.resolved_dtype()]
+    try:  # before the weights load: a format this device cannot run refuses at once
+        kv_format = resolve_kv_format(cfg.kv_cache_dtype, dtype)
+        check_kv_format(kv_format, device)
+    except ValueError as exc:
+        raise StartupError(str(exc)) from exc
     try:
         source = load_model_source(cfg.model, seed=cfg.seed)
     except ValueError as exc:  # a model (or config field) we cannot run: the user's to fix, not a fault
@@ -84,7 +90,7 @@ def build_model(cfg: EngineConfig) -> BuiltModel:
         num_blocks: int | None = cfg.num_kv_blocks
     elif cfg.kv_cache_gb is not None or not on_gpu:
         kv_gb = cfg.kv_cache_gb if cfg.kv_cache_gb is not None else DEFAULT_CPU_KV_GB
-        num_blocks = blocks_for_memory(source.config, cfg.block_size, dtype, int(kv_gb * 2**30))
+        num_blocks = blocks_for_memory(source.config, cfg.block_size, kv_format, int(kv_gb * 2**30))
     else:
         num_blocks = None  # the runner sizes the pool from a memory profile (--gpu-memory-utilization)
     if num_blocks is not None and num_blocks < 2:
@@ -97,7 +103,9 @@ def build_model(cfg: EngineConfig) -> BuiltModel:
         mixed_graph_tokens=[t for t in MIXED_TOKEN_BUCKETS if t <= cfg.mixed_graph_max_tokens],
         gpu_memory_utilization=cfg.gpu_memory_utilization,
         max_model_len=cfg.max_model_len or source.config.max_position_embeddings,
+        kv_cache_dtype=cfg.kv_cache_dtype,
     )
+    log.info(runner.kv_cache.summary())
     num_blocks = runner.kv_cache.num_blocks
     max_model_len = resolve_max_model_len(
         cfg.max_model_len, source.config.max_position_embeddings, (num_blocks - 1) * cfg.block_size

@@ -22,7 +22,6 @@ from scheduler.kv_tiers.config import TierConfig
 
 log = logging.getLogger("ttft.build")
 
-KV_LAYOUT_VERSION = 1  # bump when a block's byte layout changes (gpu_stage/kv_cache.py)
 MIN_STAGING_SLOTS = 64  # host slots a disk-only tier stages its reads and writes in
 # Matrix rates for the first recompute-cost guess (2 FLOPs per parameter per token), before any
 # step is measured: an H200's bf16 dense rate, and what a small CPU's fp32 path reaches.
@@ -68,8 +67,9 @@ def build_tiers(cfg: EngineConfig, runner: ModelRunner) -> BuiltTiers:
         model = cfg.model or ""
         files = [] if model.startswith(DUMMY_PREFIX) else weight_files(cfg.model)
         identity = weights_identity(model or "default", cfg.seed, files)
-        fingerprint = model_fingerprint(identity, str(kv.dtype), kv.block_size, tuple(kv.block(0).shape),
-                                        KV_LAYOUT_VERSION)
+        # The KV format and its scale layout are in it: a block file of another format is a miss.
+        dtype_name, block_shape, layout_version = kv.fingerprint_fields()
+        fingerprint = model_fingerprint(identity, dtype_name, kv.block_size, block_shape, layout_version)
         store = DiskStore(Path(cfg.kv_disk_path), fingerprint, block_nbytes)  # type: ignore[arg-type]
         disk_blocks = store.scan()
     runner.kv_transfer = KvTransfer(kv, host_pool)

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 from ingress.limits import IngressLimits
 from scheduler.config import PREFILL_BACKLOG_STEPS
+from gpu_stage.kv.format import KV_CACHE_DTYPES
 from stages.options import option
 
 
@@ -28,6 +29,9 @@ class EngineConfig:
     # Tests and reproducible benchmarks size the pool in blocks.
     num_kv_blocks: int | None = option(None, "KV pool size in blocks (overrides --kv-cache-gb)")
     block_size: int = option(16, "tokens per KV block")
+    # 8-bit formats hold a bf16 scale per token and KV head beside the values (gpu_stage/kv/layout.py).
+    kv_cache_dtype: str = option("auto", "KV pool format: auto (the model's dtype), a float dtype, or 8 bits with a "
+                                         "scale per token and head (fp8 = fp8_e4m3)", choices=KV_CACHE_DTYPES)
     gpu_memory_utilization: float = option(0.9, "GPU: share of device memory for weights, activations and KV")
     attention_backend: str = option("auto", "auto: triton on a GPU, torch on CPU",
                                     choices=("auto", "triton", "torch"))

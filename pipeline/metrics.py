@@ -13,6 +13,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, ProcessColl
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from pipeline.health import EngineHealth
+from pipeline.metrics_kv import kv_cache_metrics
 from pipeline.metrics_tiers import tier_metrics
 from stages.trace import RequestTrace
 
@@ -117,6 +118,7 @@ class _EngineGauges:
         kv.add_metric(["used"], st.num_used_blocks)
         kv.add_metric(["cached"], st.num_cached_blocks)
         yield kv
+        yield from kv_cache_metrics(e.built.runner.kv_cache)
         reqs = GaugeMetricFamily("ttft_requests_in_flight", "Requests by state", labels=["state"])
         reqs.add_metric(["waiting"], st.num_waiting)
         reqs.add_metric(["running"], st.num_running)

@@ -6,7 +6,11 @@ Interface (a Triton backend provides the same functions):
                                      RoPE on q and k (ops.rope), then store_kv; -> (q, k) rotated
     forward(q, kv_layer, meta)       causal attention of the new queries over each sequence's context
 
-`kv_layer` is one layer's view of the pool, [num_blocks, 2, block_size, num_kv_heads, head_dim].
+`kv_layer` is one layer's view of the pool, [num_blocks, 2, block_size, num_kv_heads, head_dim], or
+an 8-bit pool's QuantKvLayer (gpu_stage/kv/layout.py): its K/V are quantized as they are stored
+and dequantized (kv_quant.py) as they are gathered, every read going through the cache, a fresh
+prefill's own keys included, so a prompt's output does not depend on how it was chunked. A plain
+pool of another float dtype than the model's is cast the same way.
 Every query attends to its own sequence's keys at positions <= its own (the earlier context is
 already in the cache: chunked prefill, prefix hits, decode). Grouped-query attention: q head h reads
 kv head h // (num_heads // num_kv_heads), as in HF's repeat_kv.
@@ -27,6 +31,8 @@ import torch.nn.functional as F
 
 from gpu_stage.attention.metadata import AttentionMetadata
 from gpu_stage.attention.window_masks import decode_window_mask, prefill_window_mask
+from gpu_stage.kv.layout import QuantKvLayer
+from gpu_stage.kv.quant import dequantize_rows, quantize_rows
 
 
 @dataclass
@@ -51,36 +57,77 @@ class _Plan:
     windowed: dict = field(default_factory=dict)  # sliding window -> this plan with its masks
 
 
+def _row_width(kv_layer: torch.Tensor) -> int:
+    """Elements of one token's K (or V) row: kv_heads * head_dim, or an 8-bit pool's row bytes."""
+    width = kv_layer[0, 0, 0].numel()
+    assert kv_layer.stride(2) == width and kv_layer[0, 0, 0].is_contiguous(), "token rows must be contiguous"
+    return width
+
+
 def _pool_rows(kv_layer: torch.Tensor) -> torch.Tensor:
     """A 2-D [num_rows, kv_heads * head_dim] view of the pool's storage starting at this layer, so
     that one token's K (or V) is one row and gathers are a single index_select of whole rows.
 
     Rows of other layers lie between this layer's blocks, but row indices relative to the layer's
     start are the same for every layer: the plan's indices are computed once and reused."""
-    num_blocks, _, block_size, num_kv_heads, head_dim = kv_layer.shape
-    width = num_kv_heads * head_dim
-    assert kv_layer.stride()[2:] == (width, head_dim, 1), "token rows must be contiguous"
+    num_blocks, block_size = kv_layer.shape[0], kv_layer.shape[2]
+    width = _row_width(kv_layer)
     num_rows = (num_blocks - 1) * (kv_layer.stride(0) // width) + kv_layer.stride(1) // width + block_size
     return kv_layer.as_strided((num_rows, width), (width, 1), kv_layer.storage_offset())
 
 
-def _get_plan(meta: AttentionMetadata, kv_layer: torch.Tensor) -> _Plan:
+class _DequantRows:
+    """An 8-bit layer's rows, gathered as the plain pool's are (index_select of whole rows), each
+    dequantized to `dtype`: [N, kv_heads * head_dim]."""
+
+    def __init__(self, layer: QuantKvLayer, dtype: torch.dtype) -> None:
+        self.rows, self.layer, self.dtype = _pool_rows(layer.rows), layer, dtype
+
+    def index_select(self, dim: int, index: torch.Tensor) -> torch.Tensor:
+        raw = self.rows.index_select(dim, index)
+        return dequantize_rows(raw, self.layer.num_kv_heads, self.layer.fmt, self.dtype)
+
+
+class _CastRows:
+    """A plain pool of another float dtype than the model's: rows gathered, then cast."""
+
+    def __init__(self, rows: torch.Tensor, dtype: torch.dtype) -> None:
+        self.rows, self.dtype = rows, dtype
+
+    def index_select(self, dim: int, index: torch.Tensor) -> torch.Tensor:
+        return self.rows.index_select(dim, index).to(self.dtype)
+
+
+def _read_rows(kv_layer: torch.Tensor | QuantKvLayer, dtype: torch.dtype):
+    """What forward gathers from: the plain pool's rows themselves, or rows that convert."""
+    if isinstance(kv_layer, QuantKvLayer):
+        return _DequantRows(kv_layer, dtype)
+    rows = _pool_rows(kv_layer)
+    return rows if rows.dtype == dtype else _CastRows(rows, dtype)
+
+
+def _get_plan(meta: AttentionMetadata, kv_layer: torch.Tensor | QuantKvLayer) -> _Plan:
     plan = meta.backend_plan
     if not isinstance(plan, _Plan):
-        plan = meta.backend_plan = _plan(meta, kv_layer)
+        plan = meta.backend_plan = _plan(meta, kv_layer.rows if isinstance(kv_layer, QuantKvLayer) else kv_layer)
     return plan
 
 
-def store_kv(kv_layer: torch.Tensor, k: torch.Tensor, v: torch.Tensor, meta: AttentionMetadata) -> None:
+def store_kv(kv_layer: torch.Tensor | QuantKvLayer, k: torch.Tensor, v: torch.Tensor, meta: AttentionMetadata) -> None:
     """k, v [T, num_kv_heads, head_dim] -> the cache slots of meta.slot_mapping."""
     plan = _get_plan(meta, kv_layer)
-    rows = _pool_rows(kv_layer)
     num_tokens = k.shape[0]
-    rows.index_copy_(0, plan.store_k_rows, k.reshape(num_tokens, -1))
-    rows.index_copy_(0, plan.store_k_rows + plan.v_delta, v.reshape(num_tokens, -1))
+    if isinstance(kv_layer, QuantKvLayer):
+        rows = _pool_rows(kv_layer.rows)
+        rows.index_copy_(0, plan.store_k_rows, quantize_rows(k, kv_layer.fmt))
+        rows.index_copy_(0, plan.store_k_rows + plan.v_delta, quantize_rows(v, kv_layer.fmt))
+        return
+    rows = _pool_rows(kv_layer)
+    rows.index_copy_(0, plan.store_k_rows, k.reshape(num_tokens, -1).to(rows.dtype))
+    rows.index_copy_(0, plan.store_k_rows + plan.v_delta, v.reshape(num_tokens, -1).to(rows.dtype))
 
 
-def rope_store_kv(kv_layer: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cos: torch.Tensor,
+def rope_store_kv(kv_layer: torch.Tensor | QuantKvLayer, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cos: torch.Tensor,
                   sin: torch.Tensor, meta: AttentionMetadata, ops) -> tuple[torch.Tensor, torch.Tensor]:
     """q [T, H, D], k/v [T, Hkv, D]: rotate q and k with ops.rope, store k and v; -> (q, k)."""
     q, k = ops.rope(q, k, cos, sin)
@@ -88,14 +135,15 @@ def rope_store_kv(kv_layer: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: t
     return q, k
 
 
-def forward(q: torch.Tensor, kv_layer: torch.Tensor, meta: AttentionMetadata, window: int | None = None) -> torch.Tensor:
+def forward(q: torch.Tensor, kv_layer: torch.Tensor | QuantKvLayer, meta: AttentionMetadata,
+            window: int | None = None) -> torch.Tensor:
     """q [T, num_heads, head_dim] -> out [T, num_heads, head_dim]. Call after store_kv. `window`:
     a sliding-window layer's (window_masks.py), None: the whole context."""
     plan = _get_plan(meta, kv_layer)
     if window is not None:
         plan = _windowed(plan, window, meta.block_tables.device)
-    rows = _pool_rows(kv_layer)  # [num_rows, kv_heads * head_dim]
-    num_kv_heads = kv_layer.shape[3]
+    rows = _read_rows(kv_layer, q.dtype)  # [num_rows, kv_heads * head_dim]
+    num_kv_heads = kv_layer.num_kv_heads if isinstance(kv_layer, QuantKvLayer) else kv_layer.shape[3]
     if plan.all_decode:
         return _decode(q, rows, num_kv_heads, plan)
     out = torch.empty_like(q)
@@ -146,7 +194,7 @@ def _windowed(plan: _Plan, window: int, device: torch.device) -> _Plan:
 def _plan(meta: AttentionMetadata, kv_layer: torch.Tensor) -> _Plan:
     device = meta.block_tables.device
     block_size = meta.block_size
-    width = kv_layer.shape[3] * kv_layer.shape[4]
+    width = _row_width(kv_layer)
     block_rows, v_delta = kv_layer.stride(0) // width, kv_layer.stride(1) // width
     query_lens, seq_lens = meta.query_lens_host, meta.seq_lens_host
     tables = meta.block_tables.to(torch.int64) * block_rows  # [B, max_num_blocks]: first row of each block

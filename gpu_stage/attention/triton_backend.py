@@ -13,6 +13,11 @@ chunks, prefix hits, decodes alongside) uses the general kernel, except that eag
 fresh prefills only, one of SDPA_MIN_TOKENS or more, go to torch's SDPA (cuDNN), one causal call
 per sequence. A sliding-window layer (`window` shorter than the step's longest sequence) always
 takes the kernels, which skip the key tiles before the window: SDPA's causal call has no window.
+
+An 8-bit pool (`kv_layer` a QuantKvLayer) is quantized by the store kernels and read by both
+attention kernels with the dequantization in registers. The SDPA path of fresh prefills attends to
+the step's own unquantized K/V (what it stored is quantized; every later read sees that), so a
+long fresh prompt's first token is computed as with a plain pool.
 """
 from __future__ import annotations
 
@@ -26,6 +31,7 @@ from gpu_stage.kernels import interpreting, num_sms
 from gpu_stage.kernels.kv_store import store_kv as _store_kv
 from gpu_stage.kernels.prefill_attention import prefill_attention
 from gpu_stage.kernels.rope_store import rope_store_kv_
+from gpu_stage.kv.layout import QuantKvLayer
 
 # Steps of fresh prefills, one at least this long, go to torch's SDPA (cuDNN on an H200). Per layer
 # at the Llama-3-8B shape (lab/chunk_attention.py, bench/results/20261130-NVIDIA-H200/s5-*): a
@@ -86,13 +92,13 @@ def _prefill_plan(meta: AttentionMetadata, q: torch.Tensor) -> TritonPlan:
     return TritonPlan(False, meta.num_seqs, None, sdpa_rows(meta.query_lens_host, meta.seq_lens_host))
 
 
-def store_kv(kv_layer: torch.Tensor, k: torch.Tensor, v: torch.Tensor, meta: AttentionMetadata) -> None:
+def store_kv(kv_layer: torch.Tensor | QuantKvLayer, k: torch.Tensor, v: torch.Tensor, meta: AttentionMetadata) -> None:
     """k, v [T, num_kv_heads, head_dim] -> the cache slots of meta.slot_mapping."""
     _store_kv(kv_layer, k, v, meta.slot_mapping)
     meta.fresh_kv = (k, v)
 
 
-def rope_store_kv(kv_layer: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cos: torch.Tensor,
+def rope_store_kv(kv_layer: torch.Tensor | QuantKvLayer, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cos: torch.Tensor,
                   sin: torch.Tensor, meta: AttentionMetadata, ops=None) -> tuple[torch.Tensor, torch.Tensor]:
     """q [T, H, D], k/v [T, Hkv, D] -> (q, k) rotated in place, k and v stored: one launch. `ops`
     is not used: the fused kernel does the Triton rope's arithmetic (the same roundings as torch's)."""
@@ -101,12 +107,14 @@ def rope_store_kv(kv_layer: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: t
     return q, k
 
 
-def forward(q: torch.Tensor, kv_layer: torch.Tensor, meta: AttentionMetadata, window: int | None = None) -> torch.Tensor:
+def forward(q: torch.Tensor, kv_layer: torch.Tensor | QuantKvLayer, meta: AttentionMetadata,
+            window: int | None = None) -> torch.Tensor:
     """q [T, num_heads, head_dim] -> out [T, num_heads, head_dim]. Call after store_kv. `window`:
     a sliding-window layer's (keys seen, the query's own included), None: the whole context."""
     plan = meta.backend_plan
     if not isinstance(plan, TritonPlan):
-        plan = meta.backend_plan = make_plan(meta, q, kv_layer.shape[3])
+        num_kv_heads = kv_layer.num_kv_heads if isinstance(kv_layer, QuantKvLayer) else kv_layer.shape[3]
+        plan = meta.backend_plan = make_plan(meta, q, num_kv_heads)
     if window is not None and window >= meta.max_seq_len:
         window = None  # no sequence of the step (a graph: of max_model_len) reaches past it
     if plan.decode_only:

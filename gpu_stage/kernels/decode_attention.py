@@ -11,6 +11,10 @@ normalised partial output and log-sum-exp (float32), and a second kernel combine
 Sliding window (`window`, NO_WINDOW for none): a sequence's context starts at seq_len - window,
 so the splits divide the window only and no tile before it is read.
 
+An 8-bit pool (QUANT): each K/V tile is loaded as its 8-bit values and converted to the query's
+dtype (exact), and the dequantization is a per-key multiply: a key's scale multiplies its score
+column after q @ k^T, a value's scale multiplies p's column before p @ v.
+
 Batch size 1 at 2k context on an H200: 8 kv heads alone would fill 8 of 132 SMs; 32 splits give 256
 programs. Batch 64: 512 programs already, one split, no reduction.
 """
@@ -24,7 +28,9 @@ import triton.language as tl
 
 from gpu_stage.kernels import interpreting, next_pow2
 from gpu_stage.kernels.common import dot_flags, mma
+from gpu_stage.kernels.kv_store import cache_args
 from gpu_stage.kernels.pdl import OFF, pdl_args
+from gpu_stage.kv.layout import QuantKvLayer
 
 LOG2E = 1.4426950408889634
 GPU_CONFIG = {"BLOCK_N": 64, "num_warps": 4, "num_stages": 2}
@@ -47,9 +53,10 @@ def _decode_kernel(
     stride_c_block, stride_c_kv, stride_c_tok, stride_c_head, stride_bt,
     block_size, num_heads,
     window,
+    scale_ptr, stride_s_block, stride_s_kv, stride_s_tok,
     GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_H: tl.constexpr,
     BLOCK_N: tl.constexpr, NUM_SPLITS: tl.constexpr, IEEE: tl.constexpr, UPCAST: tl.constexpr,
-    USE_PDL: tl.constexpr,
+    USE_PDL: tl.constexpr, QUANT: tl.constexpr,
 ):
     if USE_PDL:  # see pdl.py: every program waits, also a split past the end of its sequence
         tl.extra.cuda.gdc_launch_dependents()
@@ -82,13 +89,24 @@ def _decode_kernel(
         kv_mask = pos_ok[:, None] & d_ok[None, :]
         k = tl.load(kv_ptr + row_off[:, None] + d[None, :], mask=kv_mask, other=0.0)
         v = tl.load(kv_ptr + stride_c_kv + row_off[:, None] + d[None, :], mask=kv_mask, other=0.0)
+        if QUANT:  # 8-bit codes -> float32 (exact) first: the interpreter cannot convert int8 to bf16
+            k, v = k.to(tl.float32), v.to(tl.float32)
+        k, v = k.to(q.dtype), v.to(q.dtype)  # a no-op for a plain pool of the model dtype
         s = mma(q, tl.trans(k), IEEE, UPCAST)
+        if QUANT:  # [BLOCK_N] scales of this tile's keys and values (0 past the end)
+            s_off = block * stride_s_block + (pos % block_size) * stride_s_tok + kv_head
+            k_scale = tl.load(scale_ptr + s_off, mask=pos_ok, other=0.0).to(tl.float32)
+            v_scale = tl.load(scale_ptr + stride_s_kv + s_off, mask=pos_ok, other=0.0).to(tl.float32)
+            s = s * k_scale[None, :]
         s = tl.where(pos_ok[None, :], s * sm_scale_log2, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, 1))
         alpha = tl.exp2(m_i - m_new)
         p = tl.exp2(s - m_new[:, None])
         l_i = l_i * alpha + tl.sum(p, 1)
-        pv = mma(p.to(v.dtype), v, IEEE, UPCAST)
+        if QUANT:
+            pv = mma((p * v_scale[None, :]).to(v.dtype), v, IEEE, UPCAST)
+        else:
+            pv = mma(p.to(v.dtype), v, IEEE, UPCAST)
         acc = acc * alpha[:, None] + pv
         m_i = m_new
     nonempty = l_i > 0
@@ -156,7 +174,7 @@ class DecodeWorkspace:
 
 def decode_attention(
     q: torch.Tensor,  # [B, num_heads, head_dim]: one query per sequence, row b = sequence b
-    kv_layer: torch.Tensor,  # [num_blocks, 2, block_size, kv_heads, head_dim]
+    kv_layer: torch.Tensor | QuantKvLayer,  # [num_blocks, 2, block_size, kv_heads, head_dim]
     seq_lens: torch.Tensor,  # [B] int32
     block_tables: torch.Tensor,  # [B, W] int32
     workspace: DecodeWorkspace,
@@ -165,20 +183,22 @@ def decode_attention(
     window: int | None = None,  # sliding window: keys seen, the query's own included
 ) -> torch.Tensor:
     num_seqs, num_heads, head_dim = q.shape
-    num_kv_heads, block_size = kv_layer.shape[3], kv_layer.shape[2]
+    (cache, *scale_args), quant = cache_args(kv_layer)
+    num_kv_heads, block_size = cache.shape[3], cache.shape[2]
     group = num_heads // num_kv_heads
     cfg = dict(config or (INTERPRETER_CONFIG if interpreting() else GPU_CONFIG))
     num_splits = workspace.num_splits
     out = torch.empty_like(q) if out is None else out
-    assert q.stride(-1) == 1 and kv_layer.stride(-1) == 1 and out.stride(-1) == 1
+    assert q.stride(-1) == 1 and cache.stride(-1) == 1 and out.stride(-1) == 1
     block_d = max(16, next_pow2(head_dim))
     _decode_kernel[(num_seqs, num_kv_heads, num_splits)](
-        q, kv_layer, out, workspace.part_out, workspace.part_lse, seq_lens, block_tables,
+        q, cache, out, workspace.part_out, workspace.part_lse, seq_lens, block_tables,
         LOG2E / math.sqrt(head_dim),
         q.stride(0), q.stride(1), out.stride(0), out.stride(1),
-        kv_layer.stride(0), kv_layer.stride(1), kv_layer.stride(2), kv_layer.stride(3),
+        cache.stride(0), cache.stride(1), cache.stride(2), cache.stride(3),
         block_tables.stride(0), block_size, num_heads,
         NO_WINDOW if window is None else window,
+        *scale_args, QUANT=quant["QUANT"],
         GROUP=group, HEAD_DIM=head_dim, BLOCK_D=block_d, BLOCK_H=max(16, next_pow2(group)),
         BLOCK_N=cfg.pop("BLOCK_N"), NUM_SPLITS=num_splits, **dot_flags(q.dtype), **cfg,
         **decode_pdl_args(q, num_splits),

@@ -5,6 +5,9 @@ with arbitrary strides for the first two dimensions (other layers sit between bl
 block_id * block_size + offset; a negative slot skips its token (padding rows of a CUDA graph may
 use that; the null block 0 works too). Block offsets are computed in int64: at 8B-model shapes a
 block's stride times 30k blocks overflows int32.
+
+An 8-bit pool (QUANT, gpu_stage/kv/layout.py) gets each token-head's values divided by its scale
+(amax / qmax, in bfloat16) and rounded (kernels/kv_quant.py), and the scale beside them.
 """
 from __future__ import annotations
 
@@ -13,6 +16,8 @@ import triton
 import triton.language as tl
 
 from gpu_stage.kernels import next_pow2
+from gpu_stage.kernels.kv_quant import kv_quantize, kv_scale, quant_constexprs
+from gpu_stage.kv.layout import QuantKvLayer
 
 
 @triton.jit
@@ -21,7 +26,9 @@ def _store_kv_kernel(
     stride_k_t, stride_k_h, stride_v_t, stride_v_h,
     stride_c_block, stride_c_kv, stride_c_tok, stride_c_head,
     block_size, num_kv_heads,
+    scale_ptr, stride_s_block, stride_s_kv, stride_s_tok,
     HEAD_DIM: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr,
+    QUANT: tl.constexpr, FMT: tl.constexpr, QMAX: tl.constexpr, MBITS: tl.constexpr, EMIN: tl.constexpr,
 ):
     t = tl.program_id(0).to(tl.int64)
     slot = tl.load(slot_ptr + t).to(tl.int64)
@@ -31,25 +38,50 @@ def _store_kv_kernel(
     slot = tl.maximum(slot, 0)
     block = slot // block_size
     offset = slot % block_size
-    k = tl.load(k_ptr + t * stride_k_t + h * stride_k_h + d, mask=mask)
-    v = tl.load(v_ptr + t * stride_v_t + h * stride_v_h + d, mask=mask)
+    k = tl.load(k_ptr + t * stride_k_t + h * stride_k_h + d, mask=mask, other=0.0)
+    v = tl.load(v_ptr + t * stride_v_t + h * stride_v_h + d, mask=mask, other=0.0)
     dst = cache_ptr + block * stride_c_block + offset * stride_c_tok + h * stride_c_head + d
+    if QUANT:
+        heads = tl.arange(0, BLOCK_H)
+        s_mask = (heads < num_kv_heads) & ((heads * 0 + slot) >= 0)
+        s_dst = scale_ptr + block * stride_s_block + offset * stride_s_tok + heads
+        k = k.to(tl.float32)
+        v = v.to(tl.float32)
+        k_scale = kv_scale(tl.max(tl.abs(k), 1), QMAX)  # [BLOCK_H]
+        v_scale = kv_scale(tl.max(tl.abs(v), 1), QMAX)
+        k = kv_quantize(k, k_scale[:, None], QMAX, FMT, MBITS, EMIN)
+        v = kv_quantize(v, v_scale[:, None], QMAX, FMT, MBITS, EMIN)
+        tl.store(s_dst, k_scale.to(scale_ptr.dtype.element_ty), mask=s_mask)
+        tl.store(s_dst + stride_s_kv, v_scale.to(scale_ptr.dtype.element_ty), mask=s_mask)
     tl.store(dst, k.to(cache_ptr.dtype.element_ty), mask=mask)
     tl.store(dst + stride_c_kv, v.to(cache_ptr.dtype.element_ty), mask=mask)
 
 
-def store_kv(kv_layer: torch.Tensor, k: torch.Tensor, v: torch.Tensor, slot_mapping: torch.Tensor) -> None:
+def cache_args(kv_layer: torch.Tensor | QuantKvLayer) -> tuple[tuple, dict]:
+    """(values view, scales view and scale strides (block, kv, token)) and the QUANT constexprs of
+    a layer, for the kernels that store into or read the pool. A plain layer passes itself as the
+    (unused) scales pointer."""
+    if isinstance(kv_layer, QuantKvLayer):
+        s = kv_layer.scales
+        assert s.stride(3) == 1
+        return (kv_layer.data, s, s.stride(0), s.stride(1), s.stride(2)), quant_constexprs(kv_layer.fmt.name)
+    return (kv_layer, kv_layer, 0, 0, 0), quant_constexprs(None)
+
+
+def store_kv(kv_layer: torch.Tensor | QuantKvLayer, k: torch.Tensor, v: torch.Tensor,
+             slot_mapping: torch.Tensor) -> None:
     """k, v [T, kv_heads, head_dim] (last dim contiguous) -> kv_layer at slot_mapping [T]."""
     num_tokens, num_kv_heads, head_dim = k.shape
     if num_tokens == 0:
         return
-    assert kv_layer.stride(-1) == 1 and k.stride(-1) == 1 and v.stride(-1) == 1
+    (cache, *scale_args), quant = cache_args(kv_layer)
+    assert cache.stride(-1) == 1 and k.stride(-1) == 1 and v.stride(-1) == 1
     assert slot_mapping.shape[0] >= num_tokens
     _store_kv_kernel[(num_tokens,)](
-        k, v, kv_layer, slot_mapping,
+        k, v, cache, slot_mapping,
         k.stride(0), k.stride(1), v.stride(0), v.stride(1),
-        kv_layer.stride(0), kv_layer.stride(1), kv_layer.stride(2), kv_layer.stride(3),
-        kv_layer.shape[2], num_kv_heads,
+        cache.stride(0), cache.stride(1), cache.stride(2), cache.stride(3),
+        cache.shape[2], num_kv_heads, *scale_args,
         HEAD_DIM=head_dim, BLOCK_H=next_pow2(num_kv_heads), BLOCK_D=next_pow2(head_dim),
-        num_warps=4,
+        num_warps=4, **quant,
     )

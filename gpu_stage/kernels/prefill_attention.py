@@ -13,6 +13,9 @@ Grid without host syncs: sequence i's tiles are numbered from cu_seqlens_q[i] //
 T // BLOCK_Q + num_seqs programs (host-known numbers) cover every sequence; a program finds its
 sequence by binary search over cu_seqlens_q and exits when its tile lies past the sequence's queries.
 
+An 8-bit pool (QUANT) is read as decode_attention.py reads it: values converted to the query's
+dtype in registers, a key's scale on its score column, a value's on p's column.
+
 Keys come from the paged cache only (store_kv runs first): positions [0, seq_len), where the last
 query_len positions are this step's tokens. Keys every row of the tile may see run without a mask;
 the diagonal tiles apply the causal mask. Softmax in base 2 with float32 statistics.
@@ -34,6 +37,8 @@ import triton.language as tl
 from gpu_stage.kernels import interpreting, next_pow2
 from gpu_stage.kernels.common import dot_flags, mma
 from gpu_stage.kernels.decode_attention import NO_WINDOW
+from gpu_stage.kernels.kv_store import cache_args
+from gpu_stage.kv.layout import QuantKvLayer
 
 LOG2E = 1.4426950408889634
 # (BLOCK_M, BLOCK_N, num_warps, num_stages); bench/gpu_kernels.py sweeps alternatives on the GPU.
@@ -46,7 +51,7 @@ def _attend_tile(
     q, acc, m_i, l_i, kv_ptr, bt_row_ptr, start, kv_end, q_pos, d, d_ok, stride_c_block, stride_c_kv,
     stride_c_tok, kv_head_off, block_size,
     BLOCK_N: tl.constexpr, CAUSAL_MASK: tl.constexpr, IEEE: tl.constexpr, UPCAST: tl.constexpr,
-    sm_scale_log2, window,
+    sm_scale_log2, window, scale_ptr, stride_s_block, stride_s_kv, stride_s_tok, kv_head, QUANT: tl.constexpr,
 ):
     pos = start + tl.arange(0, BLOCK_N)  # [BLOCK_N] key positions
     pos_ok = pos < kv_end
@@ -55,7 +60,15 @@ def _attend_tile(
     kv_mask = pos_ok[:, None] & d_ok[None, :]
     k = tl.load(kv_ptr + row_off[:, None] + d[None, :], mask=kv_mask, other=0.0)  # [BLOCK_N, BLOCK_D]
     v = tl.load(kv_ptr + stride_c_kv + row_off[:, None] + d[None, :], mask=kv_mask, other=0.0)
+    if QUANT:  # 8-bit codes -> float32 (exact) first: the interpreter cannot convert int8 to bf16
+        k, v = k.to(tl.float32), v.to(tl.float32)
+    k, v = k.to(q.dtype), v.to(q.dtype)  # a no-op for a plain pool of the model dtype
     s = mma(q, tl.trans(k), IEEE, UPCAST)
+    if QUANT:  # [BLOCK_N] scales of this tile's keys and values (0 past the end)
+        s_off = block * stride_s_block + (pos % block_size) * stride_s_tok + kv_head
+        k_scale = tl.load(scale_ptr + s_off, mask=pos_ok, other=0.0).to(tl.float32)
+        v_scale = tl.load(scale_ptr + stride_s_kv + s_off, mask=pos_ok, other=0.0).to(tl.float32)
+        s = s * k_scale[None, :]
     s = s * sm_scale_log2  # [BLOCK_M, BLOCK_N], log2 domain
     if CAUSAL_MASK:
         seen = (pos[None, :] <= q_pos[:, None]) & (pos[None, :] > q_pos[:, None] - window)
@@ -67,7 +80,10 @@ def _attend_tile(
     alpha = tl.exp2(m_i - m_ref)
     p = tl.exp2(s - m_ref[:, None])
     l_i = l_i * alpha + tl.sum(p, 1)
-    pv = mma(p.to(v.dtype), v, IEEE, UPCAST)
+    if QUANT:
+        pv = mma((p * v_scale[None, :]).to(v.dtype), v, IEEE, UPCAST)
+    else:
+        pv = mma(p.to(v.dtype), v, IEEE, UPCAST)
     acc = acc * alpha[:, None] + pv
     return acc, m_new, l_i
 
@@ -84,9 +100,10 @@ def _prefill_attention_kernel(
     stride_c_block, stride_c_kv, stride_c_tok, stride_c_head, stride_bt,
     block_size,
     window,
+    scale_ptr, stride_s_block, stride_s_kv, stride_s_tok,
     GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_N: tl.constexpr,
-    IEEE: tl.constexpr, UPCAST: tl.constexpr,
+    IEEE: tl.constexpr, UPCAST: tl.constexpr, QUANT: tl.constexpr,
 ):
     tile = tl.program_id(0)
     kv_head = tl.program_id(1)
@@ -132,15 +149,18 @@ def _prefill_attention_kernel(
         for start in range(lo, mid_lo, BLOCK_N):
             acc, m_i, l_i = _attend_tile(
                 q, acc, m_i, l_i, kv_ptr, bt_row_ptr, start, kv_end, q_pos, d, d_ok, stride_c_block,
-                stride_c_kv, stride_c_tok, kv_head_off, block_size, BLOCK_N, True, IEEE, UPCAST, sm_scale_log2, window)
+                stride_c_kv, stride_c_tok, kv_head_off, block_size, BLOCK_N, True, IEEE, UPCAST, sm_scale_log2, window,
+                scale_ptr, stride_s_block, stride_s_kv, stride_s_tok, kv_head, QUANT)
         for start in range(mid_lo, full_end, BLOCK_N):
             acc, m_i, l_i = _attend_tile(
                 q, acc, m_i, l_i, kv_ptr, bt_row_ptr, start, kv_end, q_pos, d, d_ok, stride_c_block,
-                stride_c_kv, stride_c_tok, kv_head_off, block_size, BLOCK_N, False, IEEE, UPCAST, sm_scale_log2, window)
+                stride_c_kv, stride_c_tok, kv_head_off, block_size, BLOCK_N, False, IEEE, UPCAST, sm_scale_log2, window,
+                scale_ptr, stride_s_block, stride_s_kv, stride_s_tok, kv_head, QUANT)
         for start in range(full_end, kv_end, BLOCK_N):
             acc, m_i, l_i = _attend_tile(
                 q, acc, m_i, l_i, kv_ptr, bt_row_ptr, start, kv_end, q_pos, d, d_ok, stride_c_block,
-                stride_c_kv, stride_c_tok, kv_head_off, block_size, BLOCK_N, True, IEEE, UPCAST, sm_scale_log2, window)
+                stride_c_kv, stride_c_tok, kv_head_off, block_size, BLOCK_N, True, IEEE, UPCAST, sm_scale_log2, window,
+                scale_ptr, stride_s_block, stride_s_kv, stride_s_tok, kv_head, QUANT)
         out = acc / l_i[:, None]
         tl.store(out_ptr + q_rows[:, None] * stride_o_t + head[:, None] * stride_o_h + d[None, :],
                  out.to(out_ptr.dtype.element_ty), mask=q_mask)
@@ -152,7 +172,7 @@ def num_tiles(num_tokens: int, num_seqs: int, block_q: int) -> int:
 
 def prefill_attention(
     q: torch.Tensor,  # [T, num_heads, head_dim]
-    kv_layer: torch.Tensor,  # [num_blocks, 2, block_size, kv_heads, head_dim]
+    kv_layer: torch.Tensor | QuantKvLayer,  # [num_blocks, 2, block_size, kv_heads, head_dim]
     cu_seqlens_q: torch.Tensor,  # [B + 1] int32
     seq_lens: torch.Tensor,  # [B] int32
     block_tables: torch.Tensor,  # [B, W] int32
@@ -163,21 +183,23 @@ def prefill_attention(
 ) -> torch.Tensor:
     """-> out [T, num_heads, head_dim]; rows outside every sequence are left unwritten."""
     num_tokens, num_heads, head_dim = q.shape
-    num_kv_heads, block_size = kv_layer.shape[3], kv_layer.shape[2]
+    (cache, *scale_args), quant = cache_args(kv_layer)
+    num_kv_heads, block_size = cache.shape[3], cache.shape[2]
     group = num_heads // num_kv_heads
     cfg = dict(config or (INTERPRETER_CONFIG if interpreting() else GPU_CONFIG))
     block_m = max(cfg.pop("BLOCK_M"), next_pow2(group))
     block_q = block_m // group
     out = torch.empty_like(q) if out is None else out
-    assert q.stride(-1) == 1 and kv_layer.stride(-1) == 1 and out.stride(-1) == 1
+    assert q.stride(-1) == 1 and cache.stride(-1) == 1 and out.stride(-1) == 1
     grid = (num_tiles(num_tokens, num_seqs, block_q), num_kv_heads)
     _prefill_attention_kernel[grid](
-        q, kv_layer, out, cu_seqlens_q, seq_lens, block_tables,
+        q, cache, out, cu_seqlens_q, seq_lens, block_tables,
         LOG2E / math.sqrt(head_dim), num_seqs,
         q.stride(0), q.stride(1), out.stride(0), out.stride(1),
-        kv_layer.stride(0), kv_layer.stride(1), kv_layer.stride(2), kv_layer.stride(3),
+        cache.stride(0), cache.stride(1), cache.stride(2), cache.stride(3),
         block_tables.stride(0), block_size,
         NO_WINDOW if window is None else window,
+        *scale_args, QUANT=quant["QUANT"],
         GROUP=group, HEAD_DIM=head_dim, BLOCK_D=max(16, next_pow2(head_dim)), BLOCK_M=block_m,
         BLOCK_Q=block_q, BLOCK_N=cfg.pop("BLOCK_N"), **dot_flags(q.dtype), **cfg,
     )

@@ -6,7 +6,8 @@ x * cos + rotate_half(x) * sin with a rounding after each product and after the 
 rounds at the same places. q and k may be strided views of the fused qkv output.
 
 `rope_store_kv_` also writes the rotated k and v to their paged-cache slots (kv_store.py's layout
-and slot rules) in the same program: one kernel per layer instead of two.
+and slot rules) in the same program: one kernel per layer instead of two; into an 8-bit pool
+quantized as kv_store.py does (the rotated k as rounded to the model dtype, then quantized).
 """
 from __future__ import annotations
 
@@ -15,7 +16,10 @@ import triton
 import triton.language as tl
 
 from gpu_stage.kernels import next_pow2
+from gpu_stage.kernels.kv_quant import kv_quantize, kv_scale, quant_constexprs
+from gpu_stage.kernels.kv_store import cache_args
 from gpu_stage.kernels.pdl import pdl_args
+from gpu_stage.kv.layout import QuantKvLayer
 
 
 @triton.jit
@@ -43,8 +47,10 @@ def _rope_kernel(
     num_heads, num_kv_heads,
     v_ptr, cache_ptr, slot_ptr, stride_v_t, stride_v_h, stride_c_block, stride_c_kv, stride_c_tok,
     stride_c_head, block_size,
+    scale_ptr, stride_s_block, stride_s_kv, stride_s_tok,
     HALF: tl.constexpr, BLOCK_HALF: tl.constexpr, BLOCK_HQ: tl.constexpr, BLOCK_HK: tl.constexpr,
     STORE: tl.constexpr, USE_PDL: tl.constexpr,
+    QUANT: tl.constexpr, FMT: tl.constexpr, QMAX: tl.constexpr, MBITS: tl.constexpr, EMIN: tl.constexpr,
 ):
     if USE_PDL:  # see pdl.py
         tl.extra.cuda.gdc_launch_dependents()
@@ -61,17 +67,44 @@ def _rope_kernel(
     k_mask = (hk < num_kv_heads) & j_ok[None, :]
     k1, k2 = _rotate(k_ptr + t * stride_k_t + hk * stride_k_h + j[None, :], cos, sin, k_mask, HALF)
     if STORE:  # a negative slot skips the token (padding rows)
-        slot = tl.load(slot_ptr + t).to(tl.int64)
-        mask = k_mask & ((hk * 0 + slot) >= 0)
-        slot = tl.maximum(slot, 0)
+        raw_slot = tl.load(slot_ptr + t).to(tl.int64)
+        mask = k_mask & ((hk * 0 + raw_slot) >= 0)
+        slot = tl.maximum(raw_slot, 0)
         dst = (cache_ptr + (slot // block_size) * stride_c_block + (slot % block_size) * stride_c_tok
                + hk * stride_c_head + j[None, :])
         elem = cache_ptr.dtype.element_ty
-        tl.store(dst, k1.to(elem), mask=mask)
-        tl.store(dst + HALF, k2.to(elem), mask=mask)
         v_row = v_ptr + t * stride_v_t + hk * stride_v_h + j[None, :]
-        tl.store(dst + stride_c_kv, tl.load(v_row, mask=mask).to(elem), mask=mask)
-        tl.store(dst + stride_c_kv + HALF, tl.load(v_row + HALF, mask=mask).to(elem), mask=mask)
+        if QUANT:
+            _store_quantized(k1, k2, tl.load(v_row, mask=mask, other=0.0), tl.load(v_row + HALF, mask=mask, other=0.0),
+                             dst, stride_c_kv, mask, scale_ptr + (slot // block_size) * stride_s_block
+                             + (slot % block_size) * stride_s_tok, stride_s_kv, raw_slot, num_kv_heads,
+                             HALF, BLOCK_HK, QMAX, FMT, MBITS, EMIN)
+        else:
+            tl.store(dst, k1.to(elem), mask=mask)
+            tl.store(dst + HALF, k2.to(elem), mask=mask)
+            tl.store(dst + stride_c_kv, tl.load(v_row, mask=mask).to(elem), mask=mask)
+            tl.store(dst + stride_c_kv + HALF, tl.load(v_row + HALF, mask=mask).to(elem), mask=mask)
+
+
+@triton.jit
+def _store_quantized(k1, k2, v1, v2, dst, stride_c_kv, mask, s_dst, stride_s_kv, raw_slot, num_kv_heads,
+                     HALF: tl.constexpr, BLOCK_HK: tl.constexpr, QMAX: tl.constexpr, FMT: tl.constexpr,
+                     MBITS: tl.constexpr, EMIN: tl.constexpr):
+    """Both halves of each head's rotated k (and of v) under one scale per token-head."""
+    elem = dst.dtype.element_ty
+    heads = tl.arange(0, BLOCK_HK)
+    s_mask = (heads < num_kv_heads) & ((heads * 0 + raw_slot) >= 0)
+    k1, k2 = k1.to(tl.float32), k2.to(tl.float32)
+    v1, v2 = v1.to(tl.float32), v2.to(tl.float32)
+    k_scale = kv_scale(tl.maximum(tl.max(tl.abs(k1), 1), tl.max(tl.abs(k2), 1)), QMAX)  # [BLOCK_HK]
+    v_scale = kv_scale(tl.maximum(tl.max(tl.abs(v1), 1), tl.max(tl.abs(v2), 1)), QMAX)
+    tl.store(dst, kv_quantize(k1, k_scale[:, None], QMAX, FMT, MBITS, EMIN).to(elem), mask=mask)
+    tl.store(dst + HALF, kv_quantize(k2, k_scale[:, None], QMAX, FMT, MBITS, EMIN).to(elem), mask=mask)
+    tl.store(dst + stride_c_kv, kv_quantize(v1, v_scale[:, None], QMAX, FMT, MBITS, EMIN).to(elem), mask=mask)
+    tl.store(dst + stride_c_kv + HALF, kv_quantize(v2, v_scale[:, None], QMAX, FMT, MBITS, EMIN).to(elem),
+             mask=mask)
+    tl.store(s_dst + heads, k_scale.to(s_dst.dtype.element_ty), mask=s_mask)
+    tl.store(s_dst + stride_s_kv + heads, v_scale.to(s_dst.dtype.element_ty), mask=s_mask)
 
 
 def rope_(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -81,9 +114,10 @@ def rope_(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
 
 
 def rope_store_kv_(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-                   kv_layer: torch.Tensor, slot_mapping: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+                   kv_layer: torch.Tensor | QuantKvLayer,
+                   slot_mapping: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """rope_(q, k, cos, sin), then the rotated k and v [T, Hkv, D] to kv_layer at slot_mapping [T]."""
-    assert kv_layer.stride(-1) == 1 and v.stride(-1) == 1 and slot_mapping.shape[0] >= q.shape[0]
+    assert v.stride(-1) == 1 and slot_mapping.shape[0] >= q.shape[0]
     _launch(q, k, cos, sin, v, kv_layer, slot_mapping)
     return q, k
 
@@ -96,13 +130,15 @@ def _launch(q, k, cos, sin, v, kv_layer, slot_mapping) -> None:
     half = head_dim // 2
     store = kv_layer is not None
     if store:
-        cache_args = (v, kv_layer, slot_mapping, v.stride(0), v.stride(1), kv_layer.stride(0), kv_layer.stride(1),
-                      kv_layer.stride(2), kv_layer.stride(3), kv_layer.shape[2])
+        (cache, *scale_args), quant = cache_args(kv_layer)
+        assert cache.stride(-1) == 1
+        store_args = (v, cache, slot_mapping, v.stride(0), v.stride(1), cache.stride(0), cache.stride(1),
+                      cache.stride(2), cache.stride(3), cache.shape[2], *scale_args)
     else:  # unused pointers (STORE=False): any tensor will do
-        cache_args = (k, k, cos, 0, 0, 0, 0, 0, 0, 1)
+        store_args, quant = (k, k, cos, 0, 0, 0, 0, 0, 0, 1, k, 0, 0, 0), quant_constexprs(None)
     _rope_kernel[(num_tokens,)](
         q, k, cos, sin, q.stride(0), q.stride(1), k.stride(0), k.stride(1), cos.stride(0),
-        num_heads, k.shape[1], *cache_args,
+        num_heads, k.shape[1], *store_args,
         HALF=half, BLOCK_HALF=next_pow2(half), BLOCK_HQ=next_pow2(num_heads), BLOCK_HK=next_pow2(k.shape[1]),
-        STORE=store, num_warps=4, **pdl_args(q),
+        STORE=store, num_warps=4, **pdl_args(q), **quant,
     )

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from gpu_stage.kv_cache import KvCache
+from gpu_stage.kv.cache import KvCache
 from gpu_stage.kv_tiers.host_pool import HostKvPool
 from stages.messages import KvTransferOps
 

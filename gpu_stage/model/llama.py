@@ -25,7 +25,7 @@ from torch import nn
 
 from gpu_stage.attention import torch_backend
 from gpu_stage.attention.metadata import AttentionMetadata, rows_metadata
-from gpu_stage.kv_cache import KvCache
+from gpu_stage.kv.cache import KvCache
 from gpu_stage.model.config import ModelConfig
 from gpu_stage.model.rotary import RotaryEmbedding, token_seq_lens
 from gpu_stage.model.torch_ops import TorchOps

@@ -8,7 +8,7 @@ pytest.importorskip("transformers")
 
 from bench.baselines.hf_weights import build_hf_model, dummy_preset_name, resolve_device_dtype  # noqa: E402
 from gpu_stage.attention.metadata import build_metadata  # noqa: E402
-from gpu_stage.kv_cache import KvCache  # noqa: E402
+from gpu_stage.kv.cache import KvCache  # noqa: E402
 from gpu_stage.loaders.dummy_loader import dummy_preset, dummy_state_dict  # noqa: E402
 from gpu_stage.model.llama import LlamaForCausalLM  # noqa: E402
 

@@ -13,7 +13,7 @@ from tiny_hf_models import hf_model, model_config
 
 from gpu_stage.attention import get_attention_backend
 from gpu_stage.attention.metadata import build_metadata
-from gpu_stage.kv_cache import KvCache
+from gpu_stage.kv.cache import KvCache
 from gpu_stage.model import get_layer_ops
 from gpu_stage.model.llama import LlamaForCausalLM
 

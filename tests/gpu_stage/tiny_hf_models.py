@@ -6,7 +6,7 @@ import random
 import torch
 
 from gpu_stage.attention.metadata import build_metadata
-from gpu_stage.kv_cache import KvCache
+from gpu_stage.kv.cache import KvCache
 from gpu_stage.model.config import ModelConfig
 from gpu_stage.model.llama import LlamaForCausalLM
 

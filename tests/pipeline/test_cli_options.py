@@ -22,6 +22,8 @@ FLAGS = """--model --served-model-name --seed --host --port --uds --device --dty
 --kv-disk-gb --kv-offload-early --no-kv-offload-early --request-timeout-s --stream-stall-timeout-s
 --shutdown-grace-s --body-read-timeout-s --max-connections --max-n --max-body-bytes --max-prompt-chars
 --max-tokens-cap --max-stop-strings --cpu-threads --api-key --protect-metrics --profile-dir --log-level""".split()
+# Flags added since, one issue each.
+FLAGS += ["--kv-cache-dtype"]  # issue 23
 
 
 def parser() -> argparse.ArgumentParser:

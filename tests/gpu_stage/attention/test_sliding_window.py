@@ -12,7 +12,7 @@ from exactness import FP32_GAP, ExactnessReport, compare_runs
 from tiny_hf_models import PagedSequence, hf_model, model_config, our_model
 
 from gpu_stage.attention.metadata import build_metadata
-from gpu_stage.kv_cache import KvCache
+from gpu_stage.kv.cache import KvCache
 from gpu_stage.model.llama import LlamaForCausalLM
 
 SMALL = dict(num_hidden_layers=3, max_position_embeddings=256)

@@ -134,7 +134,7 @@ def test_model_with_triton_backend_matches_transformers_past_the_window(arch: st
 
     from gpu_stage.attention import get_attention_backend
     from gpu_stage.attention.metadata import build_metadata
-    from gpu_stage.kv_cache import KvCache
+    from gpu_stage.kv.cache import KvCache
     from gpu_stage.model import get_layer_ops
     from gpu_stage.model.llama import LlamaForCausalLM
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import gpu_stage.kv_tiers.host_pool as host_pool_module
-from gpu_stage.kv_cache import KvCache
+from gpu_stage.kv.cache import KvCache
 from gpu_stage.kv_tiers.host_pool import HostKvPool
 from gpu_stage.kv_tiers.transfer import KvTransfer, NoTransfer, runs
 from gpu_stage.model.config import ModelConfig

@@ -85,7 +85,7 @@ def test_chunked_prefill_and_decode_equal_one_shot() -> None:
 def test_batched_sequences_equal_alone() -> None:
     """Two sequences in one forward (one prefilling, one decoding) give their solo logits."""
     from gpu_stage.attention.metadata import build_metadata
-    from gpu_stage.kv_cache import KvCache
+    from gpu_stage.kv.cache import KvCache
 
     ours = our_model(hf_model("llama"))
     p1, p2 = _prompt(13, 1), _prompt(9, 2)
@@ -109,7 +109,7 @@ def test_last_layer_on_sampled_rows_only_equals_the_full_forward(rows: list[int]
     """Naming the sampled rows lets the last layer compute only them (any rows, any order: a
     chunk's first row, a mid-prompt row), with the same logits and the same K/V stored."""
     from gpu_stage.attention.metadata import build_metadata
-    from gpu_stage.kv_cache import KvCache
+    from gpu_stage.kv.cache import KvCache
 
     from gpu_stage.model.torch_ops import TorchOps
 

@@ -10,7 +10,7 @@ pytest.importorskip("triton")
 
 from gpu_stage.attention import get_attention_backend  # noqa: E402
 from gpu_stage.attention.metadata import build_metadata  # noqa: E402
-from gpu_stage.kv_cache import KvCache  # noqa: E402
+from gpu_stage.kv.cache import KvCache  # noqa: E402
 from gpu_stage.loaders.model_source import ModelSource  # noqa: E402
 from gpu_stage.model import get_layer_ops  # noqa: E402
 from gpu_stage.model.llama import LlamaForCausalLM  # noqa: E402
@@ -56,7 +56,8 @@ def test_model_logits_triton_equal_torch(name_sampled_rows: bool) -> None:
     assert float(torch.linalg.norm(got - ref) / torch.linalg.norm(ref)) < 1e-5
 
 
-def test_runner_triton_backend_matches_torch_backend() -> None:
+@pytest.mark.parametrize("kv_cache_dtype", ["auto", "int8", "fp8_e4m3"])
+def test_runner_triton_backend_matches_torch_backend(kv_cache_dtype: str) -> None:
     hf = hf_model("llama", num_hidden_layers=2)
     state = hf.state_dict()
     source = ModelSource("tiny", model_config(hf), lambda d, dt: ((k, v.to(d, dt)) for k, v in state.items()), _Tokenizer(), "t")
@@ -64,7 +65,7 @@ def test_runner_triton_backend_matches_torch_backend() -> None:
     outputs = {}
     for backend in ("torch", "triton"):
         runner = ModelRunner.build(source, DEVICE, torch.float32, 16, 4, max_num_batched_tokens=32, max_num_seqs=4,
-                             attention_backend=backend, enforce_eager=True)
+                             attention_backend=backend, enforce_eager=True, kv_cache_dtype=kv_cache_dtype)
         new = [NewRequestData(r, p, SamplingParams(temperature=0.0, logprobs=2)) for r, p in prompts.items()]
         chunks = [ScheduledChunk("a", prompts["a"][:10], 0, [3, 5, 7], False), ScheduledChunk("b", prompts["b"], 0, [2, 9], True)]
         got = {r: [] for r in prompts}
@@ -86,7 +87,8 @@ def test_runner_triton_backend_matches_torch_backend() -> None:
 
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")  # padded rows hold garbage by design
 @pytest.mark.skipif(torch.cuda.is_available(), reason="simulates the graph path on CPU tensors (the GPU runs it for real)")
-def test_graph_path_of_execute_on_cpu() -> None:
+@pytest.mark.parametrize("kv_cache_dtype", ["auto", "int8"])
+def test_graph_path_of_execute_on_cpu(kv_cache_dtype: str) -> None:
     """execute()'s CUDA-graph path (bucket choice, padding, logits rows) without a GPU: "replay" runs
     the model on views taken only from the bucket's layout and the shape, as a captured graph would."""
     from gpu_stage.attention.metadata import AttentionMetadata, SampledRows
@@ -119,7 +121,7 @@ def test_graph_path_of_execute_on_cpu() -> None:
     outputs = {}
     for graphs in (False, True):
         runner = ModelRunner.build(source, "cpu", torch.float32, 32, 4, max_num_batched_tokens=16, max_num_seqs=4,
-                             attention_backend="triton", max_model_len=40)
+                             attention_backend="triton", max_model_len=40, kv_cache_dtype=kv_cache_dtype)
         if graphs:
             runner.graphs = ReplayOnCpu(runner.model, runner.kv_cache, runner.inputs, 4, 16, 40, prefill_buckets=(8, 16))
         new = [NewRequestData(r, [3 + i] * 5, SamplingParams(temperature=0.0)) for i, r in enumerate("abc")]

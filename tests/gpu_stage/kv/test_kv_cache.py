@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from gpu_stage.kv_cache import KvCache, blocks_for_memory
+from gpu_stage.kv.cache import KvCache, blocks_for_memory
 from gpu_stage.model.config import ModelConfig
 
 CONFIG = ModelConfig("llama", 100, 64, 128, num_layers=3, num_heads=4, num_kv_heads=2, head_dim=16)

@@ -1,0 +1,40 @@
+"""bench/kv_dtype_summary.py: fp8 figures beside bf16's, with the issue's targets checked."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from bench.kv_dtype_summary import main, summarize
+
+
+def write(path: Path, data: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data))
+
+
+def test_figures_ratios_and_checks(tmp_path: Path) -> None:
+    detail, out = tmp_path / "detail", tmp_path / "out"
+    out.mkdir()
+    write(detail / "suite-auto" / "summary.json", {"ttft_p50_ms_128": 7.5, "ttft_p50_ms_2048": 48.0,
+                                                   "ttft_p50_ms_8192": 190.0, "itl_p50_ms_b1": 4.7,
+                                                   "itl_p50_ms_b64_ctx2048": 9.0, "gpu_name": "x"})
+    write(detail / "suite-fp8" / "summary.json", {"ttft_p50_ms_128": 7.6, "ttft_p50_ms_2048": 49.5,
+                                                  "ttft_p50_ms_8192": 191.0, "itl_p50_ms_b1": 4.6,
+                                                  "itl_p50_ms_b64_ctx2048": 6.4})
+    write(out / "kv_debug_auto.json", {"dtype": "bfloat16", "pool_tokens": 884_976, "bytes_per_token": 131072})
+    write(out / "kv_debug_fp8.json", {"dtype": "fp8_e4m3", "pool_tokens": 1_742_992, "bytes_per_token": 66560})
+    s = summarize(detail, out)
+    assert s["itl_p50_ms_b64_ctx2048_fp8"] == 6.4 and s["kv_pool_tokens_fp8"] == 1_742_992
+    assert s["kv_pool_tokens_ratio_fp8"] == round(1_742_992 / 884_976, 4)
+    assert s["checks"] == {"itl_b64_ctx2048_fp8_le_7ms": True, "ttft_p50_ms_128_fp8_within_2pct": True,
+                           "ttft_p50_ms_2048_fp8_within_2pct": False, "ttft_p50_ms_8192_fp8_within_2pct": True,
+                           "itl_p50_ms_b1_fp8_within_2pct": True, "kv_pool_tokens_fp8_ge_1.95x": True}
+    assert "gpu_name" not in s
+    assert main([str(detail), str(out)]) == 0
+    md = (out / "kv_dtype_summary.md").read_text()
+    assert "| ttft_p50_ms_2048 | 48.000 | 49.500 | +3.1% |" in md and "| ttft_p50_ms_2048_fp8_within_2pct | NO |" in md
+
+
+def test_missing_runs_leave_their_figures_out(tmp_path: Path) -> None:
+    s = summarize(tmp_path / "none", tmp_path)
+    assert s == {"checks": {}}

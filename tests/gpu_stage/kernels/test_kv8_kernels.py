@@ -1,0 +1,252 @@
+"""The Triton kernels on an 8-bit pool: the store kernels (kv_store, fused RoPE + store) write the
+torch reference's bytes and scales (gpu_stage/kv/quant.py), and decode / prefill attention over
+8-bit K/V equal attention over the dequantized tensors (the exactness rule's norm test: < 1e-5 in
+float32 with exact dots, < 1e-2 in bf16). The torch backend is checked against the same reference.
+
+Without CUDA the kernels run under Triton's interpreter at tiny shapes; with CUDA the `gpu` cases
+add the Llama-3-8B shape (32 / 8 heads, head_dim 128, 2k contexts, 64 decodes)."""
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+pytest.importorskip("triton")
+
+from gpu_stage.attention import torch_backend, triton_backend  # noqa: E402
+from gpu_stage.attention.metadata import build_metadata  # noqa: E402
+from gpu_stage.kernels import rope_store as rope  # noqa: E402
+from gpu_stage.kernels.kv_store import store_kv  # noqa: E402
+from gpu_stage.kv.cache import KvCache  # noqa: E402
+from gpu_stage.kv.format import KvFormat  # noqa: E402
+from gpu_stage.kv.quant import dequantize, quantize  # noqa: E402
+from gpu_stage.model.config import ModelConfig  # noqa: E402
+from gpu_stage.model.torch_ops import TorchOps  # noqa: E402
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+FORMATS = ["int8", "fp8_e4m3", "fp8_e5m2"]
+TOL = {torch.float32: 1e-5, torch.bfloat16: 1e-2}
+
+
+def _config(num_heads: int, num_kv_heads: int, head_dim: int, num_layers: int = 3) -> ModelConfig:
+    return ModelConfig("llama", 10, num_heads * head_dim, 8, num_layers, num_heads, num_kv_heads, head_dim)
+
+
+def _pool(fmt: str, num_blocks: int, block_size: int, num_heads: int, num_kv_heads: int, head_dim: int,
+          dtype: torch.dtype) -> KvCache:
+    return KvCache(_config(num_heads, num_kv_heads, head_dim), num_blocks, block_size, DEVICE, dtype, KvFormat(fmt))
+
+
+def _rel(out: torch.Tensor, ref: torch.Tensor) -> float:
+    out, ref = out.double().cpu(), ref.double().cpu()
+    assert torch.isfinite(out).all()
+    return float(torch.linalg.norm(out - ref) / torch.linalg.norm(ref))
+
+
+def _kv(tokens: int, heads: int, head_dim: int, gen: torch.Generator, dtype: torch.dtype) -> torch.Tensor:
+    """K/V-like values: magnitudes over four decades across tokens, one outlier channel."""
+    x = torch.randn(tokens, heads, head_dim, generator=gen) * torch.logspace(-2, 2, tokens)[:, None, None]
+    x[:, :, 3] *= 8
+    return x.to(dtype=dtype, device=DEVICE)
+
+
+# --- store ----------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("kv_heads,head_dim", [(2, 16), (3, 48)])
+def test_store_kernel_writes_the_reference_bytes_and_scales(fmt: str, dtype: torch.dtype, kv_heads: int,
+                                                            head_dim: int) -> None:
+    gen = torch.Generator().manual_seed(kv_heads * head_dim)
+    ref, out = (_pool(fmt, 8, 4, kv_heads, kv_heads, head_dim, dtype) for _ in range(2))
+    k, v = _kv(13, kv_heads, head_dim, gen, dtype), _kv(13, kv_heads, head_dim, gen, dtype)
+    k[2, 0] = 0.0  # an all-zero token-head: scale 0, values 0
+    meta = build_metadata([13], [13], [[5, 2, 7, 1]], 4, DEVICE)
+    torch_backend.store_kv(ref.layer(1), k, v, meta)
+    store_kv(out.layer(1), k, v, meta.slot_mapping)
+    assert torch.equal(out.kv, ref.kv)
+    values, scales = quantize(k, KvFormat(fmt))  # and the reference's bytes are quantize()'s
+    block, offset = meta.slot_mapping[5] // 4, meta.slot_mapping[5] % 4
+    layer = out.layer(1)
+    assert torch.equal(layer.data[block, 0, offset].view(torch.uint8), values[5].view(torch.uint8))
+    assert torch.equal(layer.scales[block, 0, offset], scales[5])
+
+
+@pytest.mark.parametrize("fmt", ["int8", "fp8_e4m3", "fp8_e5m2"])
+def test_store_kernel_rounds_ties_to_even_and_carries_into_the_next_binade(fmt: str) -> None:
+    """amax = qmax gives a scale of exactly 1: every midpoint between two codes, and values just
+    under a power of two that round up to it (which Triton's own interpreter conversion gets wrong)."""
+    f = KvFormat(fmt)
+    grid = torch.arange(256, dtype=torch.uint8).view(f.torch_dtype).float() if fmt != "int8" else \
+        torch.arange(-127, 128).float()
+    grid = grid[torch.isfinite(grid) & (grid.abs() <= f.qmax)].unique()
+    mids = (grid[1:] + grid[:-1]) / 2
+    powers = 2.0 ** torch.arange(-6, 9).float()
+    x = torch.cat([mids, powers * (1 - 2.0**-6), -powers * (1 - 2.0**-6), grid])
+    rows = -(-x.numel() // 63)
+    x = torch.cat([x, torch.zeros(rows * 63 - x.numel())]).view(rows, 1, 63)
+    x = torch.cat([torch.full((rows, 1, 1), f.qmax), x], dim=2).to(DEVICE)  # amax = qmax in every row
+    ref, out = (_pool(fmt, rows // 4 + 2, 4, 1, 1, 64, torch.float32) for _ in range(2))
+    meta = build_metadata([rows], [rows], [list(range(1, rows // 4 + 2))], 4, DEVICE)
+    torch_backend.store_kv(ref.layer(0), x, x, meta)
+    store_kv(out.layer(0), x, x, meta.slot_mapping)
+    assert torch.equal(out.layer(0).scales, ref.layer(0).scales)
+    assert (ref.layer(0).scales[1:][:, 0].float()[..., 0] == 1.0).any()
+    assert torch.equal(out.kv, ref.kv)
+
+
+def test_store_kernel_skips_negative_slots() -> None:
+    gen = torch.Generator().manual_seed(3)
+    cache = _pool("int8", 6, 4, 2, 2, 16, torch.float32)
+    k, v = _kv(3, 2, 16, gen, torch.float32), _kv(3, 2, 16, gen, torch.float32)
+    store_kv(cache.layer(2), k, v, torch.tensor([9, -1, 20], dtype=torch.int32, device=DEVICE))
+    ref = _pool("int8", 6, 4, 2, 2, 16, torch.float32)
+    meta = build_metadata([1, 1], [2, 1], [[2], [5]], 4, DEVICE)  # slots 9 = (2, 1) and 20 = (5, 0)
+    torch_backend.store_kv(ref.layer(2), k[[0, 2]], v[[0, 2]], meta)
+    assert torch.equal(cache.kv, ref.kv)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("tokens,heads,kv_heads,head_dim", [(7, 4, 2, 16), (5, 6, 3, 32)]
+                         + [pytest.param(64, 32, 8, 128, marks=pytest.mark.gpu)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_rope_store_kv_quantizes_as_rope_then_store(fmt: str, tokens: int, heads: int, kv_heads: int,
+                                                    head_dim: int, dtype: torch.dtype) -> None:
+    """The fused kernel writes the bytes of rope_ then the store kernel (a negative slot skipped);
+    in float32 also those of the torch path (torch rope, then torch_backend.store_kv)."""
+    from gpu_stage.model.rotary import RotaryEmbedding
+
+    gen = torch.Generator().manual_seed(tokens * heads)
+    config = _config(heads, kv_heads, head_dim, num_layers=2)
+    cos, sin = RotaryEmbedding(config, DEVICE).cos_sin(torch.arange(3, 3 + tokens, device=DEVICE), dtype)
+    qkv = (torch.randn(tokens, (heads + 2 * kv_heads) * head_dim, generator=gen) * 4).to(dtype=dtype, device=DEVICE)
+    num_blocks = -(-tokens // 4) * 2 + 2
+    slots = torch.randperm((num_blocks - 1) * 4, generator=gen)[:tokens] + 4
+    slots[1] = -1
+    slots = slots.to(torch.int32).to(DEVICE)
+    pools = []
+    for how in ("fused", "triton", "torch"):
+        buf = qkv.clone()
+        cache = KvCache(config, num_blocks, 4, DEVICE, dtype, KvFormat(fmt))
+        q, k, v = (x.view(tokens, -1, head_dim) for x in buf.split([heads * head_dim, kv_heads * head_dim,
+                                                                     kv_heads * head_dim], dim=-1))
+        if how == "fused":
+            rope.rope_store_kv_(q, k, v, cos, sin, cache.layer(1), slots)
+        elif how == "triton":
+            _, k = rope.rope_(q, k, cos, sin)
+            store_kv(cache.layer(1), k, v, slots)
+        else:
+            _, k = TorchOps.rope(q, k, cos, sin)
+            keep = slots >= 0
+            torch_backend.store_kv(cache.layer(1), k[keep], v[keep], _slot_metadata(slots[keep], 4))
+        pools.append(cache.kv)
+    assert torch.equal(pools[0], pools[1])
+    if dtype == torch.float32:
+        assert torch.equal(pools[0], pools[2])
+
+
+def _slot_metadata(slots: torch.Tensor, block_size: int):
+    """Metadata that stores token i at slots[i]: one one-token sequence per slot."""
+    tables = [[int(s) // block_size] for s in slots]
+    meta = build_metadata([1] * len(tables), [1] * len(tables), tables, block_size, DEVICE)
+    meta.slot_mapping = slots.to(torch.int64)
+    meta.backend_plan = None
+    return meta
+
+
+# --- attention over 8-bit K/V ---------------------------------------------------------------------------
+
+def _case(fmt, specs, num_heads, num_kv_heads, head_dim, block_size, dtype, seed):
+    """Context + new tokens of each sequence stored into an 8-bit pool; the reference attends over
+    the pool's dequantized K/V (float64)."""
+    gen, rng = torch.Generator().manual_seed(seed), random.Random(seed)
+    num_blocks = sum(-(-(c + n) // block_size) for c, n in specs) + 3
+    free = list(range(1, num_blocks))
+    rng.shuffle(free)
+    cache = _pool(fmt, num_blocks, block_size, num_heads, num_kv_heads, head_dim, dtype)
+    layer = cache.layer(1)
+    tables = [[free.pop() for _ in range(-(-(c + n) // block_size))] for c, n in specs]
+    ks = [_kv(c + n, num_kv_heads, head_dim, gen, dtype) for c, n in specs]
+    vs = [_kv(c + n, num_kv_heads, head_dim, gen, dtype) for c, n in specs]
+    q = (torch.randn(sum(n for _, n in specs), num_heads, head_dim, generator=gen)).to(dtype=dtype, device=DEVICE)
+    everything = build_metadata([c + n for c, n in specs], [c + n for c, n in specs], tables, block_size, DEVICE)
+    torch_backend.store_kv(layer, torch.cat(ks), torch.cat(vs), everything)  # the store kernel's bytes
+    meta = build_metadata([n for _, n in specs], [c + n for c, n in specs], tables, block_size, DEVICE)
+    refs, row = [], 0
+    for (context, new), table in zip(specs, tables):
+        pos = torch.arange(context + new, device=DEVICE)
+        blocks, offsets = torch.tensor(table, device=DEVICE)[pos // block_size], pos % block_size
+        k, v = (dequantize(layer.data[blocks, i, offsets], layer.scales[blocks, i, offsets], torch.float64)
+                for i in (0, 1))
+        qs = q[row:row + new].double()
+        causal = pos[None, :] <= (context + torch.arange(new, device=DEVICE))[:, None]  # [new, L]
+        out = F.scaled_dot_product_attention(qs.transpose(0, 1)[None], k.transpose(0, 1)[None],
+                                             v.transpose(0, 1)[None], attn_mask=causal, enable_gqa=True)
+        refs.append(out[0].transpose(0, 1))
+        row += new
+    return layer, q, meta, torch.cat(refs)
+
+
+MIXED = [(0, 11), (9, 7), (5, 1), (17, 1), (0, 1), (3, 4), (30, 1)]
+
+
+@pytest.mark.parametrize("fmt,backend,num_heads,num_kv_heads",
+                         [(f, b, 4, 2) for f in FORMATS for b in (triton_backend, torch_backend)]
+                         + [("int8", triton_backend, 6, 1), ("fp8_e4m3", torch_backend, 6, 1)])
+def test_mixed_batch_attention_over_8_bit_kv(fmt: str, backend, num_heads: int, num_kv_heads: int) -> None:
+    layer, q, meta, ref = _case(fmt, MIXED, num_heads, num_kv_heads, 16, 4, torch.float32, seed=num_heads)
+    out = backend.forward(q, layer, meta)
+    assert out.dtype == q.dtype and _rel(out, ref) < TOL[torch.float32]
+
+
+@pytest.mark.parametrize("fmt,splits", [("int8", 1), ("fp8_e4m3", 2), ("fp8_e5m2", 4)])
+def test_split_k_decode_over_8_bit_kv(fmt: str, splits: int) -> None:
+    layer, q, meta, ref = _case(fmt, [(4, 1), (40, 1), (70, 1), (15, 1)], 8, 2, 16, 4, torch.float32, seed=splits)
+    meta.decode_num_splits = splits
+    out = triton_backend.forward(q, layer, meta)
+    assert meta.backend_plan.decode_only and meta.backend_plan.workspace.num_splits == splits
+    assert _rel(out, ref) < TOL[torch.float32]
+    assert _rel(torch_backend.forward(q, layer, build_metadata(
+        meta.query_lens_host, meta.seq_lens_host, _tables(meta), 4, DEVICE)), ref) < TOL[torch.float32]
+
+
+def _tables(meta) -> list[list[int]]:
+    return [row[: -(-n // meta.block_size)] for row, n in zip(meta.block_tables.tolist(), meta.seq_lens_host)]
+
+
+@pytest.mark.parametrize("fmt", ["int8", "fp8_e4m3"])
+def test_bf16_attention_over_8_bit_kv(fmt: str) -> None:
+    for specs in ([(0, 40), (21, 19), (7, 1)], [(60, 1), (3, 1)]):
+        layer, q, meta, ref = _case(fmt, specs, 8, 2, 32, 8, torch.bfloat16, seed=len(specs))
+        assert _rel(triton_backend.forward(q, layer, meta), ref) < TOL[torch.bfloat16]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fmt", ["fp8_e4m3", "int8"])
+def test_attention_over_8_bit_kv_llama3_shapes_gpu(fmt: str) -> None:
+    # a chunk after a 1.5k prefix, decodes up to 3k context beside it, a fresh 2k prefill
+    specs = [(1536, 512), (3000, 1), (129, 1), (0, 1), (511, 33), (0, 2048)]
+    layer, q, meta, ref = _case(fmt, specs, 32, 8, 128, 16, torch.bfloat16, seed=11)
+    assert _rel(triton_backend.forward(q, layer, meta), ref) < TOL[torch.bfloat16]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fmt", ["fp8_e4m3", "int8"])
+@pytest.mark.parametrize("batch", [1, 64])
+def test_decode_over_8_bit_kv_llama3_shapes_gpu(fmt: str, batch: int) -> None:
+    layer, q, meta, ref = _case(fmt, [(2047, 1)] * batch, 32, 8, 128, 16, torch.bfloat16, seed=batch)
+    assert _rel(triton_backend.forward(q, layer, meta), ref) < TOL[torch.bfloat16]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fmt", ["fp8_e4m3", "int8"])
+def test_store_kernel_bytes_llama3_shape_gpu(fmt: str) -> None:
+    gen = torch.Generator().manual_seed(7)
+    ref, out = (_pool(fmt, 140, 16, 32, 8, 128, torch.bfloat16) for _ in range(2))
+    k, v = _kv(2048, 8, 128, gen, torch.bfloat16), _kv(2048, 8, 128, gen, torch.bfloat16)
+    meta = build_metadata([2048], [2048], [list(range(3, 131))], 16, DEVICE)
+    torch_backend.store_kv(ref.layer(5), k, v, meta)
+    store_kv(out.layer(5), k, v, meta.slot_mapping)
+    assert torch.equal(out.kv, ref.kv)
