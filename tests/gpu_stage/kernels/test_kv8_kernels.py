@@ -247,6 +247,6 @@ def test_store_kernel_bytes_llama3_shape_gpu(fmt: str) -> None:
     ref, out = (_pool(fmt, 140, 16, 32, 8, 128, torch.bfloat16) for _ in range(2))
     k, v = _kv(2048, 8, 128, gen, torch.bfloat16), _kv(2048, 8, 128, gen, torch.bfloat16)
     meta = build_metadata([2048], [2048], [list(range(3, 131))], 16, DEVICE)
-    torch_backend.store_kv(ref.layer(5), k, v, meta)
-    store_kv(out.layer(5), k, v, meta.slot_mapping)
+    torch_backend.store_kv(ref.layer(2), k, v, meta)  # the last of the pools' three layers
+    store_kv(out.layer(2), k, v, meta.slot_mapping)
     assert torch.equal(out.kv, ref.kv)
