@@ -10,6 +10,7 @@ from pathlib import Path
 
 from bench.ablate import run_ablation
 from bench.load import WORKLOADS, run_bench
+from bench.metrics import METRIC_NAMES, PERCENTILES
 from bench.multi_turn_cli import add_multi_turn_arguments
 from bench.workloads import DEFAULT_VOCAB_SIZE
 
@@ -23,6 +24,24 @@ def _rate(text: str) -> float:
     return value
 
 
+def _names(text: str) -> tuple[str, ...]:
+    names = tuple(n.strip() for n in text.split(",") if n.strip())
+    if not names or any(n not in METRIC_NAMES for n in names):
+        raise argparse.ArgumentTypeError(f"expected a comma-separated list of {','.join(METRIC_NAMES)}, got {text!r}")
+    return names
+
+
+def _percentiles(text: str) -> tuple[float, ...]:
+    try:
+        values = tuple(float(p) for p in text.split(","))
+    except ValueError:
+        values = ()
+    if not values or not all(0 <= p <= 100 for p in values):
+        raise argparse.ArgumentTypeError(f"expected comma-separated percentiles in [0, 100] (e.g. 25,50,99), "
+                                         f"got {text!r}")
+    return values
+
+
 def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
     a = parser.add_argument
     a("--base-url", default="http://127.0.0.1:8000", help="server root, without /v1")
@@ -30,7 +49,7 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
     a("--model", default=None, help="model name to send (default: the first of GET /v1/models)")
     a("--endpoint", choices=("completions", "chat"), default="completions")
     a("--workload", choices=WORKLOADS, default="random")
-    a("--num-requests", type=int, default=100)
+    a("--num-requests", "--num-prompts", dest="num_requests", type=int, default=100)
     a("--concurrency", type=int, default=8, help="closed loop: requests in flight")
     a("--rate", type=_rate, default=None, help="open loop: Poisson arrivals per second (inf: all at once)")
     a("--max-concurrency", type=int, default=None, help="open loop: cap on requests in flight")
@@ -62,6 +81,28 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
     a("--serve-args", default="", help="ablate: flags for every `ttft serve`, one string ('--seed 0 ...')")
     a("--ablate-configs", default=None, help="ablate: comma-separated subset of configurations (default: all)")
     add_multi_turn_arguments(parser)
+    add_vllm_arguments(parser)
+
+
+def add_vllm_arguments(parser: argparse.ArgumentParser) -> None:
+    """`vllm bench serve`'s names for what ttft bench also does: its datasets, goodput, percentiles."""
+    g = parser.add_argument_group("as vllm bench serve names them")
+    a = g.add_argument
+    a("--dataset-name", choices=("random", "sharegpt"), default=None,
+      help="the workload by vLLM's dataset name (overrides --workload)")
+    a("--dataset-path", default=None, help="sharegpt: a local ShareGPT JSON file (bench/data/sharegpt_sample.json)")
+    a("--sharegpt-output-len", type=int, default=None, help="sharegpt: every request's output length "
+                                                            "(default: the reply's length in the file)")
+    a("--no-oversample", dest="oversample", action="store_false",
+      help="sharegpt: with fewer usable conversations than requests, run only those (default: draw again)")
+    a("--tokenizer", default=None, help="sharegpt: count tokens with 'dummy' or a model directory "
+                                        "(default: the server's POST /tokenize)")
+    a("--goodput", nargs="+", default=None, metavar="KEY:MS",
+      help="SLOs for goodput, e.g. ttft:200 tpot:50 e2el:2000 (requests meeting all of them)")
+    a("--percentile-metrics", type=_names, default=METRIC_NAMES,
+      help="metrics reported with percentiles, comma-separated (default: ttft,tpot,itl,e2el)")
+    a("--metric-percentiles", type=_percentiles, default=PERCENTILES,
+      help="the percentiles reported, comma-separated (default: 50,95,99)")
 
 
 def run_bench_command(args: argparse.Namespace) -> int:

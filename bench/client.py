@@ -99,11 +99,19 @@ class BenchClient:
 
     async def get_json(self, path: str) -> dict:
         """A plain GET (e.g. /v1/models); raises on a non-200 answer."""
+        return await self._json("GET", path, b"")
+
+    async def post_json(self, path: str, body: dict) -> dict:
+        """A plain POST of a JSON body (e.g. /tokenize); raises on a non-200 answer."""
+        return await self._json("POST", path, orjson.dumps(body))
+
+    async def _json(self, method: str, path: str, body: bytes) -> dict:
         chunks: list[bytes] = []
         conn = await self.pool.acquire()
         try:
-            req = build_request(self.target, "GET", path, b"", {k: v for k, v in self.headers.items()
-                                                               if k == "Authorization"})
+            headers = {k: v for k, v in self.headers.items()
+                       if k == "Authorization" or (body and k == "Content-Type")}
+            req = build_request(self.target, method, path, body, headers)
             head, reusable = await asyncio.wait_for(exchange(conn, req, lambda h, b, t: chunks.append(b)), 30)
         except BaseException:
             conn.close()

@@ -8,7 +8,7 @@ Servers without these metrics (vLLM, SGLang) or with a protected /metrics give N
 from __future__ import annotations
 
 from bench.raw_http import Target
-from bench.server_probe import parse_metrics
+from bench.prom_text import parse_metrics
 from bench.soak_client import request
 
 KV_PREFIXES = ("ttft_kv", "ttft_prefix")

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import orjson
 
+from bench.metrics import METRIC_NAMES, PERCENTILES, percentile_word
+
 ROWS = (("TTFT", "ttft"), ("TPOT", "tpot"), ("ITL", "itl"), ("E2E latency", "e2el"))
 
 
@@ -60,23 +62,28 @@ def _fmt(x: float) -> str:
 
 
 def markdown_table(result: dict) -> str:
+    """The run's table: a row per metric that has percentiles (--percentile-metrics), a column per
+    percentile (--metric-percentiles); a result written before those existed has all four at P50/P95/P99."""
     cfg, m = result["config"], result["metrics"]
     load = f"rate {cfg['rate']}/s" if cfg.get("rate") is not None else f"concurrency {cfg.get('concurrency')}"
+    words = [percentile_word(p) for p in m.get("percentiles", PERCENTILES)]
+    chosen = m.get("percentile_metrics", METRIC_NAMES)
     lines = [
         f"### {cfg.get('label') or cfg.get('workload')}: {cfg.get('workload')}, "
-        f"{cfg.get('num_requests')} requests, {load}",
+        f"{m['completed'] + m['failed']} requests, {load}",  # (a dataset may have fewer than asked)
         "",
-        "| metric (ms) | mean | P50 | P95 | P99 |",
-        "|---|---|---|---|---|",
+        "| metric (ms) | mean | " + " | ".join(f"P{w}" for w in words) + " |",
+        "|---|---|" + "---|" * len(words),
     ]
     for title, key in ROWS:
-        cells = [m[f"mean_{key}_ms"], m[f"p50_{key}_ms"], m[f"p95_{key}_ms"], m[f"p99_{key}_ms"]]
-        lines.append(f"| {title} | " + " | ".join(_fmt(c) for c in cells) + " |")
+        if key in chosen:
+            cells = [m[f"mean_{key}_ms"]] + [m[f"p{w}_{key}_ms"] for w in words]
+            lines.append(f"| {title} | " + " | ".join(_fmt(c) for c in cells) + " |")
     return "\n".join(lines + totals_lines(m)) + "\n"
 
 
 def totals_lines(m: dict, skipped: int | None = None) -> list[str]:
-    """The closing lines of a run's table: outcomes, duration, throughput, the first errors."""
+    """The closing lines of a run's table: outcomes, duration, throughput, goodput, the first errors."""
     outcome = f"{m['completed']} ok, {m['failed']} failed" + ("" if skipped is None else f", {skipped} skipped")
     lines = [
         "",
@@ -84,6 +91,10 @@ def totals_lines(m: dict, skipped: int | None = None) -> list[str]:
         f"{m['request_throughput']:.2f} req/s, {m['output_throughput']:.1f} output tok/s, "
         f"{m['total_token_throughput']:.1f} total tok/s; peak in flight {m['max_concurrent_requests']}",
     ]
+    if m.get("request_goodput") is not None:
+        slos = ", ".join(f"{k} <= {v:g} ms" for k, v in m["goodput_slos_ms"].items())
+        lines.append(f"goodput ({slos}): {m['request_goodput']:.2f} req/s, {m['num_good_requests']} requests "
+                     f"({m['goodput_fraction'] * 100:.1f}%)")
     if m["errors"]:
         lines.append("errors: " + "; ".join(m["errors"][:3]))
     return lines

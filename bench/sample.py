@@ -35,6 +35,12 @@ class RequestSample:
         t = self.chunk_times_s
         return [b - a for a, b in zip(t, t[1:])]
 
+    def tpot_s(self) -> float | None:
+        """Time per output token after the first; None when there is at most one output token."""
+        if self.output_tokens <= 1 or self.latency_s is None or self.ttft_s is None:
+            return None
+        return (self.latency_s - self.ttft_s) / (self.output_tokens - 1)
+
     def to_json(self) -> dict:
         return asdict(self)
 

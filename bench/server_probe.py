@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import orjson
 
+from bench.prom_text import parse_metrics
 from bench.soak_client import request
 
 USED = 'ttft_kv_blocks{state="used"}'
@@ -20,20 +21,6 @@ RUNNING = 'ttft_requests_in_flight{state="running"}'
 OPEN_STREAMS = "ttft_open_streams"
 TASKS = "ttft_event_loop_tasks"
 RSS = "process_resident_memory_bytes"
-
-
-def parse_metrics(text: str) -> dict[str, float]:
-    """Prometheus text format to {'name{labels}': value} (comments skipped)."""
-    values: dict[str, float] = {}
-    for line in text.splitlines():
-        if not line or line.startswith("#"):
-            continue
-        key, _, value = line.rpartition(" ")
-        try:
-            values[key] = float(value)
-        except ValueError:
-            continue
-    return values
 
 
 @dataclass(frozen=True)

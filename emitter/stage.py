@@ -4,6 +4,9 @@ One message per step; per request one RequestOutput (one flush) per step, framed
 here when the stream has a framer (a streamed HTTP reply): one pass over the step's requests does
 all their per-token work, and the readers' tasks only write. A stop string found here
 ends the reply at once and sends Abort(reason="stop") upstream so the scheduler frees the blocks.
+
+It also counts the tokens the engine produced (/metrics' prompt and generation token counters, read
+at scrape time): in the pass it makes anyway, one add per event and step, nothing per token.
 """
 from __future__ import annotations
 
@@ -35,6 +38,8 @@ class EmitterStage(Stage[StepEvents]):
         self.scheduler_inbox = scheduler_inbox
         self.on_finished = on_finished
         self._entries: dict[str, _Entry] = {}
+        self.num_generation_tokens = 0  # since start: tokens sampled, every event's
+        self.num_prompt_tokens = 0  # since start: the prompts of requests that got their first token
 
     def register(self, stream: OutputStream, emitter: RequestEmitter) -> None:
         self._entries[stream.request_id] = _Entry(stream, emitter)
@@ -51,7 +56,13 @@ class EmitterStage(Stage[StepEvents]):
         c0, t0 = cpu_clock_ns(), host_clock_ns()
         traces = []
         finished: list[tuple[str, _Entry, RequestOutput]] = []
+        num_generated = num_prompt = 0
         for event in msg.events:
+            # Counted whether or not a reader is left: the engine did the work.
+            num_new = len(event.token_ids)
+            num_generated += num_new
+            if num_new and event.num_output_tokens == num_new:  # the request's first tokens
+                num_prompt += event.num_prompt_tokens
             entry = entries.get(event.request_id)
             if entry is None:
                 continue  # its reader is gone (disconnect): nothing to deliver
@@ -69,6 +80,8 @@ class EmitterStage(Stage[StepEvents]):
             if out.finish_reason is not None:
                 entries.pop(event.request_id, None)
                 finished.append((event.request_id, entry, out))
+        self.num_generation_tokens += num_generated
+        self.num_prompt_tokens += num_prompt
         if traces:
             # The step's emit work (detokenize, hold-back, SSE framing, hand-off), shared evenly by
             # its events: two clock reads per step, not per token (the CPU clock is a system call).

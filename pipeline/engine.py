@@ -232,7 +232,7 @@ class Engine:
         stream.trace.info["finish_reason"] = out.finish_reason
         stream.trace.info["num_output_tokens"] = out.num_output_tokens
         self.traces.append(stream.trace)
-        self.metrics.observe_finished(stream.trace, out.finish_reason or "unknown")
+        self.metrics.observe_finished(stream.trace, out)
 
     def _on_engine_error(self, message: str) -> None:
         log.error("engine failure: %s", message)

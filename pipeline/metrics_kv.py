@@ -11,18 +11,19 @@ from starlette.responses import Response
 from gpu_stage.kv.cache import KvCache
 from ingress.errors import ApiError
 from pipeline.json_response import error_response, json_response
+from pipeline.metric_families import MODEL_LABEL, ModelFamilies
 
 
-def kv_cache_metrics(kv: KvCache) -> Iterator[Metric]:
+def kv_cache_metrics(kv: KvCache, fam: ModelFamilies) -> Iterator[Metric]:
     info = kv.describe()
     family = GaugeMetricFamily("ttft_kv_cache_info", "The device KV pool's format (always 1)",
-                               labels=["dtype", "scales"])
-    family.add_metric([info["dtype"], info["scales"] or "none"], 1)
+                               labels=[MODEL_LABEL, "dtype", "scales"])
+    family.add_metric([fam.model_name, info["dtype"], info["scales"] or "none"], 1)
     yield family
-    yield GaugeMetricFamily("ttft_kv_cache_bytes_per_token", "KV bytes per token, every layer, scales included",
-                            value=info["bytes_per_token"])
-    yield GaugeMetricFamily("ttft_kv_pool_tokens", "Tokens the device KV pool holds", value=info["pool_tokens"])
-    yield GaugeMetricFamily("ttft_kv_pool_bytes", "Bytes of the device KV pool", value=info["pool_bytes"])
+    yield fam.gauge("ttft_kv_cache_bytes_per_token", "KV bytes per token, every layer, scales included",
+                    info["bytes_per_token"])
+    yield fam.gauge("ttft_kv_pool_tokens", "Tokens the device KV pool holds", info["pool_tokens"])
+    yield fam.gauge("ttft_kv_pool_bytes", "Bytes of the device KV pool", info["pool_bytes"])
 
 
 async def debug_kv(request: Request) -> Response:

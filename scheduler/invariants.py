@@ -55,6 +55,9 @@ class SchedulerStats:
     num_usable_blocks: int  # free + used + cached; the null block is not counted
     num_evictions: int
     prefix_hit_rate: float  # prompt tokens served from the cache / prompt tokens looked up
+    # The rate's terms, since start (vLLM's prefix_cache_queries / prefix_cache_hits, in tokens).
+    num_prefix_query_tokens: int = 0
+    num_prefix_hit_tokens: int = 0
     # Shadowing (ttft_kv_reserved_blocks: claims are not a state of the free/used/cached blocks).
     num_reserved_blocks: int = 0
     num_waiting_for_room: int = 0  # queued without a claim yet
@@ -74,6 +77,7 @@ def collect_stats(s: SchedulerState) -> SchedulerStats:
         num_used_blocks=pool.num_used, num_cached_blocks=pool.num_cached,
         num_usable_blocks=pool.num_usable_blocks, num_evictions=pool.num_evictions,
         prefix_hit_rate=kv.num_hit_tokens / kv.num_hit_queries if kv.num_hit_queries else 0.0,
+        num_prefix_query_tokens=kv.num_hit_queries, num_prefix_hit_tokens=kv.num_hit_tokens,
         num_reserved_blocks=s.shadow.num_reserved, num_waiting_for_room=len(s.shadow.pending),
         num_reclaimed_blocks=s.shadow.num_reclaimed, num_revoked_reservations=s.shadow.num_revoked,
         num_admitted_short=s.num_admitted_by_lane["short"],

@@ -3,7 +3,8 @@
 Delays come from extra body fields so each test picks its own: `fake_ttft_s` (before the first content
 chunk), `fake_itl_s` (between content chunks), `fake_status` (answer with this error status instead).
 Chat streams send their role delta at once, before the first token, as many servers do.
-`GET /fake/bodies` returns every request body received so far. Content chunks carry the server's
+`GET /fake/bodies` returns every request body received so far; `POST /tokenize` counts tokens as
+vLLM's route answers (one per UTF-8 byte, plus BOS). Content chunks carry the server's
 perf_counter (CLOCK_MONOTONIC, shared by all processes) at request receipt and at sending, so a test can
 check the client's clock readings against the server's own.
 
@@ -69,9 +70,16 @@ def make_app(bodies: list[dict]) -> Starlette:
     async def received(request: Request) -> Response:
         return Response(orjson.dumps(bodies), media_type="application/json")
 
+    async def tokenize(request: Request) -> JSONResponse:
+        """vLLM's shape; one token per UTF-8 byte plus a BOS (the dummy tokenizer's count)."""
+        body = orjson.loads(await request.body())
+        tokens = [0] + [b + 3 for b in body["prompt"].encode()]
+        return JSONResponse({"tokens": tokens, "count": len(tokens), "max_model_len": 2048})
+
     routes = [Route("/v1/models", models), Route("/fake/bodies", received),
               Route("/v1/completions", generate, methods=["POST"]),
-              Route("/v1/chat/completions", generate, methods=["POST"])]
+              Route("/v1/chat/completions", generate, methods=["POST"]),
+              Route("/tokenize", tokenize, methods=["POST"])]
     return Starlette(routes=routes)
 
 

@@ -5,6 +5,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from pipeline.cli import main as ttft_main
 
 
@@ -34,3 +36,21 @@ def test_failed_requests_give_exit_status_1(fake_server):
     argv = ["bench", "--base-url", fake_server.base_url, "--num-requests", "2", "--input-len", "4",
             "--output-len", "2", "--warmup", "0", "--extra-body", '{"fake_status": 400}', "--no-save"]
     assert ttft_main(argv) == 1
+
+
+def test_vllm_style_flags_are_checked_before_any_request(fake_server, capsys):
+    base = ["bench", "--base-url", fake_server.base_url, "--num-prompts", "1", "--warmup", "0", "--no-save"]
+    num_before = len(fake_server.bodies())
+    for flags, message in ((["--goodput", "ttft=5"], "expected KEY:MILLISECONDS"),
+                           (["--goodput", "itl:5"], "one of ttft, tpot, e2el"),
+                           (["--dataset-name", "sharegpt"], "needs --dataset-path"),
+                           (["--dataset-path", "x.json"], "--dataset-path is for --dataset-name sharegpt"),
+                           (["--dataset-name", "sharegpt", "--dataset-path", "/nonexistent.json"], "cannot read")):
+        assert ttft_main(base + flags) == 2, flags
+        assert message in capsys.readouterr().err, flags
+    for flags in (["--percentile-metrics", "ttft,latency"], ["--metric-percentiles", "50,101"],
+                  ["--dataset-name", "burstgpt"]):
+        with pytest.raises(SystemExit) as e:  # argparse: usage and exit status 2
+            ttft_main(base + flags)
+        assert e.value.code == 2
+    assert len(fake_server.bodies()) == num_before  # refused before any request went out

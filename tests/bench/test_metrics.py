@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench.metrics import compute_metrics, summarize_ms, tpot_s
+from bench.metrics import compute_metrics, summarize_ms
 from bench.sample import RequestSample
 
 
@@ -30,9 +30,9 @@ def test_percentiles_interpolate_linearly_like_numpy():
 def test_tpot_counts_tokens_not_chunks():
     # 5 tokens in 3 chunks (usage says 5): TPOT = (0.5 - 0.1) / 4
     s = sample("a", [0.1, 0.3, 0.5], output_tokens=5)
-    assert tpot_s(s) == pytest.approx(0.1)
+    assert s.tpot_s() == pytest.approx(0.1)
     assert s.itl_s() == pytest.approx([0.2, 0.2])
-    assert tpot_s(sample("b", [0.2], output_tokens=1)) is None
+    assert sample("b", [0.2], output_tokens=1).tpot_s() is None
 
 
 def test_compute_metrics():
@@ -60,3 +60,17 @@ def test_compute_metrics():
     assert m["errors"] == ["boom"]
     with pytest.raises(ValueError):
         compute_metrics(samples, 0.0)
+
+
+def test_percentile_metrics_and_metric_percentiles_choose_the_percentile_keys():
+    samples = [sample(str(i), [0.01 * (i + 1), 0.01 * (i + 2)]) for i in range(10)]  # ttft 10..100 ms
+    m = compute_metrics(samples, 1.0, percentiles=(25, 50, 99.9), percentile_metrics=("ttft", "e2el"))
+    assert m["p25_ttft_ms"] == pytest.approx(32.5) and m["p50_ttft_ms"] == pytest.approx(55.0)
+    assert m["p99.9_ttft_ms"] == pytest.approx(99.91)  # vLLM's key for a fractional percentile
+    assert "p25_e2el_ms" in m and "p95_ttft_ms" not in m and "p99_ttft_ms" not in m
+    assert not any(k.startswith("p") and k.endswith(("_tpot_ms", "_itl_ms")) for k in m)
+    assert "mean_itl_ms" in m and "median_tpot_ms" in m  # mean, median, std stay for every metric
+    assert m["percentile_metrics"] == ["ttft", "e2el"] and m["percentiles"] == [25, 50, 99.9]
+    default = compute_metrics(samples, 1.0)  # our default: every metric at P50/P95/P99
+    assert all(f"p{p}_{n}_ms" in default for p in (50, 95, 99) for n in ("ttft", "tpot", "itl", "e2el"))
+    assert default["request_goodput"] is None and "goodput_fraction" not in default

@@ -72,3 +72,15 @@ async def test_merged_framed_outputs_keep_every_event(byte_tok):
         await stage.handle(StepEvents(i, [TokenEvent("a", [ch], "length" if i == 2 else None)]))
     (out,) = _drain(stream)
     assert out.text == "abc" and _sse_texts(out.sse) == ["a", "b", "c"]
+
+
+async def test_token_counts_take_every_event_and_each_prompt_once(byte_tok):
+    stage = _stage()
+    _register(stage, "a", byte_tok, framed=False)
+    # (request, tokens this step, output tokens so far); "gone" has no reader left: still counted.
+    steps = [[("a", [72], 1), ("gone", [73], 1)], [("a", [105, 33], 3), ("gone", [74], 2)], [("a", [], 3)]]
+    for i, events in enumerate(steps):
+        await stage.handle(StepEvents(i, [TokenEvent(rid, ids, num_prompt_tokens=7 if rid == "a" else 5,
+                                                     num_output_tokens=n) for rid, ids, n in events]))
+    assert stage.num_generation_tokens == 5
+    assert stage.num_prompt_tokens == 12  # each request's prompt at its first token only

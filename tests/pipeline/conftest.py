@@ -12,6 +12,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from bench.prom_text import parse_metrics
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -37,12 +39,9 @@ class ServerProcess:
         return self.log_path.read_text(errors="replace")
 
     def metric(self, name: str, labels: str = "") -> float:
-        text = self.http("GET", "/metrics").text
+        """One series' value; `labels` as written, without the model_name label every series has."""
         key = f"{name}{{{labels}}}" if labels else name
-        for line in text.splitlines():
-            if line.startswith(key + " "):
-                return float(line.split()[-1])
-        raise KeyError(key)
+        return parse_metrics(self.http("GET", "/metrics").text)[key]
 
     def stop(self) -> int:
         if self.proc.poll() is None:

@@ -11,6 +11,8 @@ import random
 import httpx
 import pytest
 
+from bench.prom_text import parse_metrics
+
 from exactness import ExactnessReport, compare_runs
 from pipeline import Engine, EngineConfig
 from pipeline.app import create_app
@@ -99,9 +101,10 @@ async def test_metrics_and_debug_say_the_format_and_pool_size() -> None:
             debug = (await client.get("/debug/kv")).json()
     # dummy:tiny: 2 layers, K and V, 2 KV heads of 16 values + a 2-byte scale each
     per_token = 2 * 2 * 2 * (16 + 2)
-    assert 'ttft_kv_cache_info{dtype="fp8_e4m3",scales="bfloat16/token-head"} 1.0' in metrics
-    assert f"ttft_kv_cache_bytes_per_token {per_token:.1f}" in metrics
-    assert "ttft_kv_pool_tokens 512.0" in metrics  # 32 usable blocks of 16
+    series = parse_metrics(metrics)  # keys without the model_name label every series carries
+    assert series['ttft_kv_cache_info{dtype="fp8_e4m3",scales="bfloat16/token-head"}'] == 1.0
+    assert series["ttft_kv_cache_bytes_per_token"] == per_token
+    assert series["ttft_kv_pool_tokens"] == 512  # 32 usable blocks of 16
     assert debug == {"dtype": "fp8_e4m3", "quantized": True, "scales": "bfloat16/token-head",
                      "bytes_per_token": per_token, "block_size": 16, "num_blocks": 33, "pool_tokens": 512,
                      "pool_bytes": 33 * 16 * per_token}

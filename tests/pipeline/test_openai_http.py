@@ -7,6 +7,8 @@ import httpx
 import openai
 import pytest
 
+from bench.prom_text import parse_metrics, parse_series
+
 
 @pytest.fixture(scope="module")
 def client(smollm_server):
@@ -100,8 +102,8 @@ def test_client_disconnect_mid_stream_frees_blocks(smollm_server):
             break
         time.sleep(0.05)
     assert used == 0
-    text = httpx.get(f"{smollm_server.base_url}/metrics").text
-    assert 'ttft_requests_total{outcome="abort"}' in text
+    values = parse_metrics(httpx.get(f"{smollm_server.base_url}/metrics").text)
+    assert values['ttft_requests_total{outcome="abort"}'] >= 1
 
 
 def test_request_id_is_echoed_and_traced(smollm_server):
@@ -117,8 +119,13 @@ def test_request_id_is_echoed_and_traced(smollm_server):
 
 
 def test_metrics_exports_the_named_families(smollm_server):
-    text = httpx.get(f"{smollm_server.base_url}/metrics").text
+    series = parse_series(httpx.get(f"{smollm_server.base_url}/metrics").text)
+    names = {s.name for s in series}
     for family in ("ttft_time_to_first_token_seconds_bucket", "ttft_inter_token_latency_seconds_bucket",
-                   "ttft_stage_seconds_bucket", "ttft_queue_depth", 'ttft_kv_blocks{state="free"}',
-                   "ttft_requests_total"):
-        assert family in text, family
+                   "ttft_stage_seconds_bucket", "ttft_queue_depth", "ttft_requests_total"):
+        assert family in names, family
+    assert 'ttft_kv_blocks{state="free"}' in {s.key() for s in series}
+    # Every series of ours carries the served model's name, as vLLM's do.
+    ours = [s for s in series if s.name.startswith("ttft_")]
+    model = httpx.get(f"{smollm_server.base_url}/v1/models").json()["data"][0]["id"]
+    assert ours and all(dict(s.labels).get("model_name") == model for s in ours)
