@@ -15,6 +15,11 @@ integer inputs and sampling parameters are packed into one pinned buffer and cop
 (CudaGraphRunner), eagerly otherwise; the sampler ends with the step's one device-to-host copy.
 On CUDA the constructor also sizes the KV pool from a memory profile when `num_blocks` is None,
 compiles the kernels and captures the graphs, so a constructed runner is ready to serve.
+
+With `parallel` (gpu_stage/parallel: tensor parallelism) the runner holds one rank's shard: its
+config is the shard's shape, its KV pool holds the rank's KV heads under the same block ids, and
+the driver's `launch` broadcasts each staged step before its forward, so every rank runs it
+(worker ranks run the forward alone: parallel/worker.py). Sampling stays on the driver.
 """
 from __future__ import annotations
 
@@ -94,8 +99,10 @@ class ModelRunner:
         prefill_graph_sizes: Sequence[int] = PREFILL_BUCKETS,
         mixed_graph_tokens: Sequence[int] = MIXED_TOKEN_BUCKETS,  # (): no graphs for mixed steps
         mixed_graph_seqs: Sequence[int] = MIXED_SEQ_BUCKETS,
+        parallel=None,  # a gpu_stage.parallel.TensorParallel: this rank's shard; None: the whole model
     ) -> None:
-        self.config = source.config
+        self.parallel = parallel
+        self.config = source.config if parallel is None else parallel.local_config
         self.device = torch.device(device)
         if self.device.type == "cuda" and self.device.index is None:
             self.device = torch.device("cuda", torch.cuda.current_device())
@@ -109,8 +116,10 @@ class ModelRunner:
         if not cuda:
             keep_freed_memory()  # no page faults per layer on the CPU path (see cpu_malloc)
         attention = get_attention_backend(attention_backend)
-        self.model = LlamaForCausalLM(self.config, self.device, dtype, attention, get_layer_ops(attention_backend))
-        self.model.load_weights(source.weights(self.device, dtype))
+        self.model = LlamaForCausalLM(self.config, self.device, dtype, attention, get_layer_ops(attention_backend),
+                                      parallel)
+        self.model.load_weights(source.weights(self.device, dtype) if parallel is None
+                                else source.weights(self.device, dtype, shard=parallel.plan))
         # Penalised requests' histories on the device, advanced by each step's sampled ids; on CUDA
         # a slot for every running request now, so the memory profile below counts them.
         self.penalties = PenaltyCache(self.config.vocab_size, self.device, max_num_seqs + 1 if cuda else 0)
@@ -144,6 +153,8 @@ class ModelRunner:
             if not cuda:
                 raise ValueError("num_blocks is required on CPU (the memory profile is CUDA only)")
             num_blocks = self._profile_num_blocks(gpu_memory_utilization, graph_reserve_bytes if use_graphs else 0)
+            if parallel is not None:
+                num_blocks = parallel.agree_num_blocks(num_blocks)
         self.kv_cache = KvCache(self.config, num_blocks, block_size, self.device, dtype)
         self.graphs: CudaGraphRunner | None = None
         # One-row products (batch-1 decode): cuBLAS or the gemv kernel, whichever this GPU runs
@@ -191,6 +202,8 @@ class ModelRunner:
             shape = self.graphs.shape_for(batch.chunks) if self.graphs is not None else None
             staged = self.inputs.stage(batch.chunks, rows, draw_uniforms(rows), self.config.vocab_size, shape,
                                        feed=self._feed(batch))
+            if self.parallel is not None:
+                self.parallel.steps.send(staged, shape)  # every rank runs this step on its shard
             logits = self.graphs.replay(shape) if shape is not None else self._forward(staged, self.kv_cache)
             launched.rows, launched.request_ids = rows, request_ids
             if rows:

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from itertools import chain
-from typing import Protocol, Sequence
+from typing import Callable, Protocol, Sequence
 
 import numpy as np
 import torch
@@ -107,6 +107,7 @@ class StagedStep:
     layout: Layout
     num_real_tokens: int
     num_real_seqs: int
+    host: torch.Tensor | None = None  # the packed host buffer (what tensor parallelism broadcasts)
 
 
 WIDTH_MULTIPLE = 16
@@ -264,7 +265,15 @@ class StepInputs:
                 view("frequency").view(torch.float32), view("presence").view(torch.float32), flags,
             )
         return StagedStep(view("input_ids"), view("positions"), view("logits_indices"), meta, sampling,
-                          layout, num_tokens, num_seqs)
+                          layout, num_tokens, num_seqs, host)
+
+    def receive(self, fill: Callable[[torch.Tensor], None], size: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """A buffer packed elsewhere (tensor parallelism: the driver's step, which `fill` writes
+        into the host buffer's first `size` elements), copied to the device as `stage` copies its
+        own -> (host buffer, device buffer): a graph captured here reads it where it reads a step."""
+        host = self._next_host()
+        fill(host[:size])
+        return host, self._copy(host, size)
 
     def _next_host(self) -> torch.Tensor:
         self._turn = (self._turn + 1) % len(self._host)
