@@ -24,6 +24,7 @@ from typing import Callable
 
 import torch.distributed as dist
 
+from gpu_stage.model_source import ModelSource
 from gpu_stage.parallel.group import (RENDEZVOUS_TIMEOUT_S, ParallelGroup, Placement, connect, disable_multicast,
                                       placement_from_env, store_from_env, under_torchrun)
 from gpu_stage.parallel.launch import WorkerProcesses
@@ -46,16 +47,18 @@ class TensorParallelDriver:
 
     @classmethod
     def start(cls, spec: RunnerSpec, world_size: int, on_fault: Callable[[str], None] | None = None,
-              stale_s: float = STALE_S, startup_timeout_s: float = RENDEZVOUS_TIMEOUT_S) -> TensorParallelDriver:
+              source: ModelSource | None = None, stale_s: float = STALE_S,
+              startup_timeout_s: float = RENDEZVOUS_TIMEOUT_S) -> TensorParallelDriver:
+        """`source`: the spec's model source when the caller loaded it already (its tokenizer, say)."""
         driver = cls(world_size, on_fault)
         try:
-            driver._start(spec, stale_s, startup_timeout_s)
+            driver._start(spec, source, stale_s, startup_timeout_s)
         except BaseException:
             driver.close(timeout_s=0.0)
             raise
         return driver
 
-    def _start(self, spec: RunnerSpec, stale_s: float, startup_timeout_s: float) -> None:
+    def _start(self, spec: RunnerSpec, source: ModelSource | None, stale_s: float, startup_timeout_s: float) -> None:
         disable_multicast()
         if under_torchrun():
             placement = placement_from_env()
@@ -73,7 +76,7 @@ class TensorParallelDriver:
                                        self._fault, self.workers.exited if self.workers else None,
                                        stale_s=stale_s).start()
         self.group = connect(placement, store, spec.device, spec.collective_timeout_s)
-        source = spec.load_source()
+        source = source or spec.load_source()
         self.runner = build_runner(spec, source, tensor_parallel(self.group, source.config), self.group.device)
         self.monitor.serving()
         log.info("tensor parallel driver ready: %d ranks%s", self.world_size,

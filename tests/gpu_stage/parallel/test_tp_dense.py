@@ -5,12 +5,10 @@ async scheduling's device-side feeds), seeded sampling identical, the KV pool sh
 the same block ids."""
 from __future__ import annotations
 
-import time
-
 import pytest
 import torch
 from gpu_runner_helpers import greedy, serve
-from tp_helpers import RUNNER_ARGS, record_logits, start_pair, teacher_forced_logits, top2_gap
+from tp_helpers import RUNNER_ARGS, record_logits, teacher_forced_logits, top2_gap, tp_pair
 
 from exactness import ExactnessReport, compare_runs
 from gpu_stage.parallel.runner_spec import RunnerSpec
@@ -22,11 +20,8 @@ SPEC = RunnerSpec("dummy:tiny", "cpu", "float32", RUNNER_ARGS, seed=4, cpu_threa
 
 @pytest.fixture(scope="module")
 def pair():
-    t0 = time.perf_counter()
-    driver, reference = start_pair(SPEC, 2)
-    print(f"TP=2 start-up {time.perf_counter() - t0:.1f} s")
-    yield driver, reference
-    assert driver.close() == {1: 0}  # the stop header ends the worker cleanly
+    with tp_pair(SPEC, 2) as both:
+        yield both
 
 
 def test_kv_pool_is_sharded_by_head_with_the_same_blocks(pair):
