@@ -30,6 +30,7 @@ from gpu_stage.parallel.group import (RENDEZVOUS_TIMEOUT_S, ParallelGroup, Place
 from gpu_stage.parallel.launch import WorkerProcesses
 from gpu_stage.parallel.liveness import STALE_S, LivenessMonitor, started_key
 from gpu_stage.parallel.runner_spec import RunnerSpec, build_runner
+from gpu_stage.parallel.shard_plan import check_shardable
 from gpu_stage.parallel.worker import tensor_parallel
 
 log = logging.getLogger("ttft.parallel")
@@ -60,6 +61,8 @@ class TensorParallelDriver:
 
     def _start(self, spec: RunnerSpec, source: ModelSource | None, stale_s: float, startup_timeout_s: float) -> None:
         disable_multicast()
+        source = source or spec.load_source()  # config and tokenizer: the weights stream later
+        check_shardable(source.config, self.world_size)  # before any process starts
         if under_torchrun():
             placement = placement_from_env()
             if placement.rank != 0 or placement.world_size != self.world_size:
@@ -76,7 +79,6 @@ class TensorParallelDriver:
                                        self._fault, self.workers.exited if self.workers else None,
                                        stale_s=stale_s).start()
         self.group = connect(placement, store, spec.device, spec.collective_timeout_s)
-        source = source or spec.load_source()
         self.runner = build_runner(spec, source, tensor_parallel(self.group, source.config), self.group.device)
         self.monitor.serving()
         log.info("tensor parallel driver ready: %d ranks%s", self.world_size,

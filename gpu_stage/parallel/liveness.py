@@ -1,12 +1,13 @@
 """LivenessMonitor: a rank that dies or stops is a fault within a couple of seconds.
 
-Each process of the group runs one monitor thread. Every `interval_s` it bumps its own counter in
-the rendezvous store (`ttft/alive/<rank>`) and reads the counters of the ranks it watches (the
-driver watches every worker, a worker watches the driver); a counter that has not moved for
-`stale_s` is a fault, and so is a store that does not answer within `stale_s` (its own client
-connection, with that timeout: a stopped driver that hosts the store cannot hold it forever). The
-driver's monitor also polls the worker processes it started (`poll_exits`): an exit is seen within
-one interval, before any heartbeat goes stale.
+Each process of the group runs one monitor. Every `interval_s` its beat thread bumps the
+process's own counter in the rendezvous store (`ttft/alive/<rank>`) and reads the counters of the
+ranks it watches (the driver watches every worker, a worker watches the driver); its watch thread
+calls a counter that has not moved for `stale_s` a fault, and so is a store that has not answered
+for `stale_s` (a client's store operation blocks for as long as a stopped host stops, whatever its
+timeout: measured, so the beat runs on its own thread and the watch only reads its results, over
+a connection of its own). The driver's watch also polls the worker processes it started
+(`poll_exits`): an exit is seen within one interval, before any heartbeat goes stale.
 
 Why heartbeats and not only collective timeouts: an idle server runs no collective, and a busy one
 may run a long prefill; a heartbeat separates "slow" from "gone" without guessing step times. A
@@ -51,14 +52,20 @@ class LivenessMonitor:
         self.interval_s, self.stale_s = interval_s, stale_s
         self._threshold_s = startup_stale_s
         self._client = dist.TCPStore(master_addr, master_port, is_master=False,
-                                     timeout=timedelta(seconds=stale_s), wait_for_workers=False)
+                                     timeout=timedelta(seconds=max(stale_s, 1.0)), wait_for_workers=False)
         self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._answered = time.monotonic()  # when the store last answered a whole beat
+        self._counts: dict[int, int] = {}
+        self._error: Exception | None = None
         self.fault: str | None = None
-        self._thread = threading.Thread(target=self._run, name=f"ttft-liveness-{rank}", daemon=True)
+        self._threads = [threading.Thread(target=self._beat, name=f"ttft-beat-{rank}", daemon=True),
+                         threading.Thread(target=self._watch, name=f"ttft-liveness-{rank}", daemon=True)]
 
     def start(self) -> LivenessMonitor:
         self._client.add(alive_key(self.rank), 1)
-        self._thread.start()
+        for thread in self._threads:
+            thread.start()
         return self
 
     def serving(self) -> None:
@@ -66,21 +73,31 @@ class LivenessMonitor:
         self._threshold_s = self.stale_s
 
     def stop(self) -> None:
+        """Stop watching (the beat thread may be blocked on a stopped store: it is a daemon)."""
         self._stop.set()
-        if self._thread.is_alive() and self._thread is not threading.current_thread():
-            self._thread.join(timeout=self.interval_s + self.stale_s + 1.0)
+        watch = self._threads[1]
+        if watch.is_alive() and watch is not threading.current_thread():
+            watch.join(timeout=self.interval_s + 1.0)
 
-    def _run(self) -> None:
-        now = time.monotonic()
-        seen = {r: (-1, now) for r in self.watched}  # rank -> (counter, when it last moved)
-        while not self._stop.wait(self.interval_s):
+    def _beat(self) -> None:
+        while not self._stop.is_set():
             try:
-                reason = self.poll_exits() if self.poll_exits is not None else None
-                if reason is None:
-                    self._client.add(alive_key(self.rank), 1)
-                    reason = self._check(seen, time.monotonic())
-            except Exception as exc:  # the store's host is gone or stopped
-                reason = f"the rendezvous store did not answer within {self.stale_s:.1f} s ({type(exc).__name__})"
+                self._client.add(alive_key(self.rank), 1)
+                counts = {r: self._client.add(alive_key(r), 0) for r in self.watched}
+            except Exception as exc:  # the store's host is gone
+                with self._lock:
+                    self._error = exc
+                return
+            with self._lock:
+                self._answered, self._counts = time.monotonic(), counts
+            self._stop.wait(self.interval_s)
+
+    def _watch(self) -> None:
+        seen = {r: (-1, time.monotonic()) for r in self.watched}  # rank -> (counter, when it last moved)
+        while not self._stop.wait(self.interval_s):
+            reason = self.poll_exits() if self.poll_exits is not None else None
+            if reason is None:
+                reason = self._check(seen, time.monotonic())
             if reason is not None and not self._stop.is_set():
                 self.fault = reason
                 log.error("tensor parallel rank %d: %s", self.rank, reason)
@@ -88,8 +105,14 @@ class LivenessMonitor:
                 self.on_fault(reason)
 
     def _check(self, seen: dict[int, tuple[int, float]], now: float) -> str | None:
+        with self._lock:
+            error, answered, counts = self._error, self._answered, dict(self._counts)
+        if error is not None:
+            return f"the rendezvous store failed: {type(error).__name__}: {error}"
+        if now - answered > self.stale_s:
+            return f"the rendezvous store did not answer for {now - answered:.1f} s"
         for rank in self.watched:
-            count = self._client.add(alive_key(rank), 0)
+            count = counts.get(rank, -1)
             last, since = seen[rank]
             if count != last:
                 seen[rank] = (count, now)

@@ -32,3 +32,15 @@ def mqa_biased() -> ModelSource:
                 yield name, part
 
     return ModelSource("mqa-biased", config, weights, DummyTokenizer(config.vocab_size), f"mqa-biased:{SEED}")
+
+
+def fails_on_workers() -> ModelSource:
+    """The tiny preset on the driver; an exception on every other rank (a worker that dies while
+    it starts)."""
+    import os
+
+    from gpu_stage.loaders import load_model_source
+
+    if os.environ.get("RANK", "0") != "0":
+        raise RuntimeError("this worker cannot load its model")
+    return load_model_source("dummy:tiny")
