@@ -66,3 +66,11 @@ def test_scheduler_driven_greedy_and_seeded_sampling(pair, async_scheduling):
     ref, _ = serve(reference, requests, async_scheduling)
     assert (num_pending > 0) == async_scheduling  # the feeds were exercised
     assert ours == ref  # greedy (no near-ties here: checked above) and seeded sampling alike
+
+
+def test_workers_run_with_nvlink_multicast_off(pair):
+    driver, _ = pair
+    (pid,) = driver.worker_pids
+    env = dict(item.split("=", 1) for item in open(f"/proc/{pid}/environ").read().split("\0") if "=" in item)
+    assert (env["NCCL_NVLS_ENABLE"], env["TORCH_SYMM_MEM_DISABLE_MULTICAST"], env["NVSHMEM_DISABLE_NVLS"]) == ("0", "1", "1")
+    assert (env["RANK"], env["WORLD_SIZE"], env["LOCAL_RANK"], env["MASTER_ADDR"]) == ("1", "2", "1", "127.0.0.1")

@@ -5,7 +5,6 @@ continuations equal under the exactness rule, seeded sampling identical."""
 from __future__ import annotations
 
 import pytest
-import torch
 from gpu_runner_helpers import greedy, serve
 from tp_helpers import RUNNER_ARGS, record_logits, teacher_forced_logits, top2_gap, tp_pair
 

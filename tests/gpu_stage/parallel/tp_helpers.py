@@ -31,7 +31,9 @@ def tp_pair(spec: RunnerSpec, world_size: int,
     source = source or spec.load_source()
     driver = TensorParallelDriver.start(spec, world_size, source=source)
     try:
-        reference = ModelRunner(source, spec.device, DTYPES[spec.dtype], **spec.runner)
+        # The same pool (a pool sized by a memory profile here would see the driver's memory).
+        args = {**spec.runner, "num_blocks": driver.runner.kv_cache.num_blocks}
+        reference = ModelRunner(source, spec.device, DTYPES[spec.dtype], **args)
         print(f"TP={world_size} and one-process runners built in {time.perf_counter() - t0:.1f} s")
         yield driver, reference
     finally:
