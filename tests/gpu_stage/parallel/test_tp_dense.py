@@ -7,10 +7,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-from gpu_runner_helpers import greedy, serve
-from tp_helpers import RUNNER_ARGS, record_logits, teacher_forced_logits, top2_gap, tp_pair
+from gpu_runner_helpers import serve
+from tp_helpers import RUNNER_ARGS, compare_greedy, teacher_forced_logits, tp_pair
 
-from exactness import ExactnessReport, compare_runs
 from gpu_stage.parallel.runner_spec import RunnerSpec
 from stages.sampling import SamplingParams
 
@@ -44,14 +43,7 @@ def test_prefill_and_decode_logits_match_one_process(pair):
 
 def test_greedy_continuations_agree(pair):
     driver, reference = pair
-    report = ExactnessReport()
-    for i, prompt in enumerate(PROMPTS):
-        seen = record_logits(reference)
-        ref = greedy(reference, f"g{i}", prompt, 12, chunk=4)
-        del reference.sampler.start
-        ours = greedy(driver.runner, f"g{i}", prompt, 12, chunk=4)
-        compare_runs(report, f"prompt {i}", ref, ours, lambda k: top2_gap(seen[k + (len(seen) - 12)][0]))
-    print(report.summary())
+    report = compare_greedy(driver.runner, reference, PROMPTS, 12, chunk=4)
     assert not report.failures, report.failures
 
 

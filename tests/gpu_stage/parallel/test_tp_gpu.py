@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import pytest
 import torch
-from gpu_runner_helpers import greedy, serve
-from tp_helpers import record_logits, teacher_forced_logits, top2_gap, tp_pair
+from gpu_runner_helpers import serve
+from tp_helpers import compare_greedy, teacher_forced_logits, tp_pair
 
-from exactness import BF16_GAP, ExactnessReport, compare_runs
+from exactness import BF16_GAP
 from gpu_stage.loaders import load_model_source
 from gpu_stage.model_runner import ModelRunner
 from gpu_stage.parallel.runner_spec import RunnerSpec
@@ -51,14 +51,7 @@ def test_logits_as_close_to_float32_as_one_gpu(pair):
 
 def test_greedy_under_the_bf16_rule(pair):
     driver, reference = pair
-    report = ExactnessReport()
-    for i, prompt in enumerate(PROMPTS):
-        seen = record_logits(reference)
-        ref = greedy(reference, f"g{i}", prompt, 24)
-        del reference.sampler.start
-        compare_runs(report, f"prompt {i}", ref, greedy(driver.runner, f"g{i}", prompt, 24),
-                     lambda k: top2_gap(seen[k][0]), BF16_GAP)
-    print(report.summary())
+    report = compare_greedy(driver.runner, reference, PROMPTS, 24, tolerance=BF16_GAP)
     assert not report.failures, report.failures
 
 

@@ -7,10 +7,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from gpu_runner_helpers import greedy
-from tp_helpers import RUNNER_ARGS, record_logits, teacher_forced_logits, top2_gap, tp_pair
+from tp_helpers import RUNNER_ARGS, compare_greedy, teacher_forced_logits, tp_pair
 
-from exactness import ExactnessReport, compare_runs
 from gpu_stage.parallel.runner_spec import RunnerSpec
 
 FACTORY = f"{Path(__file__).with_name('sources.py')}:mqa_biased"
@@ -44,12 +42,5 @@ def test_logits_match_one_process(pair):
 
 def test_greedy_agrees(pair):
     driver, reference = pair
-    report = ExactnessReport()
-    for i, prompt in enumerate(PROMPTS):
-        seen = record_logits(reference)
-        ref = greedy(reference, f"g{i}", prompt, 10)
-        del reference.sampler.start
-        compare_runs(report, f"prompt {i}", ref, greedy(driver.runner, f"g{i}", prompt, 10),
-                     lambda k: top2_gap(seen[k][0]))
-    print(report.summary())
+    report = compare_greedy(driver.runner, reference, PROMPTS, 10)
     assert not report.failures, report.failures

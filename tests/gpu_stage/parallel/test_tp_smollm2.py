@@ -5,10 +5,9 @@ continuations equal under the exactness rule, seeded sampling identical."""
 from __future__ import annotations
 
 import pytest
-from gpu_runner_helpers import greedy, serve
-from tp_helpers import RUNNER_ARGS, record_logits, teacher_forced_logits, top2_gap, tp_pair
+from gpu_runner_helpers import serve
+from tp_helpers import RUNNER_ARGS, compare_greedy, teacher_forced_logits, tp_pair
 
-from exactness import ExactnessReport, compare_runs
 from gpu_stage.parallel.runner_spec import RunnerSpec
 from stages.sampling import SamplingParams
 
@@ -39,14 +38,7 @@ def test_logits_within_float32_tolerance(pair):
 
 def test_greedy_and_seeded_sampling(pair):
     driver, reference, prompts = pair
-    report = ExactnessReport()
-    for i, prompt in enumerate(prompts):
-        seen = record_logits(reference)
-        ref = greedy(reference, f"g{i}", prompt, NUM_NEW)
-        del reference.sampler.start
-        compare_runs(report, TEXTS[i], ref, greedy(driver.runner, f"g{i}", prompt, NUM_NEW),
-                     lambda k: top2_gap(seen[k][0]))
-    print(report.summary())
+    report = compare_greedy(driver.runner, reference, prompts, NUM_NEW)
     assert not report.failures, report.failures
     requests = [(f"r{i}", p, SamplingParams(temperature=0.8, top_p=0.95, seed=7 + i, max_tokens=NUM_NEW,
                                             ignore_eos=True)) for i, p in enumerate(prompts)]

@@ -7,7 +7,9 @@ from contextlib import contextmanager
 from typing import Iterator
 
 import torch
+from gpu_runner_helpers import greedy
 
+from exactness import FP32_GAP, ExactnessReport, compare_runs
 from gpu_stage.model_runner import ModelRunner
 from gpu_stage.model_source import ModelSource
 from gpu_stage.parallel.driver import TensorParallelDriver
@@ -72,6 +74,21 @@ def teacher_forced_logits(runner: ModelRunner, prompts: list[list[int]], forced:
     runner.execute(StepBatch(1 + len(forced[0]), [], [], ids))
     del runner.sampler.start  # the spy
     return seen
+
+
+def compare_greedy(runner: ModelRunner, reference: ModelRunner, prompts: list[list[int]], num_new: int,
+                   chunk: int | None = None, tolerance: float = FP32_GAP) -> ExactnessReport:
+    """Each prompt's greedy continuation on both runners, compared under the exactness rule (the
+    reference's top-2 gaps excuse a near-tie); the report is printed."""
+    report = ExactnessReport()
+    for i, prompt in enumerate(prompts):
+        seen = record_logits(reference)  # one entry per sampled step: the k-th token's logits
+        ref = greedy(reference, f"g{i}", prompt, num_new, chunk=chunk)
+        del reference.sampler.start
+        ours = greedy(runner, f"g{i}", prompt, num_new, chunk=chunk)
+        compare_runs(report, f"prompt {i}", ref, ours, lambda k: top2_gap(seen[k][0]), tolerance)
+    print(report.summary())
+    return report
 
 
 def top2_gap(logits: torch.Tensor) -> float:
