@@ -30,6 +30,8 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gpu-memory-utilization", type=float, default=d.gpu_memory_utilization)
     p.add_argument("--attention-backend", choices=["auto", "triton", "torch"], default=d.attention_backend)
     p.add_argument("--enforce-eager", action="store_true", help="no CUDA graphs")
+    p.add_argument("--tensor-parallel-size", "-tp", type=int, default=d.tensor_parallel_size,
+                   help="shard the model over N GPUs (N processes; under torchrun, its ranks)")
     p.add_argument("--mixed-graph-max-tokens", type=int, default=d.mixed_graph_max_tokens,
                    help="largest mixed step (prefill beside decodes) replayed as a CUDA graph; 0: none")
     p.add_argument("--max-num-seqs", type=int, default=d.max_num_seqs, help="running requests")
@@ -93,6 +95,7 @@ def config_from_args(a: argparse.Namespace) -> EngineConfig:
         dtype=a.dtype, max_model_len=a.max_model_len, kv_cache_gb=a.kv_cache_gb,
         num_kv_blocks=a.num_kv_blocks, gpu_memory_utilization=a.gpu_memory_utilization,
         attention_backend=a.attention_backend, enforce_eager=a.enforce_eager,
+        tensor_parallel_size=a.tensor_parallel_size,
         mixed_graph_max_tokens=a.mixed_graph_max_tokens, block_size=a.block_size, max_num_seqs=a.max_num_seqs,
         max_num_batched_tokens=a.max_num_batched_tokens, max_queued=a.max_queued,
         long_prefill_threshold=a.long_prefill_threshold, prefill_step_tokens=a.prefill_step_tokens,
@@ -125,10 +128,13 @@ def main(argv: list[str] | None = None) -> int:
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
         logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         from pipeline.auth import check_api_key, resolve_api_key
-        from pipeline.build import StartupError
+        from pipeline.build import StartupError, run_worker_rank
+        from pipeline.build_parallel import is_worker_rank
         from pipeline.server import serve
 
         try:
+            if is_worker_rank(config := config_from_args(args)):  # torchrun's other ranks
+                return run_worker_rank(config)
             api_key = resolve_api_key(args.api_key)
             if api_key is not None:
                 check_api_key(api_key)

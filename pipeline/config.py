@@ -21,6 +21,8 @@ class EngineConfig:
     gpu_memory_utilization: float = 0.9  # GPU: share of device memory for weights, activations, KV
     attention_backend: str = "auto"  # auto (triton on a GPU, torch on CPU) | triton | torch
     enforce_eager: bool = False  # no CUDA graphs
+    # Ranks the model is sharded over (gpu_stage/parallel): one process per GPU, this one rank 0.
+    tensor_parallel_size: int = 1
     # Mixed steps (prefill chunks beside decodes) of up to this many tokens replay CUDA graphs
     # (gpu_stage/cuda_graphs.py); 0: they run eagerly.
     mixed_graph_max_tokens: int = 1024

@@ -18,6 +18,7 @@ destroys the process group.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from datetime import timedelta
 from typing import Callable
@@ -40,6 +41,7 @@ class TensorParallelDriver:
     def __init__(self, world_size: int, on_fault: Callable[[str], None] | None) -> None:
         self.world_size = world_size
         self._on_fault = on_fault
+        self._fault_lock = threading.Lock()
         self.fault: str | None = None
         self.workers: WorkerProcesses | None = None
         self.monitor: LivenessMonitor | None = None
@@ -95,11 +97,21 @@ class TensorParallelDriver:
             time.sleep(0.02)
 
     def _fault(self, reason: str) -> None:
-        self.fault = reason
-        if self.workers is not None:
-            self.workers.kill()
-        if self._on_fault is not None:
-            self._on_fault(reason)
+        with self._fault_lock:
+            self.fault = reason
+            if self.workers is not None:
+                self.workers.kill()
+            on_fault = self._on_fault
+        if on_fault is not None:
+            on_fault(reason)
+
+    def watch(self, on_fault: Callable[[str], None]) -> None:
+        """Report faults to `on_fault` from now on (at once, if one happened already)."""
+        with self._fault_lock:
+            self._on_fault = on_fault
+            fault = self.fault
+        if fault is not None:
+            on_fault(fault)
 
     @property
     def worker_pids(self) -> list[int]:

@@ -19,6 +19,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 from gpu_stage.parallel.group import MULTICAST_OFF
@@ -37,6 +38,7 @@ class WorkerProcesses:
         self.master_addr, self.master_port = master_addr, master_port
         self.procs: dict[int, subprocess.Popen] = {}
         self._lifeline: int | None = None
+        self._lock = threading.Lock()
 
     def start(self) -> WorkerProcesses:
         read_end, self._lifeline = os.pipe()  # both non-inheritable; the read end is passed explicitly
@@ -80,12 +82,14 @@ class WorkerProcesses:
         return {rank: proc.returncode for rank, proc in self.procs.items()}
 
     def kill(self) -> None:
-        """SIGKILL every worker still running, reap them, and drop the lifeline."""
-        for proc in self.procs.values():
-            if proc.poll() is None:
-                proc.kill()
-        for proc in self.procs.values():
-            proc.wait()
-        if self._lifeline is not None:
-            os.close(self._lifeline)
-            self._lifeline = None
+        """SIGKILL every worker still running, reap them, and drop the lifeline (from any thread:
+        the liveness monitor's or the engine's)."""
+        with self._lock:
+            for proc in self.procs.values():
+                if proc.poll() is None:
+                    proc.kill()
+            for proc in self.procs.values():
+                proc.wait()
+            if self._lifeline is not None:
+                os.close(self._lifeline)
+                self._lifeline = None

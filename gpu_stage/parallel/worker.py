@@ -22,6 +22,7 @@ import threading
 
 import torch
 
+from gpu_stage.model_source import ModelSource
 from gpu_stage.parallel.group import ParallelGroup, connect, placement_from_env, store_from_env
 from gpu_stage.parallel.liveness import LivenessMonitor, started_key
 from gpu_stage.parallel.runner_spec import ENV_VAR, RunnerSpec, build_runner
@@ -66,7 +67,8 @@ def _watch_lifeline(fd: int) -> None:
     threading.Thread(target=wait, name="ttft-lifeline", daemon=True).start()
 
 
-def main() -> int:
+def main(spec: RunnerSpec | None = None, source: ModelSource | None = None) -> int:
+    """`spec`: what to build (default: TTFT_RUNNER_SPEC); `source`: its model source, if loaded."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     # The driver decides when the group stops (a drain, then the stop header): Ctrl-C, which the
     # terminal sends to every process of its group, and torchrun's forwarded SIGTERM do not.
@@ -75,7 +77,7 @@ def main() -> int:
     if LIFELINE_ENV in os.environ:
         _watch_lifeline(int(os.environ[LIFELINE_ENV]))
     placement = placement_from_env()
-    spec = RunnerSpec.from_json(os.environ[ENV_VAR])
+    spec = spec or RunnerSpec.from_json(os.environ[ENV_VAR])
     if spec.cpu_threads is not None:
         torch.set_num_threads(spec.cpu_threads)
     store = store_from_env(placement)
@@ -88,7 +90,7 @@ def main() -> int:
 
     monitor = LivenessMonitor(placement.master_addr, placement.master_port, placement.rank, [0], lost).start()
     try:
-        source = spec.load_source()
+        source = source or spec.load_source()
         runner = build_runner(spec, source, tensor_parallel(group, source.config), group.device)
         runner.warm_thread()
         monitor.serving()
