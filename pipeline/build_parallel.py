@@ -39,8 +39,9 @@ def kv_shard_config(cfg: EngineConfig, config: ModelConfig) -> ModelConfig:
 
 
 def cpu_threads_per_rank(cfg: EngineConfig, device_type: str) -> int | None:
-    """On CPU the ranks share the host's cores: each gets its share unless --cpu-threads says."""
-    if cfg.cpu_threads is not None or device_type != "cpu":
+    """On CPU the ranks share the host's cores: each gets its share unless --cpu-threads says
+    (one rank: torch's own default, as always)."""
+    if cfg.cpu_threads is not None or device_type != "cpu" or cfg.tensor_parallel_size == 1:
         return cfg.cpu_threads
     return max(1, (os.cpu_count() or 1) // cfg.tensor_parallel_size)
 
