@@ -32,7 +32,7 @@ from gpu_stage.parallel.launch import WorkerProcesses
 from gpu_stage.parallel.liveness import STALE_S, LivenessMonitor, started_key
 from gpu_stage.parallel.runner_spec import RunnerSpec, build_runner
 from gpu_stage.parallel.shard_plan import check_shardable
-from gpu_stage.parallel.worker import tensor_parallel
+from gpu_stage.parallel.tensor_parallel import TensorParallel
 
 log = logging.getLogger("ttft.parallel")
 
@@ -81,7 +81,7 @@ class TensorParallelDriver:
                                        self._fault, self.workers.exited if self.workers else None,
                                        stale_s=stale_s).start()
         self.group = connect(placement, store, spec.device, spec.collective_timeout_s)
-        self.runner = build_runner(spec, source, tensor_parallel(self.group, source.config), self.group.device)
+        self.runner = build_runner(spec, source, TensorParallel.over(self.group, source.config), self.group.device)
         self.monitor.serving()
         log.info("tensor parallel driver ready: %d ranks%s", self.world_size,
                  f", workers {self.workers.pids}" if self.workers else " (torchrun)")

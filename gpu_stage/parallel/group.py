@@ -107,3 +107,15 @@ def connect(placement: Placement, store: dist.Store, device_type: str, collectiv
     else:
         raise ValueError(f"tensor parallelism runs on cuda or cpu, not {device_type!r}")
     return ParallelGroup(placement, device, store, dist.group.WORLD, host_group)
+
+
+class RankLost(RuntimeError):
+    """A collective failed: a peer rank is gone (its sockets closed) or unreachable."""
+
+
+def rank_lost(exc: BaseException, what: str) -> RankLost:
+    """A short message for a failed collective: gloo's own says where in its sources it failed
+    ('[.../pair.cc:537] Read error [127.0.0.1]:25002: Connection reset by peer. This is typically
+    ...'); keep the sentence after the location."""
+    text = str(exc).split("] ", 1)[-1].split(". ", 1)[0]
+    return RankLost(f"tensor parallel {what} failed, a rank is gone: {text}")

@@ -27,6 +27,7 @@ import torch
 import torch.distributed as dist
 
 from gpu_stage.attention.metadata import AttentionMetadata, SampledRows
+from gpu_stage.parallel.group import rank_lost
 from gpu_stage.step_inputs import GraphShape, Layout, StagedStep, StepInputs, make_layout
 
 HEADER_LEN = 16
@@ -69,10 +70,13 @@ class StepBroadcast:
         if shape is not None:
             h[_GRAPH], h[_DECODE], h[_MIXED] = 1, int(shape.decode), int(shape.mixed)
         h[_MAX_Q], h[_MAX_SEQ] = meta.max_query_len, meta.max_seq_len
-        dist.broadcast(h, src=0, group=self.host_group)
-        dist.broadcast(staged.host[: layout.size], src=0, group=self.host_group)
-        if num_feeds and self.device.type == "cuda":
-            dist.broadcast(staged.input_ids, src=0, group=self.device_group)
+        try:
+            dist.broadcast(h, src=0, group=self.host_group)
+            dist.broadcast(staged.host[: layout.size], src=0, group=self.host_group)
+            if num_feeds and self.device.type == "cuda":
+                dist.broadcast(staged.input_ids, src=0, group=self.device_group)
+        except RuntimeError as exc:
+            raise rank_lost(exc, "step broadcast") from exc
 
     def stop(self) -> None:
         """Tell every worker to leave its loop."""

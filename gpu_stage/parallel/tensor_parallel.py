@@ -18,16 +18,14 @@ on every rank again; its all-reduce moves [T, hidden] per step, what one layer's
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
+from gpu_stage.model_config import ModelConfig
+from gpu_stage.parallel.group import ParallelGroup, rank_lost
 from gpu_stage.parallel.shard_plan import ShardPlan
-
-if TYPE_CHECKING:
-    from gpu_stage.parallel.step_broadcast import StepBroadcast
+from gpu_stage.parallel.step_broadcast import StepBroadcast
 
 # torch 2.13 names it all_gather_single; older releases all_gather_into_tensor (same semantics).
 _all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
@@ -44,13 +42,22 @@ class TensorParallel:
         self._vocab_start = plan.vocab_start
         self._vocab_stop = plan.vocab_start + plan.vocab_shard_size
 
+    @classmethod
+    def over(cls, group: ParallelGroup, config: ModelConfig) -> TensorParallel:
+        """This rank's TensorParallel over `group` for the whole model's `config`."""
+        steps = StepBroadcast(group.rank, group.host_group, group.device_group, group.device)
+        return cls(ShardPlan(config, group.rank, group.world_size), group.device_group, group.host_group, steps)
+
     @property
-    def local_config(self):
+    def local_config(self) -> ModelConfig:
         return self.plan.local_config
 
     def all_reduce(self, x: torch.Tensor) -> torch.Tensor:
         """Sum over the ranks, in place -> x."""
-        dist.all_reduce(x, group=self.group)
+        try:
+            dist.all_reduce(x, group=self.group)
+        except RuntimeError as exc:
+            raise rank_lost(exc, "all-reduce") from exc
         return x
 
     def embed(self, ids: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
@@ -64,7 +71,10 @@ class TensorParallel:
         """logits [S, V/N] (this rank's vocabulary rows) -> [S, V], every rank's in vocabulary order."""
         num_rows, shard = logits.shape
         out = torch.empty((self.world_size * num_rows, shard), dtype=logits.dtype, device=logits.device)
-        _all_gather(out, logits.contiguous(), group=self.group)
+        try:
+            _all_gather(out, logits.contiguous(), group=self.group)
+        except RuntimeError as exc:
+            raise rank_lost(exc, "logits gather") from exc
         full = out.view(self.world_size, num_rows, shard).permute(1, 0, 2).reshape(num_rows, -1)
         vocab = self.plan.config.vocab_size
         return full if full.shape[1] == vocab else full[:, :vocab].contiguous()

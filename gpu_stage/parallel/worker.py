@@ -23,10 +23,9 @@ import threading
 import torch
 
 from gpu_stage.model_source import ModelSource
-from gpu_stage.parallel.group import ParallelGroup, connect, placement_from_env, store_from_env
+from gpu_stage.parallel.group import connect, placement_from_env, store_from_env
 from gpu_stage.parallel.liveness import LivenessMonitor, started_key
 from gpu_stage.parallel.runner_spec import ENV_VAR, RunnerSpec, build_runner
-from gpu_stage.parallel.shard_plan import ShardPlan
 from gpu_stage.parallel.step_broadcast import StepBroadcast
 from gpu_stage.parallel.tensor_parallel import TensorParallel
 
@@ -48,13 +47,6 @@ def serve_steps(runner, steps: StepBroadcast) -> int:
                 runner.model(s.input_ids, s.positions, runner.kv_cache, s.meta, s.logits_indices)
             count += 1
     return count
-
-
-def tensor_parallel(group: ParallelGroup, config) -> TensorParallel:
-    """This rank's TensorParallel over `group` for the whole model's `config`."""
-    steps = StepBroadcast(group.rank, group.host_group, group.device_group, group.device)
-    return TensorParallel(ShardPlan(config, group.rank, group.world_size), group.device_group, group.host_group,
-                          steps)
 
 
 def _watch_lifeline(fd: int) -> None:
@@ -91,7 +83,7 @@ def main(spec: RunnerSpec | None = None, source: ModelSource | None = None) -> i
     monitor = LivenessMonitor(placement.master_addr, placement.master_port, placement.rank, [0], lost).start()
     try:
         source = source or spec.load_source()
-        runner = build_runner(spec, source, tensor_parallel(group, source.config), group.device)
+        runner = build_runner(spec, source, TensorParallel.over(group, source.config), group.device)
         runner.warm_thread()
         monitor.serving()
         count = serve_steps(runner, runner.parallel.steps)

@@ -18,6 +18,7 @@ import torch
 from gpu_runner_helpers import greedy
 
 from gpu_stage.parallel.driver import TensorParallelDriver
+from gpu_stage.parallel.group import RankLost
 from gpu_stage.parallel.runner_spec import RunnerSpec
 from stages.messages import NewRequestData, ScheduledChunk, StepBatch
 from stages.sampling import SamplingParams
@@ -67,7 +68,7 @@ def test_killed_worker_fails_the_next_step_and_is_reported(one_thread):
         (pid,) = driver.worker_pids
         killed = time.monotonic()
         os.kill(pid, signal.SIGKILL)
-        with pytest.raises(RuntimeError, match="Connection closed by peer|Connection reset"):
+        with pytest.raises(RankLost, match="tensor parallel .* failed, a rank is gone: .*Connection"):
             a_step(driver.runner, 10)
         raised = time.monotonic() - killed
         assert faults.seen.wait(2.0), "the monitor did not report the exit"

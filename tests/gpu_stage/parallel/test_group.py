@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpu_stage.parallel.group import MULTICAST_OFF, disable_multicast, placement_from_env, under_torchrun
+from gpu_stage.parallel.group import MULTICAST_OFF, disable_multicast, placement_from_env, rank_lost, under_torchrun
 from gpu_stage.parallel.launch import describe_exit
 
 
@@ -29,3 +29,11 @@ def test_multicast_is_forced_off():
 def test_exit_descriptions():
     assert describe_exit(2, 77, -9) == "worker rank 2 (pid 77) exited with signal SIGKILL"
     assert describe_exit(1, 5, 3) == "worker rank 1 (pid 5) exited with status 3"
+
+
+def test_a_failed_collective_says_a_rank_is_gone_in_one_line():
+    gloo = RuntimeError("[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:537] Read error "
+                        "[127.0.0.1]:25002: Connection reset by peer. This is typically caused by a remote worker "
+                        "hanging or bugs in the application. GLHF!")
+    assert str(rank_lost(gloo, "all-reduce")) == ("tensor parallel all-reduce failed, a rank is gone: Read error "
+                                                  "[127.0.0.1]:25002: Connection reset by peer")
