@@ -11,7 +11,7 @@ from tp_helpers import RUNNER_ARGS, compare_greedy, teacher_forced_logits, tp_pa
 
 from gpu_stage.parallel.runner_spec import RunnerSpec
 
-FACTORY = f"{Path(__file__).with_name('sources.py')}:mqa_biased"
+FACTORY = f"{Path(__file__).with_name('tp_sources.py')}:mqa_biased"
 SPEC = RunnerSpec(None, "cpu", "float32", RUNNER_ARGS, source_factory=FACTORY, cpu_threads=1)
 PROMPTS = [[5, 17, 99, 3, 250, 7, 508], [300, 12, 12, 88]]
 

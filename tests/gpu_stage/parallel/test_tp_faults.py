@@ -111,7 +111,7 @@ def test_a_size_that_cannot_shard_the_model_fails_before_any_worker_starts():
 
 def test_worker_dying_at_start_up_is_reported_at_once(one_thread):
     faults = Faults()
-    factory = f"{Path(__file__).with_name('sources.py')}:fails_on_workers"
+    factory = f"{Path(__file__).with_name('tp_sources.py')}:fails_on_workers"
     spec = RunnerSpec(None, "cpu", "float32", ARGS, source_factory=factory, cpu_threads=1)
     started = time.monotonic()
     driver = TensorParallelDriver.start(spec, 2, on_fault=faults)
