@@ -18,8 +18,10 @@ from stages.sampling import SamplingParams
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")]
 
+# 15% of each GPU for the driver's and the worker's pools: the one-GPU reference shares cuda:0 with
+# the driver, with the same number of blocks of twice the KV heads.
 ARGS = dict(num_blocks=None, block_size=16, max_num_batched_tokens=256, max_num_seqs=8, max_model_len=512,
-            attention_backend="triton", gpu_memory_utilization=0.3, mixed_graph_tokens=())
+            attention_backend="triton", gpu_memory_utilization=0.15, mixed_graph_tokens=())
 SOURCE = "dummy:llama-3.2-1b"
 PROMPTS = [list(range(3, 3 + n)) for n in (5, 40, 150)]
 
