@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One whole GPU run on a fresh host without network:
 #   bash bench/device_run.sh [OUTDIR] [--quick] [--skip-tests] [--skip-kernels] [--skip-server]
+#                            [--tensor-parallel-size N]
 # installs the wheels in .whl/ (starlette, orjson, uvicorn... that the host lacks), runs the GPU
 # tests, the kernel and model-runner benchmarks, then starts `ttft serve --model dummy:llama-3-8b`
 # and runs the headline HTTP benchmarks (bench/gpu_suite.py). Everything lands in OUTDIR
@@ -13,6 +14,8 @@
 #               at a time (bench/ablate.py): OUTDIR/ablation.json/.md. Under 8 minutes.
 #   PDL_AB=1:   also time the runner's steps (CUDA graphs) with programmatic dependent launch off.
 #   SUITE_SERVE_ARGS="...": more `ttft serve` flags for the suite's server (later flags win).
+#   --tensor-parallel-size N: the suite's server shards the model over N GPUs (`-tp N`; the GPU
+#               tests include the two-GPU tensor-parallel ones, skipped on one GPU).
 #   --tiers:    instead, the KV tiers: `ttft bench --workload multi-turn` (64 conversations, a
 #               device pool of a quarter of the working set) with a 48 GiB host tier and without
 #               (recompute), and bench/kv_tier_restore.py (a 4,096-token prefix from host memory
@@ -28,8 +31,13 @@ PROFILE=""
 BASELINE=""
 ABLATE=""
 TIERS=""
-for arg in "$@"; do
+TP=1
+ARGS=("$@")
+for ((i = 0; i < ${#ARGS[@]}; i++)); do
+    arg=${ARGS[$i]}
     case "$arg" in
+        --tensor-parallel-size) i=$((i + 1)); TP=${ARGS[$i]} ;;
+        --tensor-parallel-size=*) TP=${arg#*=} ;;
         --quick) QUICK="--quick" ;;
         --skip-tests) SKIP_TESTS=1 ;;
         --skip-kernels) SKIP_KERNELS=1 ;;
@@ -148,7 +156,7 @@ fi
 
 run_suite() {  # run_suite NAME [VAR=VALUE...]: ttft serve (dummy:llama-3.1-8b, that environment), the suite
     local name=$1; shift
-    env "$@" python3 -m pipeline.cli serve "${SUITE_SERVE_FLAGS[@]}" --port 8000 \
+    env "$@" python3 -m pipeline.cli serve "${SUITE_SERVE_FLAGS[@]}" --port 8000 --tensor-parallel-size "$TP" \
         ${SUITE_SERVE_ARGS:-} > "$DETAIL/server-$name.log" 2>&1 &
     SERVER=$!
     for _ in $(seq 1 240); do
@@ -164,10 +172,11 @@ run_suite() {  # run_suite NAME [VAR=VALUE...]: ttft serve (dummy:llama-3.1-8b, 
 
 if [ -z "$SKIP_SERVER" ]; then
     echo "== server benchmarks"
-    EXTRA=$(python3 - "$DETAIL" <<'EOF'
+    EXTRA=$(python3 - "$DETAIL" "$TP" <<'EOF'
 import json, sys, glob, subprocess
 extra = {"gpu_name": subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
-                                    capture_output=True, text=True).stdout.strip()}
+                                    capture_output=True, text=True).stdout.strip(),
+         "tensor_parallel_size": int(sys.argv[2])}
 try:
     extra["commit"] = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
 except Exception:

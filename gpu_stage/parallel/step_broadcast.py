@@ -1,0 +1,140 @@
+"""StepBroadcast: each step's inputs from the driver (rank 0) to every rank, as tensors, once.
+
+The driver's StepInputs already packs every integer input of a step into one int32 buffer, whose
+layout is a function of (T, B, W, S, R, F) alone (step_layout.make_layout). So a step travels as
+  1. a fixed header of HEADER_LEN int32 over the host group (gloo): the kind (a step, or stop), a
+     sequence number, the layout's sizes, the graph shape it replays (if any) and the host values
+     an eager step's attention plans with (max query and sequence lengths);
+  2. the packed host buffer, over the host group, into the worker's own StepInputs host buffer,
+     which it copies to its device exactly as the driver did (StepInputs.receive);
+  3. on CUDA, when the step has feeds (async scheduling: inputs taken from the previous step's
+     sampled ids, which exist on the driver's device only), the fed input_ids segment of the
+     driver's device buffer, over the device group (NCCL, on the stream, after the feed).
+Nothing is pickled. The header and buffer go over gloo so that a worker learns a step's shape and
+lengths on the host without a device sync: it can queue step N+1 while step N still runs. The
+sampled ids never leave the driver (the workers drop their gathered logits).
+
+Only the driver sends; every other rank receives in the same order, so the messages need no tags.
+The host group waits indefinitely (an idle server sends nothing); a dead driver closes its sockets
+and the receive raises, a stopped one is the liveness monitor's business (liveness.py).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from gpu_stage.attention.metadata import AttentionMetadata, SampledRows
+from gpu_stage.parallel.group import rank_lost
+from gpu_stage.step_inputs import StagedStep, StepInputs
+from gpu_stage.step_layout import GraphShape, Layout, make_layout
+
+HEADER_LEN = 16
+KIND_STEP, KIND_STOP = 1, 2
+# Header slots.
+_KIND, _SEQ, _T, _B, _W, _S, _R, _F, _SIZE, _GRAPH, _DECODE, _MIXED, _MAX_Q, _MAX_SEQ = range(14)
+
+
+@dataclass
+class ReceivedStep:
+    seq: int
+    staged: StagedStep | None  # None for a graph replay (the captured graph holds its own views)
+    shape: GraphShape | None
+
+
+class StepBroadcast:
+    def __init__(self, rank: int, host_group: dist.ProcessGroup | None, device_group: dist.ProcessGroup | None,
+                 device: torch.device) -> None:
+        self.rank = rank
+        self.host_group, self.device_group = host_group, device_group
+        self.device = torch.device(device)
+        self._header = torch.zeros(HEADER_LEN, dtype=torch.int32)
+        self._seq = 0
+
+    # -- the driver -------------------------------------------------------------------------
+    def send(self, staged: StagedStep, shape: GraphShape | None) -> None:
+        """Send a step staged by the driver's StepInputs (after its copy and feed)."""
+        assert self.rank == 0 and staged.host is not None
+        layout, meta = staged.layout, staged.meta
+        sizes = [layout.offsets[name][1] for name in ("input_ids", "cu_seqlens_q", "block_tables",
+                                                       "logits_indices", "greedy", "feed_dst")]
+        num_tokens, num_seqs_plus_1, table, num_logits, num_rows, num_feeds = sizes
+        num_seqs = num_seqs_plus_1 - 1
+        width = table // num_seqs if num_seqs else 0
+        self._seq += 1
+        h = self._header
+        h.zero_()
+        h[_KIND], h[_SEQ], h[_SIZE] = KIND_STEP, self._seq, layout.size
+        h[_T], h[_B], h[_W], h[_S], h[_R], h[_F] = num_tokens, num_seqs, width, num_logits, num_rows, num_feeds
+        if shape is not None:
+            h[_GRAPH], h[_DECODE], h[_MIXED] = 1, int(shape.decode), int(shape.mixed)
+        h[_MAX_Q], h[_MAX_SEQ] = meta.max_query_len, meta.max_seq_len
+        try:
+            dist.broadcast(h, src=0, group=self.host_group)
+            dist.broadcast(staged.host[: layout.size], src=0, group=self.host_group)
+            if num_feeds and self.device.type == "cuda":
+                dist.broadcast(staged.input_ids, src=0, group=self.device_group)
+        except RuntimeError as exc:
+            raise rank_lost(exc, "step broadcast") from exc
+
+    def stop(self) -> None:
+        """Tell every worker to leave its loop."""
+        assert self.rank == 0
+        self._header.zero_()
+        self._header[_KIND] = KIND_STOP
+        dist.broadcast(self._header, src=0, group=self.host_group)
+
+    # -- a worker ---------------------------------------------------------------------------
+    def receive(self, inputs: StepInputs) -> ReceivedStep | None:
+        """Wait for the next step; land it in `inputs`' buffers -> the step, or None on stop."""
+        assert self.rank != 0
+        h = self._header
+        dist.broadcast(h, src=0, group=self.host_group)
+        values = h.tolist()
+        if values[_KIND] == KIND_STOP:
+            return None
+        if values[_KIND] != KIND_STEP or values[_SEQ] != self._seq + 1:
+            raise RuntimeError(f"step broadcast out of order: header {values}, expected step {self._seq + 1}")
+        self._seq += 1
+        layout = make_layout(values[_T], values[_B], values[_W], values[_S], values[_R], values[_F])
+        if layout.size != values[_SIZE]:
+            raise RuntimeError(f"step layout mismatch: {layout.size} here, {values[_SIZE]} at the driver")
+        host, buf = inputs.receive(lambda dest: dist.broadcast(dest, src=0, group=self.host_group), layout.size)
+        if values[_F] and self.device.type == "cuda":
+            dist.broadcast(layout.view(buf, "input_ids"), src=0, group=self.device_group)
+        if values[_GRAPH]:
+            shape = GraphShape(values[_T], values[_B], values[_W], bool(values[_DECODE]), bool(values[_MIXED]))
+            return ReceivedStep(self._seq, None, shape)
+        staged = restage(layout, host, buf, values[_MAX_Q], values[_MAX_SEQ], inputs.block_size)
+        return ReceivedStep(self._seq, staged, None)
+
+
+def restage(layout: Layout, host: torch.Tensor, buf: torch.Tensor, max_query_len: int, max_seq_len: int,
+            block_size: int) -> StagedStep:
+    """The StagedStep an eager step's forward reads (no sampling), from a received buffer: the
+    views StepInputs.stage makes, and the host lengths read from the host copy."""
+    def view(name: str) -> torch.Tensor:
+        return layout.view(buf, name)
+
+    def host_values(name: str) -> np.ndarray:
+        return layout.view(host, name).numpy()
+
+    num_tokens = layout.offsets["input_ids"][1]
+    num_seqs = layout.offsets["seq_lens"][1]
+    width = layout.offsets["block_tables"][1] // max(num_seqs, 1)
+    num_logits = layout.offsets["logits_indices"][1]
+    cu = host_values("cu_seqlens_q")
+    sampled = None
+    if num_logits < num_tokens:  # as in stage(): a last layer that computes the sampled rows alone
+        sampled = SampledRows(view("sampled_seq"), view("sampled_seq_lens"), view("sampled_cu"),
+                              host_values("sampled_seq_lens").tolist())
+    meta = AttentionMetadata(
+        cu_seqlens_q=view("cu_seqlens_q"), seq_lens=view("seq_lens"),
+        block_tables=view("block_tables").view(num_seqs, width), slot_mapping=view("slot_mapping"),
+        positions=view("positions"), max_query_len=max_query_len, max_seq_len=max_seq_len, block_size=block_size,
+        query_lens_host=np.diff(cu).tolist(), seq_lens_host=host_values("seq_lens").tolist(), sampled=sampled,
+    )
+    return StagedStep(view("input_ids"), view("positions"), view("logits_indices"), meta, None, layout,
+                      num_tokens, num_seqs, host)
