@@ -15,7 +15,8 @@
 #   PDL_AB=1:   also time the runner's steps (CUDA graphs) with programmatic dependent launch off.
 #   SUITE_SERVE_ARGS="...": more `ttft serve` flags for the suite's server (later flags win).
 #   --tensor-parallel-size N: the suite's server shards the model over N GPUs (`-tp N`; the GPU
-#               tests include the two-GPU tensor-parallel ones, skipped on one GPU).
+#               tests include the two-GPU tensor-parallel ones, skipped on one GPU); with --tiers,
+#               the multi-turn servers do (the host tier's --kv-host-gb is then per rank).
 #   --tiers:    instead, the KV tiers: `ttft bench --workload multi-turn` (64 conversations, a
 #               device pool of a quarter of the working set) with a 48 GiB host tier and without
 #               (recompute), and bench/kv_tier_restore.py (a 4,096-token prefix from host memory
@@ -102,7 +103,7 @@ if [ -n "$TIERS" ]; then
     [ "${TIERS_RESTORE:-1}" = 1 ] && timeout 150 python3 -m bench.kv_tier_restore --model dummy:llama-3.1-8b \
         --device cuda --prefix-len 4096 2>&1 | tee "$OUTDIR/tier_restore.log" | tail -3
     # 64 conversations x (2,048 + 8 x (256 + 128) + 128) tokens = 335,872: a quarter is 5,248 blocks.
-    MT="--model dummy:llama-3.1-8b --device cuda --max-num-seqs 128 --max-num-batched-tokens 8192 --long-prefill-threshold 4096 --max-model-len 16384 --num-kv-blocks 5249"
+    MT="--model dummy:llama-3.1-8b --device cuda --max-num-seqs 128 --max-num-batched-tokens 8192 --long-prefill-threshold 4096 --max-model-len 16384 --num-kv-blocks 5249 --tensor-parallel-size $TP"
     for mode in ${TIERS_MODES:-tiers recompute}; do
         flags=$MT
         [ "$mode" = tiers ] && flags="$MT --kv-host-gb 48"

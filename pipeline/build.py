@@ -78,7 +78,10 @@ def build_model(cfg: EngineConfig) -> BuiltModel:
     source, device, dtype, runner_args = plan_runner(cfg)
     if cfg.tensor_parallel_size == 1:
         return _build_rest(cfg, source, ModelRunner.build(source, device=device, dtype=dtype, **runner_args), None)
-    parallel = start_tensor_parallel(cfg, source, device.type, cfg.resolved_dtype(), runner_args)
+    try:
+        parallel = start_tensor_parallel(cfg, source, device.type, cfg.resolved_dtype(), runner_args)
+    except ParallelStartupError as exc:
+        raise StartupError(str(exc)) from exc
     try:
         return _build_rest(cfg, source, parallel.runner, parallel)
     except BaseException:

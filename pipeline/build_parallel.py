@@ -3,11 +3,12 @@
 The engine's actors stay one set in this process; the runner it gets is rank 0's, whose every
 step reaches the workers (gpu_stage/parallel). Here: what can run sharded (a clear start-up error
 otherwise), the per-rank KV shape that sizes the pool, each process's CPU threads, and the spec
-every rank builds its runner from.
+every rank builds its runner and its KV tiers from.
 """
 from __future__ import annotations
 
 import os
+from dataclasses import asdict
 
 from gpu_stage.loaders.model_source import ModelSource
 from gpu_stage.model.config import ModelConfig
@@ -15,6 +16,7 @@ from gpu_stage.parallel.driver import TensorParallelDriver
 from gpu_stage.parallel.group import placement_from_env, under_torchrun
 from gpu_stage.parallel.runner_spec import RunnerSpec
 from gpu_stage.parallel.shard_plan import ShardPlan, check_shardable
+from pipeline.build_tiers import tier_spec
 from pipeline.config import EngineConfig
 
 
@@ -32,9 +34,6 @@ def kv_shard_config(cfg: EngineConfig, config: ModelConfig) -> ModelConfig:
         check_shardable(config, n)
     except ValueError as exc:
         raise ParallelStartupError(str(exc)) from exc
-    if cfg.kv_host_gb or cfg.kv_disk_path:
-        raise ParallelStartupError("KV tiers (--kv-host-gb, --kv-disk-path) do not run with "
-                                   "--tensor-parallel-size above 1 yet")
     return ShardPlan(config, 0, n).local_config
 
 
@@ -47,9 +46,15 @@ def cpu_threads_per_rank(cfg: EngineConfig, device_type: str) -> int | None:
 
 
 def runner_spec(cfg: EngineConfig, device_type: str, dtype: str, runner_args: dict) -> RunnerSpec:
-    """What every rank builds its runner from (the ModelRunner arguments `runner_args`)."""
+    """What every rank builds its runner (and KV tiers) from (the ModelRunner arguments
+    `runner_args`). Raises ParallelStartupError when the KV tiers cannot run."""
+    try:
+        tiers = tier_spec(cfg)
+    except ValueError as exc:
+        raise ParallelStartupError(str(exc)) from exc
     return RunnerSpec(model=cfg.model, device=device_type, dtype=dtype, runner=runner_args, seed=cfg.seed,
-                      cpu_threads=cpu_threads_per_rank(cfg, device_type))
+                      cpu_threads=cpu_threads_per_rank(cfg, device_type),
+                      tiers=None if tiers is None else asdict(tiers))
 
 
 def start_tensor_parallel(cfg: EngineConfig, source: ModelSource, device_type: str, dtype: str,

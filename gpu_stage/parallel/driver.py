@@ -12,8 +12,8 @@ Faults: the liveness monitor reports a worker that exits or stops (within ~one i
 exit, `stale_s` for a stop); the driver then kills the workers it started (a collective waiting on
 a stopped peer then fails at once instead of at its timeout), records the reason in `fault`, and
 calls `on_fault(reason)` (the engine's: /health 503, error events, a non-zero exit).
-`close` sends the stop header (unless faulted), waits for the workers, kills what is left, and
-destroys the process group.
+`close` ends the disk lanes and sends the stop header (unless faulted), waits for the workers,
+kills what is left, and destroys the process group.
 """
 from __future__ import annotations
 
@@ -124,6 +124,8 @@ class TensorParallelDriver:
             self.monitor.stop()
         if self.runner is not None and self.fault is None:
             try:
+                if self.runner.parallel.disk_lanes is not None:
+                    self.runner.parallel.disk_lanes.stop()  # (the disk stage has stopped: no job runs)
                 self.runner.parallel.steps.stop()
             except Exception as exc:  # a worker is gone: nothing to tell it
                 log.warning("could not send the stop header: %s", exc)

@@ -33,6 +33,7 @@ class RunnerSpec:
     source_factory: str | None = None
     cpu_threads: int | None = None  # torch threads of each worker process (the driver's are the engine's)
     collective_timeout_s: float = 120.0
+    tiers: dict[str, Any] | None = None  # the KV tiers' kv_tiers.rank_tiers.TierSpec fields; None: off
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))

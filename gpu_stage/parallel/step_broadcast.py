@@ -14,6 +14,11 @@ Nothing is pickled. The header and buffer go over gloo so that a worker learns a
 lengths on the host without a device sync: it can queue step N+1 while step N still runs. The
 sampled ids never leave the driver (the workers drop their gathered logits).
 
+A step's KV tier copies (KvTransferOps: device blocks <-> host slots, the same ids on every rank)
+travel the same way just before it, and early copies on their own: a header (the counts, whether
+they wait for the compute stream) and the (block, slot) pairs as one int32 buffer. Each rank then
+copies its own shard (sharded_tiers.py).
+
 Only the driver sends; every other rank receives in the same order, so the messages need no tags.
 The host group waits indefinitely (an idle server sends nothing); a dead driver closes its sockets
 and the receive raises, a stopped one is the liveness monitor's business (liveness.py).
@@ -30,11 +35,12 @@ from gpu_stage.attention.metadata import AttentionMetadata, SampledRows
 from gpu_stage.parallel.group import rank_lost
 from gpu_stage.step_inputs import StagedStep, StepInputs
 from gpu_stage.step_layout import GraphShape, Layout, make_layout
+from stages.messages import KvTransferOps
 
 HEADER_LEN = 16
-KIND_STEP, KIND_STOP = 1, 2
-# Header slots.
-_KIND, _SEQ, _T, _B, _W, _S, _R, _F, _SIZE, _GRAPH, _DECODE, _MIXED, _MAX_Q, _MAX_SEQ = range(14)
+KIND_STEP, KIND_STOP, KIND_COPIES = 1, 2, 3
+# Header slots (a copies header: _T offloads, _B loads, _SIZE their int32 count, _WAIT wait_compute).
+_KIND, _SEQ, _T, _B, _W, _S, _R, _F, _SIZE, _GRAPH, _DECODE, _MIXED, _MAX_Q, _MAX_SEQ, _WAIT = range(15)
 
 
 @dataclass
@@ -51,6 +57,7 @@ class StepBroadcast:
         self.host_group, self.device_group = host_group, device_group
         self.device = torch.device(device)
         self._header = torch.zeros(HEADER_LEN, dtype=torch.int32)
+        self._pairs = torch.zeros(0, dtype=torch.int32)  # the copies' pairs, grown once as needed
         self._seq = 0
 
     # -- the driver -------------------------------------------------------------------------
@@ -79,6 +86,29 @@ class StepBroadcast:
         except RuntimeError as exc:
             raise rank_lost(exc, "step broadcast") from exc
 
+    def send_copies(self, ops: KvTransferOps) -> None:
+        """Send tier copies, before the step they ride with (or alone: early copies)."""
+        assert self.rank == 0
+        pairs = [x for pair in ops.offloads for x in pair] + [x for pair in ops.loads for x in pair]
+        self._seq += 1
+        h = self._header
+        h.zero_()
+        h[_KIND], h[_SEQ], h[_SIZE] = KIND_COPIES, self._seq, len(pairs)
+        h[_T], h[_B], h[_WAIT] = len(ops.offloads), len(ops.loads), int(ops.wait_compute)
+        buf = self._pairs_buffer(len(pairs))[: len(pairs)]
+        buf.numpy()[:] = pairs
+        try:
+            dist.broadcast(h, src=0, group=self.host_group)
+            if pairs:  # (a fence alone has none: every worker fences its copies anyway)
+                dist.broadcast(buf, src=0, group=self.host_group)
+        except RuntimeError as exc:
+            raise rank_lost(exc, "tier copies broadcast") from exc
+
+    def _pairs_buffer(self, size: int) -> torch.Tensor:
+        if self._pairs.numel() < size:
+            self._pairs = torch.zeros(max(size, 2 * self._pairs.numel()), dtype=torch.int32)
+        return self._pairs
+
     def stop(self) -> None:
         """Tell every worker to leave its loop."""
         assert self.rank == 0
@@ -87,17 +117,20 @@ class StepBroadcast:
         dist.broadcast(self._header, src=0, group=self.host_group)
 
     # -- a worker ---------------------------------------------------------------------------
-    def receive(self, inputs: StepInputs) -> ReceivedStep | None:
-        """Wait for the next step; land it in `inputs`' buffers -> the step, or None on stop."""
+    def receive(self, inputs: StepInputs) -> ReceivedStep | KvTransferOps | None:
+        """Wait for the next message: a step (landed in `inputs`' buffers), tier copies, or None
+        on stop."""
         assert self.rank != 0
         h = self._header
         dist.broadcast(h, src=0, group=self.host_group)
         values = h.tolist()
         if values[_KIND] == KIND_STOP:
             return None
-        if values[_KIND] != KIND_STEP or values[_SEQ] != self._seq + 1:
-            raise RuntimeError(f"step broadcast out of order: header {values}, expected step {self._seq + 1}")
+        if values[_KIND] not in (KIND_STEP, KIND_COPIES) or values[_SEQ] != self._seq + 1:
+            raise RuntimeError(f"step broadcast out of order: header {values}, expected message {self._seq + 1}")
         self._seq += 1
+        if values[_KIND] == KIND_COPIES:
+            return self._receive_copies(values)
         layout = make_layout(values[_T], values[_B], values[_W], values[_S], values[_R], values[_F])
         if layout.size != values[_SIZE]:
             raise RuntimeError(f"step layout mismatch: {layout.size} here, {values[_SIZE]} at the driver")
@@ -109,6 +142,15 @@ class StepBroadcast:
             return ReceivedStep(self._seq, None, shape)
         staged = restage(layout, host, buf, values[_MAX_Q], values[_MAX_SEQ], inputs.block_size)
         return ReceivedStep(self._seq, staged, None)
+
+    def _receive_copies(self, values: list[int]) -> KvTransferOps:
+        size, num_offloads = values[_SIZE], values[_T]
+        buf = self._pairs_buffer(size)[:size]
+        if size:
+            dist.broadcast(buf, src=0, group=self.host_group)
+        flat = buf.tolist()
+        pairs = list(zip(flat[0::2], flat[1::2]))
+        return KvTransferOps(pairs[:num_offloads], pairs[num_offloads:], wait_compute=bool(values[_WAIT]))
 
 
 def restage(layout: Layout, host: torch.Tensor, buf: torch.Tensor, max_query_len: int, max_seq_len: int,

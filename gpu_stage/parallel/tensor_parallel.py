@@ -39,6 +39,7 @@ class TensorParallel:
         self.group = group  # the device's collectives (None: the default group)
         self.host_group = host_group  # gloo on CPU tensors: start-up agreement (None: the default)
         self.steps = steps  # the step broadcast (the driver sends, the workers receive)
+        self.disk_lanes = None  # the disk tier's jobs on every rank (sharded_tiers.connect_tiers)
         self._vocab_start = plan.vocab_start
         self._vocab_stop = plan.vocab_start + plan.vocab_shard_size
 

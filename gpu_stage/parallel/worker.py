@@ -5,7 +5,9 @@ TTFT_RUNNER_SPEC.
 
 The loop: receive a step (header + packed buffer, step_broadcast.py), run the forward on this
 rank's shard (a graph replay when the driver replays one, else eagerly with the received
-metadata), take part in its collectives, drop the logits; repeat until the stop header.
+metadata), take part in its collectives, drop the logits; repeat until the stop header. With KV
+tiers, tier copies arrive the same way (run on this rank's shard), and disk jobs on the disk
+lanes' threads (sharded_tiers.py).
 
 Exit status: 0 after the stop header; EXIT_FAULT when the step loop or the start-up raised, or the
 liveness monitor lost the driver; EXIT_ORPHANED when the process that started it is gone (its
@@ -22,12 +24,15 @@ import threading
 
 import torch
 
+from gpu_stage.kv_tiers.rank_tiers import TierSpec
 from gpu_stage.loaders.model_source import ModelSource
 from gpu_stage.parallel.group import connect, placement_from_env, store_from_env
 from gpu_stage.parallel.liveness import LivenessMonitor, started_key
 from gpu_stage.parallel.runner_spec import ENV_VAR, RunnerSpec, build_runner
+from gpu_stage.parallel.sharded_tiers import WorkerTiers
 from gpu_stage.parallel.step_broadcast import StepBroadcast
 from gpu_stage.parallel.tensor_parallel import TensorParallel
+from stages.messages import KvTransferOps
 
 log = logging.getLogger("ttft.parallel")
 
@@ -35,11 +40,17 @@ LIFELINE_ENV = "TTFT_LIFELINE_FD"
 EXIT_FAULT, EXIT_ORPHANED = 3, 4
 
 
-def serve_steps(runner, steps: StepBroadcast) -> int:
-    """Run the driver's steps on this rank's runner until the stop header -> how many ran."""
+def serve_steps(runner, steps: StepBroadcast, tiers: WorkerTiers | None = None) -> int:
+    """Run the driver's steps (and tier copies, on `tiers`) on this rank's runner until the stop
+    header -> how many steps ran."""
     count = 0
     with torch.inference_mode():
         while (step := steps.receive(runner.inputs)) is not None:
+            if isinstance(step, KvTransferOps):
+                if tiers is None:
+                    raise RuntimeError("the driver sent tier copies to a worker without KV tiers")
+                tiers.copy(step)
+                continue
             if step.shape is not None:
                 runner.graphs.replay(step.shape)
             else:
@@ -85,8 +96,11 @@ def main(spec: RunnerSpec | None = None, source: ModelSource | None = None) -> i
         source = source or spec.load_source()
         runner = build_runner(spec, source, TensorParallel.over(group, source.config), group.device)
         runner.warm_thread()
+        tiers = WorkerTiers.start(TierSpec(**spec.tiers), runner.kv_cache, runner.parallel) if spec.tiers else None
         monitor.serving()
-        count = serve_steps(runner, runner.parallel.steps)
+        count = serve_steps(runner, runner.parallel.steps, tiers)
+        if tiers is not None:
+            tiers.join()  # the driver ended the disk lanes before the stop header
     except Exception:
         log.exception("worker rank %d failed", placement.rank)
         os._exit(EXIT_FAULT)  # no clean-up collectives: the driver sees the exit

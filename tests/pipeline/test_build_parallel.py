@@ -1,13 +1,15 @@
 """Start-up checks of --tensor-parallel-size, before any worker process starts: a size that cannot
-shard the model and KV tiers are refused with a message; the KV budget is per rank; CPU threads are
-shared out among the ranks."""
+shard the model is refused with a message, and so are KV tiers that cannot run; the KV budget is
+per rank; the workers get the KV tiers' spec; CPU threads are shared out among the ranks."""
 from __future__ import annotations
 
 import pytest
 
+from gpu_stage.kv_tiers.rank_tiers import TierSpec
 from gpu_stage.loaders.dummy_loader import PRESETS
+from gpu_stage.parallel.runner_spec import RunnerSpec
 from pipeline.build import StartupError, build_model
-from pipeline.build_parallel import cpu_threads_per_rank, kv_shard_config
+from pipeline.build_parallel import cpu_threads_per_rank, kv_shard_config, runner_spec
 from pipeline.config import EngineConfig
 
 
@@ -16,10 +18,19 @@ def test_an_unshardable_size_is_a_startup_error_naming_the_heads():
         build_model(EngineConfig(model="dummy:tiny", device="cpu", num_kv_blocks=16, tensor_parallel_size=3))
 
 
-def test_kv_tiers_are_refused_with_tensor_parallelism():
-    cfg = EngineConfig(model="dummy:tiny", device="cpu", tensor_parallel_size=2, kv_host_gb=1.0)
-    with pytest.raises(StartupError, match="KV tiers"):
+def test_kv_tiers_that_cannot_run_are_refused_before_any_worker_starts():
+    cfg = EngineConfig(model="dummy:tiny", device="cpu", tensor_parallel_size=2, kv_host_gb=1.0,
+                       enable_prefix_caching=False)
+    with pytest.raises(StartupError, match="need --enable-prefix-caching"):
         build_model(cfg)
+
+
+def test_every_rank_is_told_the_kv_tiers():
+    cfg = EngineConfig(model="dummy:tiny", tensor_parallel_size=2, kv_host_gb=0.5, kv_disk_path="/tmp/x",
+                       kv_disk_threads=3)
+    spec = RunnerSpec.from_json(runner_spec(cfg, "cpu", "float32", {}).to_json())
+    assert TierSpec(**spec.tiers) == TierSpec(0.5, "/tmp/x", 16.0, "dummy:tiny:seed=0", 3)
+    assert runner_spec(EngineConfig(model="dummy:tiny", tensor_parallel_size=2), "cpu", "float32", {}).tiers is None
 
 
 def test_the_kv_budget_is_one_rank_s_heads():
