@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One whole GPU run on a fresh host without network:
 #   bash bench/device_run.sh [OUTDIR] [--quick] [--skip-tests] [--skip-kernels] [--skip-server]
+#                            [--tensor-parallel-size N]
 # installs the wheels in .whl/ (starlette, orjson, uvicorn... that the host lacks), runs the GPU
 # tests, the kernel and model-runner benchmarks, then starts `ttft serve --model dummy:llama-3-8b`
 # and runs the headline HTTP benchmarks (bench/gpu_suite.py). Everything lands in OUTDIR
@@ -15,6 +16,9 @@
 #   SUITE_SERVE_ARGS="...": more `ttft serve` flags for the suite's server (later flags win).
 #   --kv8:      instead, the 8-bit KV cache, fp8 against bf16 (bench/kv_dtype_suite.sh; its modes in
 #               KV8_MODES, default "--suite"; e.g. KV8_MODES="--tests" or "--tiers" in other calls).
+#   --tensor-parallel-size N: the suite's server shards the model over N GPUs (`-tp N`; the GPU
+#               tests include the two-GPU tensor-parallel ones, skipped on one GPU); with --tiers,
+#               the multi-turn servers do (the host tier's --kv-host-gb is then per rank).
 #   --tiers:    instead, the KV tiers: `ttft bench --workload multi-turn` (64 conversations, a
 #               device pool of a quarter of the working set) with a 48 GiB host tier and without
 #               (recompute), and bench/kv_tier_restore.py (a 4,096-token prefix from host memory
@@ -36,8 +40,13 @@ ABLATE=""
 TIERS=""
 LONG=""
 KV8=""
-for arg in "$@"; do
+TP=1
+ARGS=("$@")
+for ((i = 0; i < ${#ARGS[@]}; i++)); do
+    arg=${ARGS[$i]}
     case "$arg" in
+        --tensor-parallel-size) i=$((i + 1)); TP=${ARGS[$i]} ;;
+        --tensor-parallel-size=*) TP=${arg#*=} ;;
         --quick) QUICK="--quick" ;;
         --skip-tests) SKIP_TESTS=1 ;;
         --skip-kernels) SKIP_KERNELS=1 ;;
@@ -109,7 +118,7 @@ if [ -n "$TIERS" ]; then
     [ "${TIERS_RESTORE:-1}" = 1 ] && timeout 150 python3 -m bench.kv_tier_restore --model dummy:llama-3.1-8b \
         --device cuda --prefix-len 4096 2>&1 | tee "$OUTDIR/tier_restore.log" | tail -3
     # 64 conversations x (2,048 + 8 x (256 + 128) + 128) tokens = 335,872: a quarter is 5,248 blocks.
-    MT="--model dummy:llama-3.1-8b --device cuda --max-num-seqs 128 --max-num-batched-tokens 8192 --long-prefill-threshold 4096 --max-model-len 16384 --num-kv-blocks 5249"
+    MT="--model dummy:llama-3.1-8b --device cuda --max-num-seqs 128 --max-num-batched-tokens 8192 --long-prefill-threshold 4096 --max-model-len 16384 --num-kv-blocks 5249 --tensor-parallel-size $TP"
     for mode in ${TIERS_MODES:-tiers recompute}; do
         flags=$MT
         [ "$mode" = tiers ] && flags="$MT --kv-host-gb 48"
@@ -187,7 +196,7 @@ fi
 
 run_suite() {  # run_suite NAME [VAR=VALUE...]: ttft serve (dummy:llama-3.1-8b, that environment), the suite
     local name=$1; shift
-    env "$@" python3 -m pipeline.cli serve "${SUITE_SERVE_FLAGS[@]}" --port 8000 \
+    env "$@" python3 -m pipeline.cli serve "${SUITE_SERVE_FLAGS[@]}" --port 8000 --tensor-parallel-size "$TP" \
         ${SUITE_SERVE_ARGS:-} > "$DETAIL/server-$name.log" 2>&1 &
     SERVER=$!
     for _ in $(seq 1 240); do
@@ -203,10 +212,11 @@ run_suite() {  # run_suite NAME [VAR=VALUE...]: ttft serve (dummy:llama-3.1-8b, 
 
 if [ -z "$SKIP_SERVER" ]; then
     echo "== server benchmarks"
-    EXTRA=$(python3 - "$DETAIL" <<'EOF'
+    EXTRA=$(python3 - "$DETAIL" "$TP" <<'EOF'
 import json, sys, glob, subprocess
 extra = {"gpu_name": subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
-                                    capture_output=True, text=True).stdout.strip()}
+                                    capture_output=True, text=True).stdout.strip(),
+         "tensor_parallel_size": int(sys.argv[2])}
 try:
     extra["commit"] = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
 except Exception:

@@ -15,6 +15,11 @@ integer inputs and sampling parameters are packed into one pinned buffer and cop
 (CudaGraphRunner), eagerly otherwise; the sampler ends with the step's one device-to-host copy.
 It is constructed from built parts (runner_builder.build_parts: load, size the KV pool, tune,
 warm up, capture the graphs); `ModelRunner.build` does both, so a built runner is ready to serve.
+
+With `parallel` (gpu_stage/parallel: tensor parallelism) the runner holds one rank's shard: its
+config is the shard's shape, its KV pool holds the rank's KV heads under the same block ids, and
+the driver's `launch` broadcasts each staged step before its forward, so every rank runs it
+(worker ranks run the forward alone: parallel/worker.py). Sampling stays on the driver.
 """
 from __future__ import annotations
 
@@ -57,7 +62,8 @@ class ModelRunner:
         generators of requests that carry no seed."""
         self.model, self.kv_cache, self.inputs = parts.model, parts.kv_cache, parts.inputs
         self.sampler, self.penalties, self.graphs = parts.sampler, parts.penalties, parts.graphs
-        self.config = parts.model.config
+        self.config = parts.model.config  # the shard's shape under tensor parallelism
+        self.parallel = parts.parallel  # None: the whole model on one device
         self.device = parts.inputs.device
         self.dtype = parts.dtype
         self.block_size = parts.inputs.block_size
@@ -116,6 +122,8 @@ class ModelRunner:
             shape = self.graphs.shape_for(batch.chunks) if self.graphs is not None else None
             staged = self.inputs.stage(batch.chunks, rows, draw_uniforms(rows), self.config.vocab_size, shape,
                                        feed=self._feed(batch))
+            if self.parallel is not None:
+                self.parallel.steps.send(staged, shape)  # every rank runs this step on its shard
             logits = self.graphs.replay(shape) if shape is not None else self._forward(staged, self.kv_cache)
             launched.rows, launched.request_ids = rows, request_ids
             if rows:

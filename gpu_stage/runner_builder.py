@@ -5,6 +5,13 @@ CUDA with `num_blocks` None the KV pool is sized from a memory profile of the la
 (memory_profile.py); the pool is allocated; for CUDA graphs the one-row and the decode graphs'
 products are tuned (tuning/); on CUDA the kernels of the eager path are compiled (warm_up.py);
 the graphs are captured (cuda_graphs.py). Triton compiles after that are reported (compile_watch).
+
+Under tensor parallelism (`parallel`, a gpu_stage.parallel.TensorParallel) two steps differ: the
+model takes the shard's shape and loads only the shard's weights (`shard_config`, `load_model`),
+and the profiled pool size is the smallest any rank can hold (`agree_num_blocks`: the block ids
+are shared). Every rank builds in the same order, so the steps that run the model (the profile,
+the warm-up, the captures) meet in the same collectives. With `parallel` None (one device) both
+are today's steps unchanged.
 """
 from __future__ import annotations
 
@@ -25,7 +32,9 @@ from gpu_stage.kv.format import resolve_kv_format
 from gpu_stage.loaders.model_source import ModelSource
 from gpu_stage.memory_profile import profile_num_blocks
 from gpu_stage.model import get_layer_ops
+from gpu_stage.model.config import ModelConfig
 from gpu_stage.model.llama import LlamaForCausalLM
+from gpu_stage.parallel.tensor_parallel import TensorParallel
 from gpu_stage.sampling.penalties import PenaltyCache
 from gpu_stage.sampling.sampler import Sampler
 from gpu_stage.step_inputs import StepInputs
@@ -49,6 +58,7 @@ class RunnerParts:
     dtype: torch.dtype
     max_model_len: int
     attention_backend: str
+    parallel: TensorParallel | None = None  # this rank's part of a tensor-parallel group
 
 
 def build_parts(
@@ -68,15 +78,16 @@ def build_parts(
     mixed_graph_tokens: Sequence[int] = MIXED_TOKEN_BUCKETS,  # (): no graphs for mixed steps
     mixed_graph_seqs: Sequence[int] = MIXED_SEQ_BUCKETS,
     kv_cache_dtype: str = "auto",  # --kv-cache-dtype (gpu_stage/kv/format.py)
+    parallel: TensorParallel | None = None,  # this rank's shard; None: the whole model
 ) -> RunnerParts:
     device = resolve_device(device)
     cuda = device.type == "cuda"
-    config = source.config
+    config = shard_config(source, parallel)
     max_model_len = max_model_len or config.max_position_embeddings
     kv_format = resolve_kv_format(kv_cache_dtype, dtype)
     if not cuda:
         keep_freed_memory()  # no page faults per layer on the CPU path (see cpu_malloc)
-    model = load_model(source, device, dtype, attention_backend)
+    model = load_model(source, device, dtype, attention_backend, parallel)
     # Penalised requests' histories on the device, advanced by each step's sampled ids; on CUDA
     # a slot for every running request now, so the memory profile below counts them.
     penalties = PenaltyCache(config.vocab_size, device, max_num_seqs + 1 if cuda else 0)
@@ -91,6 +102,7 @@ def build_parts(
             raise ValueError("num_blocks is required on CPU (the memory profile is CUDA only)")
         num_blocks = profile_num_blocks(model, inputs, sampler, dtype, kv_format, gpu_memory_utilization,
                                         graph_reserve_bytes if use_graphs else 0)
+        num_blocks = agree_num_blocks(parallel, num_blocks)
     kv_cache = KvCache(config, num_blocks, block_size, device, dtype, kv_format)
     if use_graphs:
         tune_products(model, dtype, max_num_seqs, max_num_batched_tokens)
@@ -103,7 +115,8 @@ def build_parts(
         graphs.capture()
     if cuda:
         WATCH.arm()
-    return RunnerParts(model, kv_cache, inputs, sampler, penalties, graphs, dtype, max_model_len, attention_backend)
+    return RunnerParts(model, kv_cache, inputs, sampler, penalties, graphs, dtype, max_model_len, attention_backend,
+                       parallel)
 
 
 def resolve_device(device: torch.device | str) -> torch.device:
@@ -114,12 +127,26 @@ def resolve_device(device: torch.device | str) -> torch.device:
     return device
 
 
-def load_model(source: ModelSource, device: torch.device, dtype: torch.dtype,
-               attention_backend: str) -> LlamaForCausalLM:
+def shard_config(source: ModelSource, parallel: TensorParallel | None) -> ModelConfig:
+    """The shape this rank runs: the model's own, or its shard's (heads, KV heads, MLP width)."""
+    return source.config if parallel is None else parallel.local_config
+
+
+def load_model(source: ModelSource, device: torch.device, dtype: torch.dtype, attention_backend: str,
+               parallel: TensorParallel | None = None) -> LlamaForCausalLM:
+    """The model with its weights (sharded: only this rank's part of each tensor is ever loaded)."""
     attention = get_attention_backend(attention_backend)
-    model = LlamaForCausalLM(source.config, device, dtype, attention, get_layer_ops(attention_backend))
-    model.load_weights(source.weights(device, dtype))
+    model = LlamaForCausalLM(shard_config(source, parallel), device, dtype, attention,
+                             get_layer_ops(attention_backend), parallel)
+    weights = source.weights(device, dtype) if parallel is None else source.weights(device, dtype,
+                                                                                    shard=parallel.plan)
+    model.load_weights(weights)
     return model
+
+
+def agree_num_blocks(parallel: TensorParallel | None, num_blocks: int) -> int:
+    """The profiled pool size; under tensor parallelism the smallest of every rank's."""
+    return num_blocks if parallel is None else parallel.agree_num_blocks(num_blocks)
 
 
 def graphs_wanted(cuda: bool, enforce_eager: bool, attention_backend: str) -> bool:

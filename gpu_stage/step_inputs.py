@@ -44,6 +44,7 @@ class StagedStep:
     layout: Layout
     num_real_tokens: int
     num_real_seqs: int
+    host: torch.Tensor | None = None  # the packed host buffer (what tensor parallelism broadcasts)
 
 
 def forward_step(model: torch.nn.Module, staged: StagedStep, kv_cache) -> torch.Tensor:
@@ -171,7 +172,7 @@ class StepInputs:
         meta = self._metadata(view, plan, shape, max_seq_len_hint, sampled_lens)
         sampling = sampling_tensors(view, flags) if rows else None
         return StagedStep(view("input_ids"), view("positions"), view("logits_indices"), meta, sampling,
-                          layout, plan.num_tokens, plan.num_seqs)
+                          layout, plan.num_tokens, plan.num_seqs, host)
 
     def _metadata(self, view: Callable[[str], torch.Tensor], plan: StepPlan, shape: GraphShape | None,
                   max_seq_len_hint: int | None, sampled_lens: np.ndarray | None) -> AttentionMetadata:
@@ -188,6 +189,14 @@ class StepInputs:
             sampled=None if sampled_lens is None else SampledRows(
                 view("sampled_seq"), view("sampled_seq_lens"), view("sampled_cu"), sampled_lens.tolist()),
         )
+
+    def receive(self, fill: Callable[[torch.Tensor], None], size: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """A buffer packed elsewhere (tensor parallelism: the driver's step, which `fill` writes
+        into the host buffer's first `size` elements), copied to the device as `stage` copies its
+        own -> (host buffer, device buffer): a graph captured here reads it where it reads a step."""
+        host = self._next_host()
+        fill(host[:size])
+        return host, self._copy(host, size)
 
     def _next_host(self) -> torch.Tensor:
         self._turn = (self._turn + 1) % len(self._host)

@@ -17,8 +17,12 @@ from gpu_stage.kv.format import check_kv_format, resolve_kv_format
 from gpu_stage.loaders import load_model_source
 from gpu_stage.loaders.model_source import ModelSource
 from gpu_stage.model_runner import ModelRunner
+from gpu_stage.parallel import worker
+from gpu_stage.parallel.driver import TensorParallelDriver
 from ingress.chat_template import ChatTemplate
 from ingress.tokenizer import Tokenizer
+from pipeline.build_parallel import (ParallelStartupError, cpu_threads_per_rank, kv_shard_config, runner_spec,
+                                     start_tensor_parallel)
 from pipeline.build_tiers import BuiltTiers, build_tiers
 from pipeline.config import EngineConfig
 from pipeline.faults import install_faults
@@ -48,6 +52,7 @@ class BuiltModel:
     max_model_len: int
     num_blocks: int
     tiers: BuiltTiers = field(default_factory=BuiltTiers.off)
+    parallel: TensorParallelDriver | None = None  # --tensor-parallel-size > 1: the workers' group
 
     @property
     def model_name(self) -> str:
@@ -71,10 +76,32 @@ def resolve_max_model_len(requested: int | None, model_len: int, pool_tokens: in
 
 
 def build_model(cfg: EngineConfig) -> BuiltModel:
+    source, device, dtype, runner_args = plan_runner(cfg)
+    if cfg.tensor_parallel_size == 1:
+        return _build_rest(cfg, source, ModelRunner.build(source, device=device, dtype=dtype, **runner_args), None)
+    try:
+        parallel = start_tensor_parallel(cfg, source, device.type, cfg.resolved_dtype(), runner_args)
+    except ParallelStartupError as exc:
+        raise StartupError(str(exc)) from exc
+    try:
+        return _build_rest(cfg, source, parallel.runner, parallel)
+    except BaseException:
+        parallel.close(timeout_s=0.0)
+        raise
+
+
+def run_worker_rank(cfg: EngineConfig) -> int:
+    """Under torchrun, a rank other than 0 of `ttft serve -tp N`: the worker loop, not a server."""
+    source, device, _, runner_args = plan_runner(cfg)
+    return worker.main(runner_spec(cfg, device.type, cfg.resolved_dtype(), runner_args), source)
+
+
+def plan_runner(cfg: EngineConfig) -> tuple[ModelSource, torch.device, torch.dtype, dict]:
+    """The model source, device, dtype and ModelRunner.build arguments (the same on every rank)."""
     cfg.resolve_budgets()
     device = torch.device(cfg.resolved_device())
-    if cfg.cpu_threads is not None:
-        torch.set_num_threads(cfg.cpu_threads)
+    if (threads := cpu_threads_per_rank(cfg, device.type)) is not None:
+        torch.set_num_threads(threads)
     dtype = DTYPES[cfg.resolved_dtype()]
     try:  # before the weights load: a format this device cannot run refuses at once
         kv_format = resolve_kv_format(cfg.kv_cache_dtype, dtype)
@@ -85,19 +112,23 @@ def build_model(cfg: EngineConfig) -> BuiltModel:
         source = load_model_source(cfg.model, seed=cfg.seed)
     except ValueError as exc:  # a model (or config field) we cannot run: the user's to fix, not a fault
         raise StartupError(f"cannot load the model: {exc}") from exc
+    try:
+        kv_config = kv_shard_config(cfg, source.config)  # one rank's KV heads under tensor parallelism
+    except ParallelStartupError as exc:
+        raise StartupError(str(exc)) from exc
     on_gpu = device.type == "cuda"
     if cfg.num_kv_blocks is not None:
         num_blocks: int | None = cfg.num_kv_blocks
     elif cfg.kv_cache_gb is not None or not on_gpu:
         kv_gb = cfg.kv_cache_gb if cfg.kv_cache_gb is not None else DEFAULT_CPU_KV_GB
-        num_blocks = blocks_for_memory(source.config, cfg.block_size, kv_format, int(kv_gb * 2**30))
+        num_blocks = blocks_for_memory(kv_config, cfg.block_size, kv_format, int(kv_gb * 2**30))
     else:
         num_blocks = None  # the runner sizes the pool from a memory profile (--gpu-memory-utilization)
     if num_blocks is not None and num_blocks < 2:
         raise StartupError("the KV cache holds fewer than 2 blocks for this model")
     backend = cfg.attention_backend if cfg.attention_backend != "auto" else ("triton" if on_gpu else "torch")
-    runner = ModelRunner.build(
-        source, device=device, dtype=dtype, num_blocks=num_blocks, block_size=cfg.block_size,
+    runner_args = dict(
+        num_blocks=num_blocks, block_size=cfg.block_size,
         max_num_batched_tokens=cfg.max_num_batched_tokens, max_num_seqs=cfg.max_num_seqs,
         attention_backend=backend, enforce_eager=cfg.enforce_eager,
         mixed_graph_tokens=[t for t in MIXED_TOKEN_BUCKETS if t <= cfg.mixed_graph_max_tokens],
@@ -105,6 +136,12 @@ def build_model(cfg: EngineConfig) -> BuiltModel:
         max_model_len=cfg.max_model_len or source.config.max_position_embeddings,
         kv_cache_dtype=cfg.kv_cache_dtype,
     )
+    return source, device, dtype, runner_args
+
+
+def _build_rest(cfg: EngineConfig, source: ModelSource, runner: ModelRunner,
+                parallel: TensorParallelDriver | None) -> BuiltModel:
+    """Everything after the runner: context window, fault hooks, tiers, scheduler, template."""
     log.info(runner.kv_cache.summary())
     num_blocks = runner.kv_cache.num_blocks
     max_model_len = resolve_max_model_len(
@@ -123,4 +160,4 @@ def build_model(cfg: EngineConfig) -> BuiltModel:
     template = ChatTemplate(
         tok.chat_template, bos_token=getattr(tok, "bos_token", None), eos_token=getattr(tok, "eos_token", None)
     )
-    return BuiltModel(source, runner, scheduler, tok, template, max_model_len, num_blocks, tiers)
+    return BuiltModel(source, runner, scheduler, tok, template, max_model_len, num_blocks, tiers, parallel)

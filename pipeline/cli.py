@@ -48,16 +48,19 @@ def main(argv: list[str] | None = None) -> int:
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
         logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         from pipeline.auth import check_api_key, resolve_api_key
-        from pipeline.build import StartupError
+        from pipeline.build import StartupError, run_worker_rank
+        from pipeline.build_parallel import is_worker_rank
         from pipeline.server import serve
 
         try:
+            if is_worker_rank(config := config_from_args(args)):  # torchrun's other ranks
+                return run_worker_rank(config)
             opts = from_args(ServeOptions, args)
             api_key = resolve_api_key(opts.api_key)
             if api_key is not None:
                 check_api_key(api_key)
             args.api_key = opts.api_key = None  # the key lives only in the middleware from here on
-            return serve(config_from_args(args), opts.host, opts.port, opts.uds, opts.log_level,
+            return serve(config, opts.host, opts.port, opts.uds, opts.log_level,
                          api_key=api_key, protect_metrics=opts.protect_metrics)
         except (StartupError, ValueError) as exc:
             print(f"ttft: cannot start: {exc}", file=sys.stderr)

@@ -36,6 +36,9 @@ class EngineConfig:
     attention_backend: str = option("auto", "auto: triton on a GPU, torch on CPU",
                                     choices=("auto", "triton", "torch"))
     enforce_eager: bool = option(False, "no CUDA graphs", action="store_true")
+    # Ranks the model is sharded over (gpu_stage/parallel): one process per GPU, this one rank 0.
+    tensor_parallel_size: int = option(1, "shard the model over N GPUs (N processes; under torchrun, its ranks)",
+                                       aliases=("-tp",))
     # Mixed steps of up to this many tokens replay CUDA graphs (gpu_stage/cuda_graphs.py).
     mixed_graph_max_tokens: int = option(1024, "largest mixed step (prefill beside decodes) replayed as a "
                                                "CUDA graph; 0: none")

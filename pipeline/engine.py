@@ -56,6 +56,9 @@ class Engine:
     async def start(self) -> None:
         t0 = time.perf_counter()
         self.built = built = await asyncio.to_thread(build_model, self.config)
+        if built.parallel is not None:  # a lost worker rank breaks the engine like a failed step
+            loop = asyncio.get_running_loop()
+            built.parallel.watch(lambda reason: loop.call_soon_threadsafe(self._on_engine_error, reason))
         cfg = self.config
         self.pipeline = wire_stages(built, cfg, self._on_engine_error, self._on_finished)
         self.ingress, self.scheduler_stage = self.pipeline.ingress, self.pipeline.scheduler
@@ -86,6 +89,8 @@ class Engine:
         for stage in self.stages:
             await stage.stop()
         self.ingress.close()
+        if self.built is not None and self.built.parallel is not None:
+            await asyncio.to_thread(self.built.parallel.close)  # the stop header, then the workers' exit
 
     async def __aenter__(self) -> "Engine":
         await self.start()

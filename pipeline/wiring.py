@@ -14,6 +14,7 @@ from typing import Callable
 from emitter.output_stream import OutputStream
 from emitter.stage import EmitterStage
 from gpu_stage.kv_tiers.disk_stage import KvDiskStage
+from gpu_stage.parallel.sharded_tiers import ShardedKvDiskStage
 from gpu_stage.stage import GpuStage
 from ingress.stage import IngressStage
 from pipeline.build import BuiltModel
@@ -46,9 +47,14 @@ def wire_stages(built: BuiltModel, cfg: EngineConfig, on_engine_error: Callable[
     emitter = EmitterStage(scheduler.inbox, cfg.emitter_inbox_size, on_finished)
     scheduler.gpu_inbox, scheduler.emitter_inbox = gpu.inbox, emitter.inbox
     kv_disk = None
-    if built.tiers.disk_store is not None:
-        kv_disk = KvDiskStage(built.tiers.disk_store, built.tiers.host_pool, scheduler.inbox,
+    tiers = built.tiers
+    if tiers.disk_store is not None and tiers.disk_lanes is not None:  # every rank's shard: one job each
+        kv_disk = ShardedKvDiskStage(tiers.disk_store, tiers.host_pool, scheduler.inbox, cfg.scheduler_inbox_size,
+                                     tiers.disk_lanes, read_delay_s=disk_read_delay_s())
+    elif tiers.disk_store is not None:
+        kv_disk = KvDiskStage(tiers.disk_store, tiers.host_pool, scheduler.inbox,
                               inbox_size=cfg.scheduler_inbox_size, num_threads=cfg.kv_disk_threads,
                               read_delay_s=disk_read_delay_s())
+    if kv_disk is not None:
         scheduler.disk_inbox = kv_disk.inbox
     return PipelineStages(ingress, scheduler, gpu, emitter, kv_disk)

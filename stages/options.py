@@ -1,11 +1,12 @@
 """Settings declared once, as dataclass fields: the flags and the configs derived from them.
 
 A field made with `option()` is also a command-line flag: its metadata holds the help text, the
-choices and, where it is not `--field-name`, the flag's spelling. `add_options` turns the fields of
-a dataclass into argparse arguments (a field whose type is itself a dataclass adds that one's
-options: `EngineConfig.limits`), `from_args` builds the dataclass back from the parsed namespace,
-and `fill` builds a stage's config from the fields of the same name in another one. A field
-without `option()` is a setting that no flag reaches (a queue bound, a thread count).
+choices, where it is not `--field-name` the flag's spelling, and any other spellings (`aliases`).
+`add_options` turns the fields of a dataclass into argparse arguments (a field whose type is
+itself a dataclass adds that one's options: `EngineConfig.limits`), `from_args` builds the
+dataclass back from the parsed namespace, and `fill` builds a stage's config from the fields of
+the same name in another one. A field without `option()` is a setting that no flag reaches (a
+queue bound, a thread count).
 """
 from __future__ import annotations
 
@@ -25,12 +26,13 @@ class Option:
     flag: str | None = None  # the spelling when it is not --<name-with-dashes>: "--no-shadow"
     # A bool is a --x/--no-x pair unless it is a one-way switch: "store_true", "store_false".
     action: str | None = None
+    aliases: tuple[str, ...] = ()  # other spellings of the same flag: ("-tp",)
 
 
 def option(default: Any, help: str | None = None, *, choices: tuple[str, ...] | None = None,
-           flag: str | None = None, action: str | None = None) -> Any:
-    """A dataclass field with this default that is also the flag `flag` (or --<name>)."""
-    return field(default=default, metadata={OPTION: Option(help, choices, flag, action)})
+           flag: str | None = None, action: str | None = None, aliases: tuple[str, ...] = ()) -> Any:
+    """A dataclass field with this default that is also the flag `flag` (or --<name>), and `aliases`."""
+    return field(default=default, metadata={OPTION: Option(help, choices, flag, action, aliases)})
 
 
 def flag_type(hint: Any) -> Any:
@@ -63,7 +65,7 @@ def add_options(parser: argparse.ArgumentParser | argparse._ArgumentGroup, cls: 
             kwargs["action"] = opt.action or argparse.BooleanOptionalAction
         else:
             kwargs.update(type=None if kind is str else kind, choices=opt.choices)
-        parser.add_argument(opt.flag or "--" + f.name.replace("_", "-"), **kwargs)
+        parser.add_argument(opt.flag or "--" + f.name.replace("_", "-"), *opt.aliases, **kwargs)
 
 
 def from_args(cls: type[T], args: argparse.Namespace) -> T:

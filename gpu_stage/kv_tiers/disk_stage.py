@@ -60,15 +60,9 @@ class KvDiskStage(Stage[KvDiskRequest]):
         """(ok, the job's own time): measured in the worker, so it says how fast the disk is,
         not how long the job queued."""
         t0 = time.perf_counter_ns()
-        if msg.kind == "read":
-            if self.read_delay_s:
-                time.sleep(self.read_delay_s)
-            ok = self.store.read_into(msg.block_hash, self.host.slot_bytes(msg.slot))
-        elif msg.kind == "write":
-            ok = self.store.write(msg.block_hash, self.host.slot_bytes(msg.slot))
-        else:
-            self.store.delete(msg.block_hash)
-            ok = True
+        if msg.kind == "read" and self.read_delay_s:
+            time.sleep(self.read_delay_s)
+        ok = run_disk_job(self.store, self.host, msg.kind, msg.block_hash, msg.slot)
         return ok, time.perf_counter_ns() - t0
 
     async def flush(self) -> None:
@@ -79,3 +73,13 @@ class KvDiskStage(Stage[KvDiskRequest]):
     async def on_stop(self) -> None:
         await self.flush()
         self._executor.shutdown(wait=True)
+
+
+def run_disk_job(store: DiskStore, host: HostKvPool, kind: str, block_hash: bytes, slot: int) -> bool:
+    """Read a block file into a host slot, write a slot to a file, or delete a file -> ok."""
+    if kind == "read":
+        return store.read_into(block_hash, host.slot_bytes(slot))
+    if kind == "write":
+        return store.write(block_hash, host.slot_bytes(slot))
+    store.delete(block_hash)
+    return True

@@ -4,6 +4,12 @@ A block's bytes are only right for the exact weights, dtype, block size and KV l
 it; the prefix hash covers the tokens, not the model. Every block file carries this 32-byte
 fingerprint, and a file whose fingerprint differs is a miss, so a server restarted with another
 checkpoint, seed or dtype on the same `--kv-disk-path` recomputes instead of serving stale KV.
+
+Under tensor parallelism a block file holds one rank's shard (its KV heads), so the fingerprint
+also names the rank and the world size: a shard is never read by another rank, nor by a server
+with another `--tensor-parallel-size` (the block shape alone would not tell: every rank's shard
+has the same shape, and replicated KV heads make TP=2 and TP=4 shards alike). One rank (world
+size 1) hashes exactly what it hashed before tensor parallelism: today's files stay hits.
 """
 from __future__ import annotations
 
@@ -29,20 +35,25 @@ def _canonical_dtype(dtype: str) -> str:
 
 
 def model_fingerprint(identity: str, dtype: str, block_size: int, block_shape: tuple[int, ...],
-                      layout_version: int = 1) -> bytes:
+                      layout_version: int = 1, rank: int = 0, world_size: int = 1) -> bytes:
     """32-byte SHA-256 over a canonical encoding of everything that decides a block's bytes.
 
     `identity` comes from weights_identity (or ModelSource.fingerprint); `block_shape` is one
     block's slab shape, [num_layers, 2, block_size, num_kv_heads, head_dim]; `layout_version`
-    changes whenever the meaning of those bytes changes (e.g. a new KV layout or quantization)."""
+    changes whenever the meaning of those bytes changes (e.g. a new KV layout or quantization);
+    `rank` of `world_size` is the tensor-parallel shard the block holds (hashed when world_size > 1)."""
     if block_size <= 0 or any(int(d) <= 0 for d in block_shape):
         raise ValueError(f"need a positive block size and shape, got {block_size}, {block_shape}")
+    if world_size < 1 or not 0 <= rank < world_size:
+        raise ValueError(f"rank {rank} outside a world of {world_size}")
     h = hashlib.sha256(_TAG)
     _put_str(h, identity)
     _put_str(h, _canonical_dtype(dtype))
     h.update(struct.pack("<QQ", int(block_size), len(block_shape)))
     h.update(struct.pack(f"<{len(block_shape)}Q", *(int(d) for d in block_shape)))
     h.update(struct.pack("<Q", int(layout_version)))
+    if world_size > 1:
+        h.update(b"tensor-parallel" + struct.pack("<QQ", int(rank), int(world_size)))
     return h.digest()
 
 

@@ -13,6 +13,11 @@ same weights with `dummy_state_dict` or by hand:
       hidden 4096) and std = 0.02 for embeddings, lm_head and biases;
   tied presets have no `lm_head.weight` (the head is the embedding).
 
+Under tensor parallelism (`shard`, a parallel.shard_plan.ShardPlan) each rank draws every whole
+tensor exactly as above, on its own device, keeps its part and frees the rest: the union of the
+shards is the one-GPU model of the same seed, bit for bit, and no rank holds more than its shard
+plus one tensor.
+
 Why fan-in scaling: with every matrix at 0.02, small models' layers add almost nothing to the
 residual stream, the hidden state stays the current token's embedding, and (tied) greedy decoding
 repeats the last token forever. At 1/sqrt(in) each layer contributes O(1) and greedy output varies.
@@ -33,6 +38,7 @@ import torch
 
 from gpu_stage.loaders.model_source import ModelSource
 from gpu_stage.model.config import ModelConfig
+from gpu_stage.parallel.shard_plan import ShardPlan
 from ingress.dummy_tokenizer import DummyTokenizer
 
 INIT_STD = 0.02
@@ -123,10 +129,13 @@ def dummy_tensor(name: str, shape: tuple[int, ...], seed: int, device: torch.dev
     return (torch.randn(shape, generator=gen, device=device, dtype=torch.float32) * std).to(dtype)
 
 
-def iter_dummy_weights(config: ModelConfig, seed: int, device: torch.device,
-                       dtype: torch.dtype) -> Iterator[tuple[str, torch.Tensor]]:
+def iter_dummy_weights(config: ModelConfig, seed: int, device: torch.device, dtype: torch.dtype,
+                       shard: ShardPlan | None = None) -> Iterator[tuple[str, torch.Tensor]]:
     for name, shape in weight_shapes(config):
-        yield name, dummy_tensor(name, shape, seed, device, dtype)
+        if shard is None:
+            yield name, dummy_tensor(name, shape, seed, device, dtype)
+        elif (part := shard.take(name, dummy_tensor(name, shape, seed, device, dtype))) is not None:
+            yield name, part
 
 
 def dummy_state_dict(preset: str, seed: int = 0, device: str | torch.device = "cpu",
@@ -139,8 +148,9 @@ def load_dummy(preset: str, seed: int = 0) -> ModelSource:
     config = dummy_preset(preset)
     tensor_seed(seed, "")  # validate the seed now, not at the first weight
 
-    def weights(device: torch.device, dtype: torch.dtype) -> Iterator[tuple[str, torch.Tensor]]:
-        return iter_dummy_weights(config, seed, torch.device(device), dtype)
+    def weights(device: torch.device, dtype: torch.dtype,
+                shard: ShardPlan | None = None) -> Iterator[tuple[str, torch.Tensor]]:
+        return iter_dummy_weights(config, seed, torch.device(device), dtype, shard)
 
     return ModelSource(name=f"dummy:{preset}", config=config, weights=weights,
                        tokenizer=DummyTokenizer(config.vocab_size), fingerprint=f"dummy:{preset}:seed={seed}")

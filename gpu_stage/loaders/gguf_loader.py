@@ -21,6 +21,7 @@ from gguf.quants import dequantize
 
 from gpu_stage.loaders.model_source import ModelSource
 from gpu_stage.model.config import ModelConfig
+from gpu_stage.parallel.shard_plan import ShardPlan
 from ingress.bpe_tokenizer import BpeTokenizer
 
 SUPPORTED_ARCHS = ("llama", "qwen2")
@@ -170,9 +171,11 @@ def gguf_model_config(meta: dict[str, Any], tensors: dict[str, Any]) -> ModelCon
     )
 
 
-def iter_gguf_tensors(reader: GGUFReader, config: ModelConfig, device: torch.device,
-                      dtype: torch.dtype) -> Iterator[tuple[str, torch.Tensor]]:
-    """(HF name, tensor) one at a time, dequantized, un-permuted, on `device` in `dtype`."""
+def iter_gguf_tensors(reader: GGUFReader, config: ModelConfig, device: torch.device, dtype: torch.dtype,
+                      shard: ShardPlan | None = None) -> Iterator[tuple[str, torch.Tensor]]:
+    """(HF name, tensor) one at a time, dequantized, un-permuted, on `device` in `dtype`; with a
+    `shard`, only this rank's part of each (dequantized whole on the host, then sliced: quantized
+    blocks run along rows, and q/k are un-permuted per head first)."""
     permuted = config.architecture in _PERMUTED_ARCHS
     for t in reader.tensors:
         name = gguf_to_hf_name(t.name)
@@ -183,6 +186,10 @@ def iter_gguf_tensors(reader: GGUFReader, config: ModelConfig, device: torch.dev
             w = unpermute_rows(w, config.num_heads)
         elif permuted and ".self_attn.k_proj." in name:
             w = unpermute_rows(w, config.num_kv_heads)
+        if shard is not None:
+            if (part := shard.take(name, w)) is not None:
+                yield name, part.to(device=device, dtype=dtype)
+            continue
         if not w.flags.writeable or not w.flags.c_contiguous:
             w = np.array(w, copy=True, order="C")  # a view into the read-only memory map
         yield name, torch.from_numpy(w).to(device=device, dtype=dtype)
@@ -199,8 +206,9 @@ def load_gguf(path: str | Path) -> ModelSource:
     tokenizer = BpeTokenizer.from_gguf_metadata(meta)
     st = p.stat()
 
-    def weights(device: torch.device, dtype: torch.dtype) -> Iterator[tuple[str, torch.Tensor]]:
-        return iter_gguf_tensors(reader, config, torch.device(device), dtype)
+    def weights(device: torch.device, dtype: torch.dtype,
+                shard: ShardPlan | None = None) -> Iterator[tuple[str, torch.Tensor]]:
+        return iter_gguf_tensors(reader, config, torch.device(device), dtype, shard)
 
     name = p.name[: -len(".gguf")] if p.name.endswith(".gguf") else p.name
     return ModelSource(name=name, config=config, weights=weights, tokenizer=tokenizer,

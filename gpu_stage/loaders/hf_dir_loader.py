@@ -20,6 +20,7 @@ from safetensors import safe_open
 
 from gpu_stage.loaders.model_source import ModelSource
 from gpu_stage.model.config import FULL, SLIDING, ModelConfig
+from gpu_stage.parallel.shard_plan import ShardPlan
 from ingress.bpe_tokenizer import BpeTokenizer
 
 ARCHITECTURES = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "mistral", "Qwen2ForCausalLM": "qwen2"}
@@ -115,8 +116,9 @@ def safetensors_files(d: Path) -> list[Path]:
     return files
 
 
-def iter_safetensors(files: list[Path], config: ModelConfig, device: torch.device,
-                     dtype: torch.dtype) -> Iterator[tuple[str, torch.Tensor]]:
+def iter_safetensors(files: list[Path], config: ModelConfig, device: torch.device, dtype: torch.dtype,
+                     shard: ShardPlan | None = None) -> Iterator[tuple[str, torch.Tensor]]:
+    """With a `shard`, only this rank's rows or columns of each tensor are read from the file."""
     for path in files:
         with safe_open(str(path), framework="pt") as f:
             for name in f.keys():
@@ -124,7 +126,10 @@ def iter_safetensors(files: list[Path], config: ModelConfig, device: torch.devic
                     continue
                 if name.startswith("lm_head.") and config.tie_word_embeddings:
                     continue  # tied: the contract is that lm_head is absent
-                yield name, f.get_tensor(name).to(device=device, dtype=dtype)
+                if shard is None:
+                    yield name, f.get_tensor(name).to(device=device, dtype=dtype)
+                elif (part := shard.take(name, f.get_slice(name))) is not None:
+                    yield name, part.to(device=device, dtype=dtype)
 
 
 def dir_fingerprint(d: Path, files: list[Path]) -> str:
@@ -148,8 +153,9 @@ def load_hf_dir(directory: str | Path) -> ModelSource:
     extra_eos = cfg_eos if isinstance(cfg_eos, list) else [cfg_eos] if isinstance(cfg_eos, int) else []
     tokenizer = BpeTokenizer.from_dir(d, extra_eos_ids=extra_eos)
 
-    def weights(device: torch.device, dtype: torch.dtype) -> Iterator[tuple[str, torch.Tensor]]:
-        return iter_safetensors(files, config, torch.device(device), dtype)
+    def weights(device: torch.device, dtype: torch.dtype,
+                shard: ShardPlan | None = None) -> Iterator[tuple[str, torch.Tensor]]:
+        return iter_safetensors(files, config, torch.device(device), dtype, shard)
 
     return ModelSource(name=d.resolve().name, config=config, weights=weights, tokenizer=tokenizer,
                        fingerprint=dir_fingerprint(d, files))

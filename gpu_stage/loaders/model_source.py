@@ -12,7 +12,9 @@ from ingress.tokenizer import Tokenizer
 # Yields (name, tensor) in Hugging Face Llama naming, unfused and in HF's q/k row order, e.g.
 # "model.embed_tokens.weight", "model.layers.3.self_attn.q_proj.weight", "model.norm.weight",
 # "lm_head.weight" (absent when tied). The callable takes the target device and dtype so that
-# dummy weights can be created directly on the device.
+# dummy weights can be created directly on the device, and, under tensor parallelism, a keyword
+# `shard` (parallel.shard_plan.ShardPlan): then it yields only that rank's part of each tensor
+# (ShardPlan.take), so that no rank ever holds the whole model. Every loader takes it.
 WeightIterator = Callable[[torch.device, torch.dtype], Iterator[tuple[str, torch.Tensor]]]
 
 

@@ -12,6 +12,12 @@ into one kernel; with the torch ops the arithmetic is the same as h = h + out; n
 SiLU-and-multiply and the matrix products go through `ops` (torch_ops.TorchOps or the Triton
 kernels, whose one-row products may run in the gemv kernel), attention through `attention` (a
 backend module): the CPU path and the GPU path are the same model code.
+
+Tensor parallelism (`parallel`, a gpu_stage.parallel.TensorParallel; None on one device, which then
+runs no extra line): the model is built with the shard's shape (`parallel.local_config`: its heads,
+KV heads and MLP width), loads the shard's weights (parallel/shard_plan.py), and calls
+`parallel` where the ranks meet: an all-reduce after o_proj and after down_proj, the vocabulary-
+parallel embedding, and the lm_head's logits gathered over the vocabulary.
 """
 from __future__ import annotations
 
@@ -49,11 +55,12 @@ class RMSNorm(nn.Module):
 
 class LlamaDecoderLayer(nn.Module):
     def __init__(self, config: ModelConfig, attention: ModuleType, device, dtype, ops=TorchOps,
-                 window: int | None = None) -> None:
+                 window: int | None = None, parallel=None) -> None:
         super().__init__()
         c = config
         self.ops = ops
         self.window = window  # sliding window (keys seen, the query's own included); None: all
+        self.parallel = parallel
         self.num_heads, self.num_kv_heads, self.head_dim = c.num_heads, c.num_kv_heads, c.head_dim
         self.q_size, self.kv_size = c.q_size, c.kv_size
         self.attention = attention
@@ -65,8 +72,9 @@ class LlamaDecoderLayer(nn.Module):
             _param(c.q_size + 2 * c.kv_size, device=device, dtype=dtype) if c.attention_bias else None
         )
         self.o_weight = _param(c.hidden_size, c.q_size, device=device, dtype=dtype)
-        # HF Llama puts attention_bias on o_proj too; Qwen2 only on q/k/v.
-        has_o_bias = c.attention_bias and c.architecture != "qwen2"
+        # HF Llama puts attention_bias on o_proj too; Qwen2 only on q/k/v. Sharded, rank 0 alone
+        # adds it (the all-reduce sums the ranks' outputs).
+        has_o_bias = c.attention_bias and c.architecture != "qwen2" and (parallel is None or parallel.rank == 0)
         self.o_bias = _param(c.hidden_size, device=device, dtype=dtype) if has_o_bias else None
         # [2 * intermediate, hidden]: rows gate | up.
         self.gate_up_weight = _param(2 * c.intermediate_size, c.hidden_size, device=device, dtype=dtype)
@@ -106,9 +114,14 @@ class LlamaDecoderLayer(nn.Module):
             q, residual, num_tokens = q.index_select(0, rows), residual.index_select(0, rows), rows.shape[0]
         attn = self.attention.forward(q, kv_layer, meta, window=self.window)  # [T, H, D]
         out = ops.linear(attn.reshape(num_tokens, self.q_size), self.o_weight, self.o_bias)
+        if self.parallel is not None:
+            out = self.parallel.all_reduce(out)  # [T, hidden]: every rank's heads
         x, residual = ops.add_rms_norm(out, residual, norm2.weight, norm2.eps)
         act = ops.gate_up_silu(x, self.gate_up_weight)  # [T, inter]
-        return ops.linear(act, self.down_weight), residual  # [T, hidden] each
+        down = ops.linear(act, self.down_weight)
+        if self.parallel is not None:
+            down = self.parallel.all_reduce(down)
+        return down, residual  # [T, hidden] each
 
 
 class LlamaForCausalLM(nn.Module):
@@ -119,18 +132,23 @@ class LlamaForCausalLM(nn.Module):
         dtype: torch.dtype = torch.float32,
         attention: ModuleType = torch_backend,
         ops=TorchOps,  # torch_ops.TorchOps or a triton_ops.TritonOps instance
+        parallel=None,  # a parallel.TensorParallel (then `config` is its local_config), or None
     ) -> None:
         super().__init__()
         c = config
+        assert parallel is None or c == parallel.local_config, "a sharded model takes its shard's shape"
         self.config = config
         self.ops = ops
-        self.embed_weight = _param(c.vocab_size, c.hidden_size, device=device, dtype=dtype)
+        self.parallel = parallel
+        vocab = c.vocab_size if parallel is None else parallel.plan.vocab_shard_size  # rows held here
+        self.embed_weight = _param(vocab, c.hidden_size, device=device, dtype=dtype)
         self.layers = nn.ModuleList(
-            LlamaDecoderLayer(c, attention, device, dtype, ops, c.layer_window(i)) for i in range(c.num_layers)
+            LlamaDecoderLayer(c, attention, device, dtype, ops, c.layer_window(i), parallel)
+            for i in range(c.num_layers)
         )
         self.norm = RMSNorm(c.hidden_size, c.rms_norm_eps, device, dtype)
         self.lm_head_weight = (
-            None if c.tie_word_embeddings else _param(c.vocab_size, c.hidden_size, device=device, dtype=dtype)
+            None if c.tie_word_embeddings else _param(vocab, c.hidden_size, device=device, dtype=dtype)
         )
         self.rotary = RotaryEmbedding(c, device)
 
@@ -149,7 +167,10 @@ class LlamaForCausalLM(nn.Module):
         logits_indices: torch.Tensor,  # [S] int64 or int32 rows of T to produce logits for
     ) -> torch.Tensor:
         """-> logits [S, vocab] float32."""
-        h = F.embedding(input_ids, self.embed_weight)  # [T, hidden]
+        if self.parallel is None:
+            h = F.embedding(input_ids, self.embed_weight)  # [T, hidden]
+        else:
+            h = self.parallel.embed(input_ids, self.embed_weight)
         # Dynamic NTK rotates by each sequence's length (read on the device: no host sync)
         seq_lens = token_seq_lens(meta.cu_seqlens_q, meta.seq_lens, h.shape[0]) if self.rotary.dynamic else None
         cos, sin = self.rotary.cos_sin(positions, h.dtype, seq_lens)  # [T, head_dim] each
@@ -170,8 +191,10 @@ class LlamaForCausalLM(nn.Module):
             h = self.ops.add_rms_norm(h, residual, norm.weight, norm.eps)[0]
         else:  # only the sampled rows need the last residual add
             h = self.ops.add_rms_norm(h[logits_indices], residual[logits_indices], norm.weight, norm.eps)[0]
-        head = self.head_weight
-        return self.ops.linear(h, head).float()  # [S, vocab]
+        logits = self.ops.linear(h, self.head_weight)  # [S, vocab] (sharded: [S, vocab / N])
+        if self.parallel is not None:
+            logits = self.parallel.gather_vocab(logits)
+        return logits.float()
 
     @torch.no_grad()
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:

@@ -13,9 +13,11 @@ from pipeline.config import EngineConfig
 from scheduler.config import SchedulerConfig
 from stages.options import OPTION, default_of, from_args
 
-# Every flag `ttft serve` had before the flags were derived from the fields (names must not change).
+# Every flag `ttft serve` had before the flags were derived from the fields (names must not change),
+# and those added since (--tensor-parallel-size, -tp: issue 24).
 FLAGS = """--model --served-model-name --seed --host --port --uds --device --dtype --max-model-len --kv-cache-gb
---num-kv-blocks --block-size --gpu-memory-utilization --attention-backend --enforce-eager --mixed-graph-max-tokens
+--num-kv-blocks --block-size --gpu-memory-utilization --attention-backend --enforce-eager --tensor-parallel-size -tp
+--mixed-graph-max-tokens
 --max-num-seqs --max-num-batched-tokens --max-queued --long-prefill-threshold --prefill-step-tokens
 --prefill-backlog-steps --enable-chunked-prefill --no-enable-chunked-prefill --scheduler-policy --async-scheduling
 --no-async-scheduling --enable-prefix-caching --no-enable-prefix-caching --no-shadow --kv-host-gb --kv-disk-path

@@ -1,13 +1,14 @@
 """KV tiers on the GPU (bf16, dummy:llama-3.2-1b shape): a prefix restored from pinned host memory
 or from disk gives the same greedy tokens as recomputing it, under the exactness rule (a first
 difference is excused only where the recomputed run's top-2 logprob gap is below 0.25), and the
-first token's logprobs agree within bf16 tolerance."""
+first token's logprobs agree within bf16 tolerance; with -tp 2 on two GPUs as well."""
 from __future__ import annotations
 
 import random
 from pathlib import Path
 
 import pytest
+import torch
 
 from pipeline.config import EngineConfig
 from pipeline.engine import Engine
@@ -41,10 +42,10 @@ def agree(ref: tuple[list[int], list[TokenLogprob]], got: tuple[list[int], list[
     return "identical"
 
 
-async def test_host_and_disk_restores_match_recompute_in_bf16(tmp_path: Path) -> None:
+async def restores_match_recompute(tmp_path: Path, **engine: object) -> list[str]:
     rng = random.Random(0)
     prompts = [[rng.randrange(1000, 30000) for _ in range(PROMPT_LEN)] for _ in range(6)]
-    common = dict(model="dummy:llama-3.2-1b", max_model_len=2048, num_kv_blocks=200, max_num_seqs=8)
+    common = dict(model="dummy:llama-3.2-1b", max_model_len=2048, num_kv_blocks=200, max_num_seqs=8, **engine)
     async with Engine(EngineConfig(enable_prefix_caching=False, **common)) as plain:
         cold = [await ask(plain, p) for p in prompts]
     verdicts = []
@@ -60,3 +61,17 @@ async def test_host_and_disk_restores_match_recompute_in_bf16(tmp_path: Path) ->
         assert info["hit_blocks"]["disk"] > 0
         verdicts.append(agree(cold[1][:2], (tokens, lp)))
     print("verdicts", verdicts)
+    return verdicts
+
+
+async def test_host_and_disk_restores_match_recompute_in_bf16(tmp_path: Path) -> None:
+    await restores_match_recompute(tmp_path)
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
+async def test_tp2_restores_of_each_rank_s_shard_match_recompute(tmp_path: Path) -> None:
+    """The same on two GPUs (-tp 2, CUDA graphs): each rank copies its shard on its own copy
+    stream, the worker's fenced into its next forward, and reads and writes its own files."""
+    await restores_match_recompute(tmp_path, tensor_parallel_size=2)
+    assert sorted(p.name for p in (tmp_path / "kv" / "tp2-rank0").rglob("*.kvb")) == sorted(
+        p.name for p in (tmp_path / "kv" / "tp2-rank1").rglob("*.kvb"))

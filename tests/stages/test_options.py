@@ -24,6 +24,7 @@ class Outer:
     maybe: bool | None = option(None, "default: it depends")
     eager: bool = option(False, "no graphs", action="store_true")
     checked: bool = option(True, "skip the check", flag="--no-check", action="store_false")
+    num_ranks: int = option(1, "ranks", aliases=("-n",))
     queue_size: int = 4  # a setting, not a flag
     inner: Inner = field(default_factory=Inner)
 
@@ -40,7 +41,8 @@ def test_flag_type_drops_none() -> None:
 
 def test_the_fields_become_flags_with_their_defaults_and_types() -> None:
     actions = {a.dest: a for a in parser()._actions if a.dest != "help"}
-    assert sorted(actions) == ["checked", "eager", "fast", "max_items", "maybe", "mode", "name", "ratio"]
+    assert sorted(actions) == ["checked", "eager", "fast", "max_items", "maybe", "mode", "name", "num_ranks", "ratio"]
+    assert actions["num_ranks"].option_strings == ["--num-ranks", "-n"]
     assert actions["fast"].option_strings == ["--fast", "--no-fast"]
     assert isinstance(actions["maybe"], argparse.BooleanOptionalAction) and actions["maybe"].default is None
     assert actions["checked"].option_strings == ["--no-check"] and actions["checked"].default is True
@@ -55,9 +57,11 @@ def test_the_fields_become_flags_with_their_defaults_and_types() -> None:
 def test_from_args_round_trips_defaults_and_values() -> None:
     assert from_args(Outer, parser().parse_args([])) == Outer()
     argv = ["--name", "n", "--ratio", "0.25", "--mode", "b", "--no-fast", "--maybe", "--eager",
-            "--no-check", "--max-items", "2"]
+            "--no-check", "--max-items", "2", "-n", "3"]
     assert from_args(Outer, parser().parse_args(argv)) == Outer(
-        name="n", ratio=0.25, mode="b", fast=False, maybe=True, eager=True, checked=False, inner=Inner(max_items=2))
+        name="n", ratio=0.25, mode="b", fast=False, maybe=True, eager=True, checked=False, num_ranks=3,
+        inner=Inner(max_items=2))
+    assert from_args(Outer, parser().parse_args(["--num-ranks", "2"])).num_ranks == 2  # either spelling
     with pytest.raises(SystemExit):
         parser().parse_args(["--mode", "c"])
 

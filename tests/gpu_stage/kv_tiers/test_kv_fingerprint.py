@@ -108,3 +108,19 @@ def test_file_identity_does_not_read_the_middle(tmp_path: Path, monkeypatch) -> 
     _patch(mid, 2 * MIB)
     assert weights_identity("x", None, [mid]) == before
     assert ident.startswith("files:")
+
+
+def test_one_rank_keeps_the_fingerprint_of_before_tensor_parallelism() -> None:
+    # The value main computed before tensor parallelism existed (commit ae32d89): today's block
+    # files stay hits for a one-rank server.
+    before = "1468d10cd678fce1fc578dc53513344f0edd8ac2ccf352a60b8af759afcd475a"
+    assert model_fingerprint(**BASE).hex() == before
+    assert model_fingerprint(**BASE, rank=0, world_size=1).hex() == before
+
+
+def test_every_rank_and_world_size_has_its_own_fingerprint() -> None:
+    shards = [(0, 1), (0, 2), (1, 2), (0, 4), (1, 4), (2, 4), (3, 4)]
+    prints = {model_fingerprint(**BASE, rank=r, world_size=n) for r, n in shards}
+    assert len(prints) == len(shards)
+    with pytest.raises(ValueError, match="rank 2 outside a world of 2"):
+        model_fingerprint(**BASE, rank=2, world_size=2)

@@ -5,94 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from gguf import GGMLQuantizationType as Q, GGUFWriter
-from gguf.quants import dequantize, quantize
+from gguf import GGUFWriter
 
 from gpu_stage.loaders import default_model_path, load_model_source
-from gpu_stage.loaders.gguf_loader import (FastGGUFReader, gguf_model_config, gguf_to_hf_name, iter_gguf_tensors,
-                                           llama3_rope_scaling, read_gguf_metadata, unpermute_rows)
-
-HIDDEN, HEADS, KV_HEADS, HEAD_DIM, FFN, VOCAB = 64, 4, 2, 16, 96, 288
-TOKENS = ["<s>", "</s>", "<|eot|>"] + [f"t{i}" for i in range(VOCAB - 3)]
-
-
-def llama_cpp_permute(w: np.ndarray, num_heads: int) -> np.ndarray:
-    """What llama.cpp's convert_hf_to_gguf.py does to q/k rows (the thing we must undo)."""
-    return w.reshape(num_heads, 2, w.shape[0] // num_heads // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
-
-
-def write_tiny_gguf(path, arch: str, tied: bool) -> dict[str, np.ndarray]:
-    """A one-layer model; returns the HF-layout float32 weights we expect back."""
-    rng = np.random.default_rng(0)
-    q, kv = HEADS * HEAD_DIM, KV_HEADS * HEAD_DIM
-    hf = {
-        "model.embed_tokens.weight": rng.standard_normal((VOCAB, HIDDEN), dtype=np.float32),
-        "model.layers.0.input_layernorm.weight": rng.standard_normal(HIDDEN, dtype=np.float32),
-        "model.layers.0.self_attn.q_proj.weight": rng.standard_normal((q, HIDDEN), dtype=np.float32),
-        "model.layers.0.self_attn.k_proj.weight": rng.standard_normal((kv, HIDDEN), dtype=np.float32),
-        "model.layers.0.self_attn.v_proj.weight": rng.standard_normal((kv, HIDDEN), dtype=np.float32),
-        "model.layers.0.self_attn.o_proj.weight": rng.standard_normal((HIDDEN, q), dtype=np.float32),
-        "model.layers.0.post_attention_layernorm.weight": rng.standard_normal(HIDDEN, dtype=np.float32),
-        "model.layers.0.mlp.gate_proj.weight": rng.standard_normal((FFN, HIDDEN), dtype=np.float32),
-        "model.layers.0.mlp.up_proj.weight": rng.standard_normal((FFN, HIDDEN), dtype=np.float32),
-        "model.layers.0.mlp.down_proj.weight": rng.standard_normal((HIDDEN, FFN), dtype=np.float32),
-        "model.norm.weight": rng.standard_normal(HIDDEN, dtype=np.float32),
-    }
-    if arch == "qwen2":
-        hf["model.layers.0.self_attn.q_proj.bias"] = rng.standard_normal(q, dtype=np.float32)
-        hf["model.layers.0.self_attn.k_proj.bias"] = rng.standard_normal(kv, dtype=np.float32)
-        hf["model.layers.0.self_attn.v_proj.bias"] = rng.standard_normal(kv, dtype=np.float32)
-    if not tied:
-        hf["lm_head.weight"] = rng.standard_normal((VOCAB, HIDDEN), dtype=np.float32)
-    qtypes = {"embed_tokens": Q.F16, "q_proj.weight": Q.F32, "k_proj.weight": Q.F16, "v_proj.weight": Q.Q8_0,
-              "o_proj": Q.Q4_0, "gate_proj": Q.Q4_1, "up_proj": Q.BF16, "lm_head": Q.Q8_0}
-    w = GGUFWriter(str(path), arch)
-    w.add_block_count(1)
-    w.add_context_length(4096)
-    w.add_embedding_length(HIDDEN)
-    w.add_feed_forward_length(FFN)
-    w.add_head_count(HEADS)
-    w.add_head_count_kv(KV_HEADS)
-    w.add_layer_norm_rms_eps(1e-6)
-    w.add_rope_freq_base(500000.0)
-    w.add_tokenizer_model("gpt2")
-    w.add_tokenizer_pre("smollm")
-    w.add_token_list(TOKENS)
-    w.add_token_types([3, 3, 3] + [1] * (VOCAB - 3))
-    w.add_token_merges([])
-    w.add_bos_token_id(0)
-    w.add_eos_token_id(1)
-    w.add_eot_token_id(2)
-    w.add_add_bos_token(True)
-    expected = {}
-    for name, value in hf.items():
-        gguf_name = next(g for g in _gguf_names() if gguf_to_hf_name(g) == name)
-        stored = value
-        if arch == "llama" and "q_proj" in name:
-            stored = llama_cpp_permute(value, HEADS)
-        elif arch == "llama" and "k_proj" in name:
-            stored = llama_cpp_permute(value, KV_HEADS)
-        qtype = next((t for key, t in qtypes.items() if key in name), Q.F32)
-        data = quantize(stored, qtype) if qtype != Q.F32 else stored
-        w.add_tensor(gguf_name, data, raw_dtype=qtype)
-        # What a correct loader returns: the stored values, dequantized, rows back in HF order.
-        roundtrip = dequantize(data, qtype).astype(np.float32).reshape(value.shape)
-        if arch == "llama" and "q_proj" in name:
-            roundtrip = unpermute_rows(roundtrip, HEADS)
-        elif arch == "llama" and "k_proj" in name:
-            roundtrip = unpermute_rows(roundtrip, KV_HEADS)
-        expected[name] = roundtrip
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    return expected | {f"original:{k}": v for k, v in hf.items()}
-
-
-def _gguf_names() -> list[str]:
-    parts = ["attn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_norm", "ffn_gate", "ffn_up", "ffn_down"]
-    return ["token_embd.weight", "output_norm.weight", "output.weight"] + \
-        [f"blk.0.{p}.{k}" for p in parts for k in ("weight", "bias")]
+from gpu_stage.loaders.gguf_loader import (FastGGUFReader, gguf_model_config, iter_gguf_tensors, llama3_rope_scaling,
+                                           read_gguf_metadata, unpermute_rows)
+from tiny_gguf import FFN, HEAD_DIM, HEADS, HIDDEN, KV_HEADS, VOCAB, llama_cpp_permute, write_tiny_gguf
 
 
 @pytest.mark.parametrize("arch, tied", [("llama", True), ("llama", False), ("qwen2", False)])
