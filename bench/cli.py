@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from bench.ablate import run_ablation
+from bench.ablate_workloads import SCALES
 from bench.load import WORKLOADS, run_bench
 from bench.multi_turn_cli import add_multi_turn_arguments
 from bench.workloads import DEFAULT_VOCAB_SIZE
@@ -61,6 +62,13 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
            "WORKLOAD (default: reference) against each; prints TTFT per configuration (bench/ablate.py)")
     a("--serve-args", default="", help="ablate: flags for every `ttft serve`, one string ('--seed 0 ...')")
     a("--ablate-configs", default=None, help="ablate: comma-separated subset of configurations (default: all)")
+    a("--ablate-workloads", default="auto",
+      help="ablate: the mechanism workloads (shared-prefix, multi-turn, mixed, pool-full, decode-64), "
+           "comma-separated, all or none; auto: all with the reference workload, none with another")
+    a("--ablate-scale", choices=SCALES, default="full",
+      help="ablate: size of the mechanism workloads (full: the H200's; smoke: dummy:tiny on a CPU)")
+    a("--budget-s", type=float, default=0.0, help="ablate, rounds: start no server past this many seconds "
+                                                   "(0: no limit); what is left is listed as not run")
     add_multi_turn_arguments(parser)
 
 
