@@ -14,8 +14,8 @@ from bench.multi_turn_cli import run_multi_turn_bench
 from bench.report import machine_info, markdown_table, write_report
 from bench.runner import (MAX_WARMUP_OUTPUT_TOKENS, WARMUP_SEED_OFFSET, run_closed_loop, run_open_loop,
                           run_warmup)
-from bench.workloads import (BenchRequest, mixed_workload, random_workload, reference_workload,
-                             shared_prefix_workload)
+from bench.workloads import (REFERENCE_LENGTHS, BenchRequest, mixed_workload, random_workload,
+                             reference_workload, shared_prefix_workload)
 
 WORKLOADS = ("random", "mixed", "shared-prefix", "reference", "multi-turn")
 
@@ -34,7 +34,8 @@ def build_workload(args: argparse.Namespace, num_requests: int, seed: int, outpu
         reqs = shared_prefix_workload(groups, per_group, args.prefix_len, args.input_len, output_len, **common)
         return reqs[:num_requests]
     if args.workload == "reference":
-        return reference_workload(num_requests, output_len, **common)
+        return reference_workload(num_requests, output_len, lengths=args.reference_lengths or REFERENCE_LENGTHS,
+                                  **common)
     raise ValueError(f"unknown workload {args.workload!r}; choose from {WORKLOADS}")
 
 

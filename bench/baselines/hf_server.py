@@ -114,7 +114,7 @@ def build_engine(args: argparse.Namespace) -> tuple[Any, Tokenizer, int]:
     from bench.baselines.hf_weights import build_hf_model_from_source, dummy_preset_name, resolve_device_dtype
     from gpu_stage.loaders import DUMMY_PREFIX, load_model_source
 
-    if args.model.startswith(DUMMY_PREFIX):
+    if args.model is not None and args.model.startswith(DUMMY_PREFIX):
         dummy_preset_name(args.model)  # unknown preset: the error names the known ones
     # ttft's own loader: the tensors (and the tokenizer) `ttft serve --model <the same>` runs
     source = load_model_source(args.model, seed=args.seed)
@@ -145,8 +145,9 @@ def build_engine(args: argparse.Namespace) -> tuple[Any, Tokenizer, int]:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.baselines.hf_server", description=__doc__.split("\n\n")[0])
-    p.add_argument("--model", required=True, help="dummy:<preset>, a .gguf file or a Hugging Face directory, "
-                                                  "loaded by ttft's own loader (the weights ttft serves for it)")
+    p.add_argument("--model", default=None, help="dummy:<preset>, a .gguf file or a Hugging Face directory, "
+                                                "loaded by ttft's own loader (the weights ttft serves for it; "
+                                                "default: ttft's, the packaged SmolLM2-135M-Instruct)")
     p.add_argument("--seed", type=int, default=0, help="seed of the dummy weights")
     p.add_argument("--mode", choices=["generate", "continuous"], default="generate")
     p.add_argument("--host", default="127.0.0.1")
@@ -171,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     import uvicorn
 
-    app = build_app(engine, tokenizer, args.served_model_name or args.model, max_model_len)
+    app = build_app(engine, tokenizer, args.served_model_name or args.model or "default", max_model_len)
     log.info("serving %s in %s mode on %s:%d", args.model, engine.name, args.host, args.port)
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level.lower(), access_log=False)
     return 0
