@@ -39,7 +39,7 @@ from bench.ablate_report import add_deltas, add_figure_deltas, mechanism_table, 
 from bench.ablate_workloads import MechanismWorkload, bench_args_for, chosen, figures
 from bench.baselines.server_process import free_port, ttft_serve_command
 from bench.report import machine_info
-from bench.serve_runs import refusal_reason, serve_and_bench
+from bench.serve_runs import failure_reason, serve_and_bench
 
 READY_TIMEOUT_S = 300.0  # a GPU server draws 8B weights and captures its CUDA graphs first
 
@@ -132,7 +132,7 @@ def run_server(ablation: Ablation, model: str, runs: list[Run], serve_flags: lis
     session = serve_and_bench(command, port, out / log_name, [bench for _, bench in runs], READY_TIMEOUT_S)
     if session.error:
         if ablation.optional:
-            return rows_of(ablation, runs, "not run", f"refused: {refusal_reason(session.error)}")
+            return rows_of(ablation, runs, "not run", f"refused: {failure_reason(session.error)}")
         return rows_of(ablation, runs, "error", session.error)
     rows = []
     for (w, bench), run in zip(runs, session.runs):

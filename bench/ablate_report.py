@@ -3,6 +3,7 @@ time (`table`), and each mechanism beside `full` on the workload it exists for (
 from __future__ import annotations
 
 from bench.ablate_workloads import BY_NAME
+from bench.serve_runs import failure_reason
 
 FIGURE_TITLES = {"ttft_p50_ms": "TTFT P50 (ms)", "returning_ttft_p50_ms": "returning-turn TTFT P50 (ms)",
                  "short_ttft_p95_ms": "short prompts' TTFT P95 (ms)", "preemptions": "preemptions",
@@ -41,10 +42,6 @@ def add_figure_deltas(rows: list[dict]) -> None:
             r["figure_delta_pct"] = 100.0 * r["figure_delta"] / base["figure_value"]
 
 
-def _first_line(note: str) -> str:
-    return note.splitlines()[0] if note else ""
-
-
 def table(result: dict) -> str:
     cfg = result["config"]
     lines = [f"### ablation: {cfg['model']}, {cfg['workload']} workload, {cfg['num_requests']} requests, "
@@ -53,7 +50,7 @@ def table(result: dict) -> str:
              "|---|---|---|---|---|---|"]
     for r in result["rows"]:
         if r["status"] != "ok":
-            lines.append(f"| {r['name']} | {r['status']} | | | | {_first_line(r['note'])} |")
+            lines.append(f"| {r['name']} | {r['status']} | | | | {failure_reason(r['note'])} |")
             continue
         delta = r.get("ttft_p50_delta_pct")
         lines.append(f"| {r['name']} | {r['ttft_p50_ms']:.1f} | {r['ttft_p95_ms']:.1f} | {r['itl_p50_ms']:.2f} | "
@@ -81,7 +78,7 @@ def mechanism_table(result: dict) -> str:
         head = f"| {r['workload']} | {r['name']} |"
         title = FIGURE_TITLES[r["figure"]]
         if r["status"] != "ok":
-            lines.append(f"{head} {r['status']} | | | | | {title} | | {_first_line(r['note'])} |")
+            lines.append(f"{head} {r['status']} | | | | | {title} | | {failure_reason(r['note'])} |")
             continue
         delta = r.get("figure_delta")
         if delta is None or r["name"] == "full":

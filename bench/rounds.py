@@ -37,7 +37,7 @@ from pathlib import Path
 from bench.ablate import READY_TIMEOUT_S, serves_on_gpu
 from bench.baselines.server_process import free_port, hf_server_command, ttft_serve_command
 from bench.rounds_report import add_cuts, write_rounds
-from bench.serve_runs import refusal_reason, serve_and_bench
+from bench.serve_runs import failure_reason, serve_and_bench
 
 # ttft's mechanisms: (its flags while off, while on). r1 has every one off.
 MECHANISMS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
@@ -113,7 +113,7 @@ def run_round(rnd: Round, args: argparse.Namespace, flags: list[str], out: Path,
                               [bench_args_for(rnd, args, out, deadline)], READY_TIMEOUT_S)
     if session.error:
         if rnd.optional:
-            return {"status": "not run", "note": f"refused: {refusal_reason(session.error)}"}
+            return {"status": "not run", "note": f"refused: {failure_reason(session.error)}"}
         return {"status": "error", "note": session.error}
     [run] = session.runs
     if run.result is None:

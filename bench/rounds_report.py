@@ -13,6 +13,7 @@ import orjson
 
 from bench.bar_chart import write_bar_chart
 from bench.report import machine_info
+from bench.serve_runs import failure_reason
 from bench.workloads import REFERENCE_LENGTHS
 
 
@@ -48,8 +49,7 @@ def rounds_table(result: dict) -> str:
     for r in result["rows"]:
         head = f"| {r['name']} | {r['what']} |"
         if r["status"] != "ok":
-            note = r["note"].splitlines()[0] if r["note"] else ""
-            lines.append(f"{head} {r['status']} | | | | {note} | |")
+            lines.append(f"{head} {r['status']} | | | | {failure_reason(r['note'])} | |")
             continue
         versus_base = "" if r is result["rows"][0] else _change(r["ttft_p50_cut_vs_baseline"])
         lines.append(f"{head} {r['ttft_p50_ms']:.1f} | {r['ttft_p95_ms']:.1f} | {r['itl_p50_ms']:.2f} | "

@@ -54,8 +54,9 @@ def counter_change(before: dict[str, float] | None, after: dict[str, float] | No
     return {k: v if k in GAUGES_KEPT else v - before.get(k, 0.0) for k, v in after.items()}
 
 
-def refusal_reason(message: str) -> str:
-    """The line of a failed start that says why (argparse's or the engine's `error:`), else the first."""
+def failure_reason(message: str) -> str:
+    """The line of a failure that says why: the last one naming an error (argparse's `error:`, an
+    exception's `...Error: ...`), else the first line."""
     lines = [line.strip() for line in message.splitlines() if line.strip()]
     errors = [line for line in lines if "error" in line.lower()]
     return (errors or lines or [""])[-1 if errors else 0]
