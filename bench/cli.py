@@ -1,5 +1,6 @@
 """`ttft bench` (also `python -m bench`): its arguments, and the one place that dispatches them:
-`--ablate` (bench/ablate.py: a server per configuration) or one run against a server (bench/load.py)."""
+`--rounds` (bench/rounds.py: the round-by-round table, a server per round), `--ablate`
+(bench/ablate.py: a server per configuration) or one run against a server (bench/load.py)."""
 from __future__ import annotations
 
 import argparse
@@ -9,9 +10,11 @@ import sys
 from pathlib import Path
 
 from bench.ablate import run_ablation
+from bench.ablate_workloads import SCALES
 from bench.load import WORKLOADS, run_bench
 from bench.metrics import METRIC_NAMES, PERCENTILES
 from bench.multi_turn_cli import add_multi_turn_arguments
+from bench.rounds import run_rounds
 from bench.workloads import DEFAULT_VOCAB_SIZE
 
 DEFAULT_RESULT_DIR = Path(__file__).resolve().parent / "results"
@@ -42,6 +45,16 @@ def _percentiles(text: str) -> tuple[float, ...]:
     return values
 
 
+def _lengths(text: str) -> tuple[int, ...]:
+    try:
+        lengths = tuple(int(n) for n in text.split(",") if n.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated token counts, got {text!r}") from None
+    if not lengths or min(lengths) < 1:
+        raise argparse.ArgumentTypeError(f"expected comma-separated token counts >= 1, got {text!r}")
+    return lengths
+
+
 def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
     a = parser.add_argument
     a("--base-url", default="http://127.0.0.1:8000", help="server root, without /v1")
@@ -62,6 +75,8 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
     a("--long-fraction", type=float, default=0.25, help="mixed: fraction of long prompts")
     a("--prefix-len", type=int, default=1024, help="shared-prefix: tokens of each group's prefix")
     a("--num-prefix-groups", type=int, default=4, help="shared-prefix: number of groups")
+    a("--reference-lengths", type=_lengths, default=None,
+      help="reference: the prompt lengths it cycles through (default 512,1024,2048,4096; smaller for a CPU)")
     a("--prompt-format", choices=("auto", "tokens", "text"), default="auto",
       help="token ids (exact lengths) or text from a word list; auto: tokens for completions, text for chat")
     a("--vocab-size", type=int, default=DEFAULT_VOCAB_SIZE, help="random token ids stay below this")
@@ -78,8 +93,21 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
     a("--ablate", nargs="?", const="reference", default=None, choices=WORKLOADS, metavar="WORKLOAD",
       help="start `ttft serve --model MODEL` once per configuration, one optimization off at a time, and run "
            "WORKLOAD (default: reference) against each; prints TTFT per configuration (bench/ablate.py)")
-    a("--serve-args", default="", help="ablate: flags for every `ttft serve`, one string ('--seed 0 ...')")
+    a("--rounds", action="store_true",
+      help="the round-by-round table: the reference workload through transformers generate(), transformers' "
+           "continuous batching, then ttft with its mechanisms switched on round by round, a server each "
+           "(bench/rounds.py); --model (default: the packaged model) and --serve-args apply")
+    a("--serve-args", default="", help="ablate, rounds: flags for every `ttft serve`, one string ('--seed 0 ...')")
+    a("--hf-args", default="", help="rounds: flags for the transformers servers (bench/baselines/hf_server.py); "
+                                    "they get --seed, --device and --max-model-len from --serve-args")
     a("--ablate-configs", default=None, help="ablate: comma-separated subset of configurations (default: all)")
+    a("--ablate-workloads", default="auto",
+      help="ablate: the mechanism workloads (shared-prefix, multi-turn, mixed, pool-full, decode-64), "
+           "comma-separated, all or none; auto: all with the reference workload, none with another")
+    a("--ablate-scale", choices=SCALES, default="full",
+      help="ablate: size of the mechanism workloads (full: the H200's; smoke: dummy:tiny on a CPU)")
+    a("--budget-s", type=float, default=0.0, help="ablate, rounds: start no server past this many seconds "
+                                                   "(0: no limit); what is left is listed as not run")
     add_multi_turn_arguments(parser)
     add_vllm_arguments(parser)
 
@@ -108,6 +136,8 @@ def add_vllm_arguments(parser: argparse.ArgumentParser) -> None:
 def run_bench_command(args: argparse.Namespace) -> int:
     """`ttft bench` and `python -m bench` with parsed arguments: the ablation (a run of servers) or
     one run against a server. Exit status: 0, 1 when a request failed, 2 on an error."""
+    if args.rounds:
+        return run_rounds(args)
     if args.ablate:
         return run_ablation(args)
     try:

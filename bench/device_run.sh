@@ -11,7 +11,11 @@
 #               continuous batching) and ttft, on the same dummy weights, with the same client
 #               (bench/baselines/suite.py): OUTDIR/baseline_summary.json/.md. Under 8 minutes.
 #   --ablate:   instead, `ttft bench --ablate`: the reference workload with one optimization off
-#               at a time (bench/ablate.py): OUTDIR/ablation.json/.md. Under 8 minutes.
+#               at a time, then each mechanism on the workload it exists for (bench/ablate.py):
+#               OUTDIR/ablation.json/.md. Under 8 minutes (no server starts past 390 s).
+#   --rounds:   instead, `ttft bench --rounds`: the reference workload through transformers
+#               generate(), transformers' continuous batching, then ttft round by round
+#               (bench/rounds.py): OUTDIR/rounds.json/.md/.png. Under 8 minutes (~6).
 #   PDL_AB=1:   also time the runner's steps (CUDA graphs) with programmatic dependent launch off.
 #   SUITE_SERVE_ARGS="...": more `ttft serve` flags for the suite's server (later flags win).
 #   --kv8:      instead, the 8-bit KV cache, fp8 against bf16 (bench/kv_dtype_suite.sh; its modes in
@@ -35,6 +39,7 @@ SKIP_TESTS=""
 SKIP_KERNELS=""
 SKIP_SERVER=""
 PROFILE=""
+ROUNDS=""
 BASELINE=""
 ABLATE=""
 TIERS=""
@@ -52,6 +57,7 @@ for ((i = 0; i < ${#ARGS[@]}; i++)); do
         --skip-kernels) SKIP_KERNELS=1 ;;
         --skip-server) SKIP_SERVER=1 ;;
         --profile) PROFILE=1 ;;
+        --rounds) ROUNDS=1 ;;
         --baseline) BASELINE=1 ;;
         --ablate) ABLATE=1 ;;
         --tiers) TIERS=1 ;;
@@ -101,14 +107,34 @@ if [ -n "$ABLATE" ]; then
     echo "== ablation: the reference workload with one optimization off at a time"
     # budget = max_model_len = 8192, so "no chunked prefill" (whole prompts per step) can start too
     timeout 470 python3 -m bench --ablate --model dummy:llama-3.1-8b --num-requests 48 --concurrency 8 \
-        --output-len 128 --warmup 2 --result-dir "$DETAIL/ablate" \
+        --output-len 128 --warmup 2 --result-dir "$DETAIL/ablate" --budget-s "${ABLATE_BUDGET_S:-390}" \
+        --ablate-workloads "${ABLATE_WORKLOADS:-all}" \
         --serve-args="--seed 0 --device cuda --max-model-len 8192 --max-num-seqs 128 --max-num-batched-tokens 8192 --long-prefill-threshold 4096" \
-        2>&1 | tee "$OUTDIR/ablate.log" | grep -v "^wrote " | tail -30
+        2>&1 | tee "$OUTDIR/ablate.log" | grep -v "^wrote " | tail -50
     cp "$DETAIL"/ablate/ablation-*/ablation.json "$DETAIL"/ablate/ablation-*/ablation.md "$OUTDIR/" 2>/dev/null
     for log in "$DETAIL"/ablate/ablation-*/server-*.log; do
         [ -f "$log" ] && tail -20 "$log" > "$OUTDIR/ablate_$(basename "$log")"
     done
 fi
+
+# ---- issue 29: the round-by-round table (bench/rounds.py) ------------------------------------
+if [ -n "$ROUNDS" ]; then
+    echo "== rounds: transformers generate(), continuous batching, then ttft round by round (same weights)"
+    python3 -c "import transformers; print('transformers', transformers.__version__)" >> "$OUTDIR/machine.txt" 2>&1
+    # 16 reference requests: one at a time through generate() each takes ~6 s on the 8B shape
+    # (~100 s for the round); the torch-attention rounds r1/r2 decode at ~90 ms a step (~30 s each).
+    timeout $(( ${ROUNDS_BUDGET_S:-420} + 50 )) python3 -m bench --rounds --model dummy:llama-3-8b \
+        --num-requests "${ROUNDS_REQUESTS:-16}" --concurrency 8 --output-len 128 --warmup 2 \
+        --budget-s "${ROUNDS_BUDGET_S:-420}" --result-dir "$DETAIL/rounds" \
+        --serve-args="--seed 0 --device cuda --max-model-len 8192 --max-num-seqs 128 --max-num-batched-tokens 8192 --long-prefill-threshold 4096" \
+        2>&1 | tee "$OUTDIR/rounds.log" | grep -v "^wrote " | tail -30
+    cp "$DETAIL"/rounds/rounds-*/rounds.json "$DETAIL"/rounds/rounds-*/rounds.md "$DETAIL"/rounds/rounds-*/rounds.png \
+        "$OUTDIR/" 2>/dev/null
+    for log in "$DETAIL"/rounds/rounds-*/server-*.log; do
+        [ -f "$log" ] && tail -20 "$log" > "$OUTDIR/rounds_$(basename "$log")"
+    done
+fi
+# ---- end of issue 29's block -----------------------------------------------------------------
 
 source bench/server_helpers.sh  # start_server, stop_server, SUITE_SERVE_FLAGS
 
@@ -160,7 +186,7 @@ if [ -n "$LONG" ]; then
 fi
 # ---- end of --long ----
 
-if [ -n "$BASELINE$ABLATE$TIERS" ]; then  # these replace the default run
+if [ -n "$BASELINE$ABLATE$TIERS$ROUNDS" ]; then  # these replace the default run
     tar -czf "$OUTDIR/detail.tar.gz" -C "$DETAIL" . 2>/dev/null
     ls -la "$OUTDIR"
     exit 0

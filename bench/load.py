@@ -18,8 +18,8 @@ from bench.runner import (MAX_WARMUP_OUTPUT_TOKENS, WARMUP_SEED_OFFSET, run_clos
                           run_warmup)
 from bench.sharegpt import load_conversations, sample_sharegpt
 from bench.token_count import local_counter, server_counter
-from bench.workloads import (BenchRequest, mixed_workload, random_workload, reference_workload,
-                             shared_prefix_workload)
+from bench.workloads import (REFERENCE_LENGTHS, BenchRequest, mixed_workload, random_workload,
+                             reference_workload, shared_prefix_workload)
 
 WORKLOADS = ("random", "mixed", "shared-prefix", "reference", "multi-turn", "sharegpt")
 
@@ -41,7 +41,8 @@ def build_workload(args: argparse.Namespace, num_requests: int, seed: int, outpu
         reqs = shared_prefix_workload(groups, per_group, args.prefix_len, args.input_len, output_len, **common)
         return reqs[:num_requests]
     if workload == "reference":
-        return reference_workload(num_requests, output_len, **common)
+        return reference_workload(num_requests, output_len, lengths=args.reference_lengths or REFERENCE_LENGTHS,
+                                  **common)
     raise ValueError(f"unknown workload {workload!r}; choose from {WORKLOADS}")
 
 

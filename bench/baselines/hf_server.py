@@ -6,6 +6,8 @@
 write-ups). `--mode continuous`: transformers' own continuous batching with paged attention (the
 fairer peer). Same weights as `ttft serve --model dummy:<preset> --seed S` on the same device
 type, same tokenizer and chat template, same chunk format: `ttft bench` drives either unchanged.
+`--model` may also name a GGUF file or a Hugging Face directory: ttft's loader reads it, so both
+servers hold the same tensors and tokenizer (the packaged SmolLM2 for a CPU run).
 """
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ import argparse
 import contextlib
 import importlib.util
 import logging
+import os
 import sys
 import time
 from typing import Any, AsyncIterator
@@ -26,7 +29,7 @@ from starlette.routing import Route
 from bench.baselines.hf_protocol import BadRequest, ResponseWriter, error_event, parse_request, sse
 from emitter.detokenizer import IncrementalDetokenizer
 from ingress.chat_template import ChatTemplate
-from ingress.dummy_tokenizer import DummyTokenizer
+from ingress.tokenizer import Tokenizer
 
 log = logging.getLogger("hf_baseline")
 
@@ -35,7 +38,7 @@ def _json(body: bytes | dict, status: int = 200) -> Response:
     return Response(body if isinstance(body, bytes) else orjson.dumps(body), status, media_type="application/json")
 
 
-def build_app(engine: Any, tokenizer: DummyTokenizer, model_name: str, max_model_len: int) -> Starlette:
+def build_app(engine: Any, tokenizer: Tokenizer, model_name: str, max_model_len: int) -> Starlette:
     """`engine` has `name`, `check(req)`, `stream(req)` (async iterator of new ids) and `close()`."""
     template = ChatTemplate(tokenizer.chat_template, bos_token=tokenizer.bos_token, eos_token=tokenizer.eos_token)
     created = int(time.time())
@@ -107,18 +110,21 @@ def build_app(engine: Any, tokenizer: DummyTokenizer, model_name: str, max_model
     return Starlette(routes=routes, lifespan=lifespan)
 
 
-def build_engine(args: argparse.Namespace) -> tuple[Any, DummyTokenizer, int]:
+def build_engine(args: argparse.Namespace) -> tuple[Any, Tokenizer, int]:
     """Model and engine for the arguments (loads the weights: seconds to a minute for 8B)."""
-    from bench.baselines.hf_weights import build_hf_model, dummy_preset_name, resolve_device_dtype
-    from gpu_stage.loaders.dummy_loader import dummy_preset
+    from bench.baselines.hf_weights import build_hf_model_from_source, dummy_preset_name, resolve_device_dtype
+    from gpu_stage.loaders import DUMMY_PREFIX, load_model_source
 
-    preset = dummy_preset_name(args.model)
+    if args.model is not None and args.model.startswith(DUMMY_PREFIX):
+        dummy_preset_name(args.model)  # unknown preset: the error names the known ones
+    # ttft's own loader: the tensors (and the tokenizer) `ttft serve --model <the same>` runs
+    source = load_model_source(args.model, seed=args.seed)
     device, dtype = resolve_device_dtype(args.device, args.dtype)
     t0 = time.perf_counter()
-    model = build_hf_model(preset, args.seed, device, dtype, args.attn_implementation)
+    model = build_hf_model_from_source(source, device, dtype, args.attn_implementation)
     log.info("%s (seed %d) on %s in %s: %.1f s", args.model, args.seed, device, dtype, time.perf_counter() - t0)
-    tokenizer = DummyTokenizer(model.config.vocab_size)
-    max_model_len = args.max_model_len or dummy_preset(preset).max_position_embeddings
+    tokenizer = source.tokenizer
+    max_model_len = args.max_model_len or source.config.max_position_embeddings
     if args.mode == "generate":
         from bench.baselines.generate_engine import GenerateEngine
 
@@ -140,7 +146,9 @@ def build_engine(args: argparse.Namespace) -> tuple[Any, DummyTokenizer, int]:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.baselines.hf_server", description=__doc__.split("\n\n")[0])
-    p.add_argument("--model", required=True, help="dummy:<preset> (the weights ttft serves for it)")
+    p.add_argument("--model", default=None, help="dummy:<preset>, a .gguf file or a Hugging Face directory, "
+                                                "loaded by ttft's own loader (the weights ttft serves for it; "
+                                                "default: ttft's, the packaged SmolLM2-135M-Instruct)")
     p.add_argument("--seed", type=int, default=0, help="seed of the dummy weights")
     p.add_argument("--mode", choices=["generate", "continuous"], default="generate")
     p.add_argument("--host", default="127.0.0.1")
@@ -157,6 +165,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cb-max-memory-percent", type=float, default=None, help="continuous: share of free memory")
     p.add_argument("--log-level", default="info")
     args = p.parse_args(argv)
+    # As `ttft serve` does (pipeline/cli.py): idle OpenMP workers sleep instead of spinning. On a
+    # busy CPU spinning workers made generate() ~6x slower (SmolLM2, 2 loaded cores: 30 s against
+    # 5 s for 16 tokens): the baseline would be measuring the machine, not the method. Set before
+    # torch is imported (build_engine imports it); an explicit setting wins.
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         engine, tokenizer, max_model_len = build_engine(args)
@@ -165,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     import uvicorn
 
-    app = build_app(engine, tokenizer, args.served_model_name or args.model, max_model_len)
+    app = build_app(engine, tokenizer, args.served_model_name or args.model or "default", max_model_len)
     log.info("serving %s in %s mode on %s:%d", args.model, engine.name, args.host, args.port)
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level.lower(), access_log=False)
     return 0

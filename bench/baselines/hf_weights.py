@@ -6,6 +6,10 @@ device and its parameters are *assigned* the dummy tensors: no random init, no s
 8B model is 16 GB in bf16). The weights are drawn on the serving device itself, because torch's
 CPU and CUDA generators are different streams (see dummy_loader): a baseline on a GPU must draw on
 the GPU, exactly as `ttft serve --device cuda` does.
+
+Any other model ttft loads (a GGUF file, a Hugging Face directory) goes through ttft's own loader
+(`build_hf_model_from_source`): the tensors transformers gets are the ones `ttft serve` runs (a
+GGUF dequantized and un-permuted once, by the same code), so the baselines keep "same weights".
 """
 from __future__ import annotations
 
@@ -14,7 +18,8 @@ import copy
 import torch
 
 from gpu_stage.loaders import DUMMY_PREFIX
-from gpu_stage.loaders.dummy_loader import dummy_preset, dummy_state_dict
+from gpu_stage.loaders.dummy_loader import dummy_preset, load_dummy
+from gpu_stage.loaders.model_source import ModelSource
 from gpu_stage.model.config import ModelConfig
 from ingress.dummy_tokenizer import BOS_ID, EOS_ID, PAD_ID
 
@@ -77,18 +82,24 @@ def hf_config(config: ModelConfig, attn_implementation: str = "sdpa"):
 def build_hf_model(preset: str, seed: int = 0, device: str | torch.device = "cpu",
                    dtype: torch.dtype = torch.float32, attn_implementation: str = "sdpa"):
     """An eval-mode transformers causal LM with ttft's dummy weights of (preset, seed)."""
+    return build_hf_model_from_source(load_dummy(preset, seed), device, dtype, attn_implementation)
+
+
+def build_hf_model_from_source(source: ModelSource, device: str | torch.device = "cpu",
+                               dtype: torch.dtype = torch.float32, attn_implementation: str = "sdpa"):
+    """An eval-mode transformers causal LM holding the tensors of one of ttft's model sources."""
     transformers = import_transformers()
-    config = dummy_preset(preset)
+    config = source.config
     device = torch.device(device)
     hf = hf_config(config, attn_implementation)
     cls = transformers.Qwen2ForCausalLM if config.architecture == "qwen2" else transformers.LlamaForCausalLM
     with torch.device("meta"):
         model = cls(hf)
-    state = dummy_state_dict(preset, seed, device, dtype)
+    state = dict(source.weights(device, dtype))
     missing, unexpected = model.load_state_dict(state, strict=False, assign=True)
     expected_missing = ["lm_head.weight"] if config.tie_word_embeddings else []
     if sorted(missing) != expected_missing or unexpected:
-        raise RuntimeError(f"dummy weights do not fit {cls.__name__}: missing {missing}, unexpected {unexpected}")
+        raise RuntimeError(f"{source.name} does not fit {cls.__name__}: missing {missing}, unexpected {unexpected}")
     if config.tie_word_embeddings:
         model.lm_head.weight = model.model.embed_tokens.weight
     # Non-persistent buffers (RoPE inverse frequencies) are not in a state dict: still on meta.
@@ -101,5 +112,5 @@ def build_hf_model(preset: str, seed: int = 0, device: str | torch.device = "cpu
     return model.eval()
 
 
-__all__ = ["EOS_ID", "build_hf_model", "dummy_preset_name", "hf_config", "import_transformers",
+__all__ = ["EOS_ID", "build_hf_model", "build_hf_model_from_source", "dummy_preset_name", "hf_config", "import_transformers",
            "resolve_device_dtype"]

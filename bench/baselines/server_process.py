@@ -25,12 +25,16 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def ttft_serve_command(model: str, port: int, flags: list[str]) -> list[str]:
-    return [sys.executable, "-m", "pipeline.cli", "serve", "--model", model, "--port", str(port), *flags]
+def _model_flag(model: str | None) -> list[str]:
+    return [] if model is None else ["--model", model]  # None: the server's default (the packaged model)
 
 
-def hf_server_command(model: str, mode: str, port: int, flags: list[str]) -> list[str]:
-    return [sys.executable, "-m", "bench.baselines.hf_server", "--model", model, "--mode", mode,
+def ttft_serve_command(model: str | None, port: int, flags: list[str]) -> list[str]:
+    return [sys.executable, "-m", "pipeline.cli", "serve", *_model_flag(model), "--port", str(port), *flags]
+
+
+def hf_server_command(model: str | None, mode: str, port: int, flags: list[str]) -> list[str]:
+    return [sys.executable, "-m", "bench.baselines.hf_server", *_model_flag(model), "--mode", mode,
             "--port", str(port), *flags]
 
 

@@ -75,3 +75,20 @@ def test_config_carries_rope_scaling_and_leaves_the_preset_alone():
     assert rope["rope_type"] == "llama3" and rope["factor"] == 8.0 and rope["rope_theta"] == 500000.0
     assert preset.rope_scaling == before  # transformers adds keys to the dict it gets: a copy
     assert (hf.num_hidden_layers, hf.num_key_value_heads, hf.head_dim) == (32, 8, 128)
+
+
+def test_a_gguf_model_gets_the_tensors_ttft_loads():
+    """Not only dummy weights: the packaged SmolLM2 GGUF, through ttft's own loader (dequantized and
+    un-permuted by the same code `ttft serve` runs), so a CPU baseline serves the same weights."""
+    from bench.baselines.hf_weights import build_hf_model_from_source
+    from gpu_stage.loaders import default_model_path, load_model_source
+
+    source = load_model_source(str(default_model_path()))
+    model = build_hf_model_from_source(source)
+    theirs = model.state_dict()
+    names = ["model.embed_tokens.weight", "model.layers.0.self_attn.q_proj.weight",
+             "model.layers.29.mlp.down_proj.weight", "model.norm.weight"]
+    ours = {k: v for k, v in source.weights(torch.device("cpu"), torch.float32) if k in names}
+    assert sorted(ours) == sorted(names)
+    assert all(torch.equal(theirs[k], v) for k, v in ours.items())
+    assert model.config.num_hidden_layers == source.config.num_layers == 30
