@@ -56,6 +56,9 @@ class AttentionMetadata:
     # planned from this step's host lengths (the fresh-prefill SDPA path loops over them).
     static_shape: bool = False
     sampled: SampledRows | None = None
+    # attention/long_backend.py's choice for this step, made on first use: a LongPlan, or False
+    # when no chunk of the step is over a long context.
+    long_plan: Any = None
 
     @property
     def num_seqs(self) -> int:

@@ -64,7 +64,7 @@ def _row_width(kv_layer: torch.Tensor) -> int:
     return width
 
 
-def _pool_rows(kv_layer: torch.Tensor) -> torch.Tensor:
+def pool_rows(kv_layer: torch.Tensor) -> torch.Tensor:
     """A 2-D [num_rows, kv_heads * head_dim] view of the pool's storage starting at this layer, so
     that one token's K (or V) is one row and gathers are a single index_select of whole rows.
 
@@ -81,7 +81,7 @@ class _DequantRows:
     dequantized to `dtype`: [N, kv_heads * head_dim]."""
 
     def __init__(self, layer: QuantKvLayer, dtype: torch.dtype) -> None:
-        self.rows, self.layer, self.dtype = _pool_rows(layer.rows), layer, dtype
+        self.rows, self.layer, self.dtype = pool_rows(layer.rows), layer, dtype
 
     def index_select(self, dim: int, index: torch.Tensor) -> torch.Tensor:
         raw = self.rows.index_select(dim, index)
@@ -98,11 +98,11 @@ class _CastRows:
         return self.rows.index_select(dim, index).to(self.dtype)
 
 
-def _read_rows(kv_layer: torch.Tensor | QuantKvLayer, dtype: torch.dtype):
+def read_rows(kv_layer: torch.Tensor | QuantKvLayer, dtype: torch.dtype):
     """What forward gathers from: the plain pool's rows themselves, or rows that convert."""
     if isinstance(kv_layer, QuantKvLayer):
         return _DequantRows(kv_layer, dtype)
-    rows = _pool_rows(kv_layer)
+    rows = pool_rows(kv_layer)
     return rows if rows.dtype == dtype else _CastRows(rows, dtype)
 
 
@@ -118,11 +118,11 @@ def store_kv(kv_layer: torch.Tensor | QuantKvLayer, k: torch.Tensor, v: torch.Te
     plan = _get_plan(meta, kv_layer)
     num_tokens = k.shape[0]
     if isinstance(kv_layer, QuantKvLayer):
-        rows = _pool_rows(kv_layer.rows)
+        rows = pool_rows(kv_layer.rows)
         rows.index_copy_(0, plan.store_k_rows, quantize_rows(k, kv_layer.fmt))
         rows.index_copy_(0, plan.store_k_rows + plan.v_delta, quantize_rows(v, kv_layer.fmt))
         return
-    rows = _pool_rows(kv_layer)
+    rows = pool_rows(kv_layer)
     rows.index_copy_(0, plan.store_k_rows, k.reshape(num_tokens, -1).to(rows.dtype))
     rows.index_copy_(0, plan.store_k_rows + plan.v_delta, v.reshape(num_tokens, -1).to(rows.dtype))
 
@@ -142,7 +142,7 @@ def forward(q: torch.Tensor, kv_layer: torch.Tensor | QuantKvLayer, meta: Attent
     plan = _get_plan(meta, kv_layer)
     if window is not None:
         plan = _windowed(plan, window, meta.block_tables.device)
-    rows = _read_rows(kv_layer, q.dtype)  # [num_rows, kv_heads * head_dim]
+    rows = read_rows(kv_layer, q.dtype)  # [num_rows, kv_heads * head_dim]
     num_kv_heads = kv_layer.num_kv_heads if isinstance(kv_layer, QuantKvLayer) else kv_layer.shape[3]
     if plan.all_decode:
         return _decode(q, rows, num_kv_heads, plan)
@@ -191,11 +191,17 @@ def _windowed(plan: _Plan, window: int, device: torch.device) -> _Plan:
     return plan.windowed[window]
 
 
+def row_layout(kv_layer: torch.Tensor) -> tuple[int, int]:
+    """(rows from one block's first K row to the next block's, rows from a key's row to its value's)
+    in pool_rows(kv_layer): the same for every layer of the pool."""
+    width = _row_width(kv_layer)
+    return kv_layer.stride(0) // width, kv_layer.stride(1) // width
+
+
 def _plan(meta: AttentionMetadata, kv_layer: torch.Tensor) -> _Plan:
     device = meta.block_tables.device
     block_size = meta.block_size
-    width = _row_width(kv_layer)
-    block_rows, v_delta = kv_layer.stride(0) // width, kv_layer.stride(1) // width
+    block_rows, v_delta = row_layout(kv_layer)
     query_lens, seq_lens = meta.query_lens_host, meta.seq_lens_host
     tables = meta.block_tables.to(torch.int64) * block_rows  # [B, max_num_blocks]: first row of each block
     slots = meta.slot_mapping.to(torch.int64)  # [T] (int32 when staged by StepInputs)

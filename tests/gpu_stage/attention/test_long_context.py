@@ -1,0 +1,177 @@
+"""LongContextAttention and LongContextBackend against the torch reference backend on small shapes
+(the CPU path: the float32 reference kernels): chunks over cached contexts that are and are not a
+multiple of the piece unit, several pieces, plain float32 / bfloat16 and 8-bit pools, shuffled block
+tables, mixed steps where only one sequence is long, sliding-window layers and graph steps left to
+the wrapped backend, the start-up check's fallback. On CUDA the same cases run the cuDNN/flash
+kernels (test_long_context_gpu.py)."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from gpu_stage.attention import torch_backend
+from gpu_stage.attention.long_backend import LongContextBackend, make_plan
+from gpu_stage.attention.long_context import LongContextAttention
+from gpu_stage.attention.long_kernels import merge_into, reference_lower_right, reference_unmasked
+from gpu_stage.attention.metadata import build_metadata
+from gpu_stage.kv.cache import KvCache
+from gpu_stage.kv.format import KvFormat
+from gpu_stage.model.config import ModelConfig
+
+HEADS, KV_HEADS, HEAD_DIM, BLOCK = 4, 2, 16, 4
+SMALL = dict(min_context=8, min_query=2, unit=8, max_piece=32, query_bucket=4)
+
+
+def _long(dtype: torch.dtype = torch.float32, max_model_len: int = 160, max_query_len: int = 64,
+          device: str = "cpu", kernels: str = "reference", **small) -> LongContextAttention:
+    return LongContextAttention(HEADS, KV_HEADS, HEAD_DIM, dtype, torch.device(device), max_model_len, max_query_len,
+                                kernels, **{**SMALL, **small})
+
+
+def _pool(num_blocks: int, dtype: torch.dtype, fmt: str | None, device: str = "cpu", seed: int = 0):
+    """A one-layer pool filled with random K/V (an 8-bit pool: random quantized values)."""
+    config = ModelConfig("llama", 10, HEADS * HEAD_DIM, 8, 1, HEADS, KV_HEADS, HEAD_DIM)
+    cache = KvCache(config, num_blocks, BLOCK, device, dtype, KvFormat(fmt) if fmt else None)
+    layer = cache.layer(0)
+    gen = torch.Generator(device=device).manual_seed(seed)
+    slots = torch.arange(num_blocks * BLOCK, device=device)
+    meta = build_metadata([len(slots)], [len(slots)], [list(range(num_blocks))], BLOCK, device)
+    k = torch.randn(len(slots), KV_HEADS, HEAD_DIM, generator=gen, device=device, dtype=dtype)
+    v = torch.randn(len(slots), KV_HEADS, HEAD_DIM, generator=gen, device=device, dtype=dtype)
+    torch_backend.store_kv(layer, k, v, meta)
+    return layer
+
+
+def _tables(lengths: list[int], num_blocks: int, seed: int = 1) -> list[list[int]]:
+    """Disjoint, shuffled block tables (block 0 is the null block)."""
+    perm = (torch.randperm(num_blocks - 1, generator=torch.Generator().manual_seed(seed)) + 1).tolist()
+    out, used = [], 0
+    for n in lengths:
+        width = -(-n // BLOCK)
+        out.append(perm[used : used + width])
+        used += width
+    assert used < num_blocks
+    return out
+
+
+def _rel(got: torch.Tensor, want: torch.Tensor) -> float:
+    return float((got.float() - want.float()).norm() / want.float().norm())
+
+
+def _step(query_lens: list[int], seq_lens: list[int], dtype=torch.float32, fmt=None, device="cpu", seed=0):
+    num_blocks = sum(-(-s // BLOCK) for s in seq_lens) + 4
+    layer = _pool(num_blocks, dtype, fmt, device, seed)
+    meta = build_metadata(query_lens, seq_lens, _tables(seq_lens, num_blocks, seed + 1), BLOCK, device)
+    q = torch.randn(sum(query_lens), HEADS, HEAD_DIM, generator=torch.Generator(device=device).manual_seed(seed + 2),
+                    device=device, dtype=dtype)
+    return q, layer, meta
+
+
+def _reference(q, layer, meta, window=None) -> torch.Tensor:
+    """The torch backend's attention on a copy of the step's metadata (its plan stays its own)."""
+    fresh = build_metadata(meta.query_lens_host, meta.seq_lens_host,
+                           [row[: -(-s // BLOCK)] for row, s in zip(meta.block_tables.tolist(), meta.seq_lens_host)],
+                           BLOCK, q.device)
+    return torch_backend.forward(q, layer, fresh, window)
+
+
+@pytest.mark.parametrize("query_len, seq_len", [(6, 22), (8, 24), (16, 56), (3, 120), (64, 64 + 37)])
+def test_one_chunk_matches_the_torch_backend(query_len: int, seq_len: int) -> None:
+    """Cached contexts 16 (two units), 16 + 0, 40 (pieces 32 + 8), 117 (32 x 3 + 16 + 4 + tail), 37."""
+    q, layer, meta = _step([query_len], [seq_len])
+    long = _long()
+    plan = make_plan(meta, layer, long)
+    assert plan is not None and not plan.runs and len(plan.seqs) == 1
+    got = long.attend(q, layer, plan.seqs[0])
+    assert _rel(got, _reference(q, layer, meta)) < 1e-5
+
+
+def test_pieces_cover_the_context_largest_first() -> None:
+    long = _long()
+    assert long.piece_sizes() == [8, 16, 32]
+    assert long.pieces(120) == [(0, 32), (32, 32), (64, 32), (96, 16), (112, 8)]
+    assert long.pieces(0) == []
+    with pytest.raises(AssertionError):
+        long.pieces(12)  # not a multiple of the unit
+
+
+@pytest.mark.parametrize("dtype, fmt, tol", [(torch.bfloat16, None, 1e-2), (torch.float32, "int8", 1e-5),
+                                             (torch.float32, "fp8_e4m3", 1e-5), (torch.bfloat16, "fp8_e5m2", 1e-2)])
+def test_bfloat16_and_8_bit_pools(dtype: torch.dtype, fmt: str | None, tol: float) -> None:
+    """An 8-bit pool is dequantized in the gather (in slabs: GATHER_SLAB is patched small) exactly as
+    the torch backend reads it."""
+    import gpu_stage.attention.long_context as lc
+
+    q, layer, meta = _step([12], [12 + 45], dtype, fmt)
+    long = _long(dtype)
+    old, lc.GATHER_SLAB = lc.GATHER_SLAB, 10
+    try:
+        got = long.attend(q, layer, make_plan(meta, layer, long).seqs[0])
+    finally:
+        lc.GATHER_SLAB = old
+    assert _rel(got, _reference(q, layer, meta)) < tol
+
+
+def test_mixed_step_only_the_long_chunk_takes_the_path() -> None:
+    """decode, fresh prefill, LONG chunk, decode, short chunk over a short context, LONG chunk."""
+    query_lens = [1, 5, 10, 1, 3, 7]
+    seq_lens = [30, 5, 10 + 50, 9, 3 + 4, 7 + 90]
+    q, layer, meta = _step(query_lens, seq_lens)
+    backend = LongContextBackend(torch_backend, _long())
+    plan = backend._plan(meta, layer)
+    assert [s.q_start for s in plan.seqs] == [6, 20] and [r for r, _ in plan.runs] == [slice(0, 6), slice(16, 20)]
+    assert [run.seq_lens_host for _, run in plan.runs] == [[30, 5], [9, 7]]
+    got = backend.forward(q, layer, meta)
+    assert _rel(got, _reference(q, layer, meta)) < 1e-5
+    assert backend._plan(meta, layer) is plan  # once per step
+
+
+def test_steps_without_a_long_chunk_are_the_wrapped_backends() -> None:
+    q, layer, meta = _step([1, 4, 1], [40, 4 + 7, 100])  # cached 7 < min_context, single tokens
+    backend = LongContextBackend(torch_backend, _long())
+    assert backend._plan(meta, layer) is None and meta.long_plan is False
+    assert torch.equal(backend.forward(q, layer, meta), _reference(q, layer, meta))
+
+
+def test_graph_steps_and_windowed_layers_stay_on_the_wrapped_backend() -> None:
+    q, layer, meta = _step([1, 10], [30, 60])
+    backend = LongContextBackend(torch_backend, _long())
+    meta.static_shape = True
+    assert make_plan(meta, layer, backend.long) is None
+    meta.static_shape = False
+    assert backend._plan(meta, layer) is not None
+    windowed = backend.forward(q, layer, meta, window=16)  # shorter than the step's longest sequence
+    assert torch.equal(windowed, _reference(q, layer, meta, window=16))
+    assert _rel(backend.forward(q, layer, meta, window=64), _reference(q, layer, meta)) < 1e-5  # no bite
+
+
+def test_rope_store_kv_hands_each_run_its_rows_of_the_fresh_kv() -> None:
+    q, layer, meta = _step([4, 10, 3], [4, 60, 3])
+    backend = LongContextBackend(torch_backend, _long())
+    k = torch.randn(17, KV_HEADS, HEAD_DIM)
+    backend.store_kv(layer, k, k.clone(), meta)
+    (rows_a, run_a), (rows_b, run_b) = backend._plan(meta, layer).runs
+    assert torch.equal(run_a.fresh_kv[0], k[0:4]) and torch.equal(run_b.fresh_kv[0], k[14:17])
+
+
+def test_merge_of_two_key_sets_is_the_softmax_over_both() -> None:
+    gen = torch.Generator().manual_seed(3)
+    q = torch.randn(1, 4, 5, 8, generator=gen)
+    k, v = torch.randn(1, 4, 12, 8, generator=gen), torch.randn(1, 4, 12, 8, generator=gen)
+    whole, whole_lse = reference_unmasked(q, k, v, 0.3)
+    acc, acc_lse = reference_unmasked(q, k[:, :, :7], v[:, :, :7], 0.3)
+    part, part_lse = reference_unmasked(q, k[:, :, 7:], v[:, :, 7:], 0.3)
+    merge_into(acc, acc_lse, part, part_lse)
+    assert torch.allclose(acc, whole, atol=1e-6) and torch.allclose(acc_lse, whole_lse, atol=1e-6)
+    # lower-right causal: the last query sees every key, the first the keys up to L - n
+    out, lse = reference_lower_right(q, k, v, 0.3)
+    first, _ = reference_unmasked(q[:, :, :1], k[:, :, :8], v[:, :, :8], 0.3)
+    assert torch.allclose(out[:, :, -1], whole[:, :, -1], atol=1e-6) and torch.allclose(out[:, :, :1], first, atol=1e-6)
+
+
+def test_warm_falls_back_and_switches_off_without_cuda_kernels() -> None:
+    """On CPU neither cuDNN's nor flash's CUDA op runs: the check fails both and the path is off
+    (every chunk then stays on the wrapped backend); the reference kernels pass their check."""
+    long = _long(kernels="cudnn", unit=4096, max_piece=4096, max_model_len=4096 + 128)
+    assert long.warm() is None and not long.enabled and not long.applies(1024, 100_000)
+    assert _long(kernels="reference", unit=64, max_piece=64, max_model_len=256).warm() == "reference"
