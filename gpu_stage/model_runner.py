@@ -71,6 +71,7 @@ class ModelRunner:
         self.max_num_seqs = parts.inputs.max_num_seqs
         self.max_model_len = parts.max_model_len
         self.attention_backend = parts.attention_backend
+        self.long_context = parts.long_context  # None: no chunk over a long context leaves the kernel
         self.states = SamplingStates(parts.penalties, seed)
         # Early tier copies (launch_transfer): the last one's event, which every step that admits a
         # request waits for, and those not yet reported with a step.
@@ -207,7 +208,7 @@ class ModelRunner:
         """Build the calling thread's caches (warm_up.warm_launch_thread): the GPU stage's launch
         thread calls this before it takes any step, so no prompt pays for them."""
         warm_launch_thread(self.model, self.attention_backend, self.dtype, self.device, self.max_num_batched_tokens,
-                           self.max_num_seqs)
+                           self.max_num_seqs, self.long_context)
 
     def _forward(self, staged: StagedStep, kv_cache: KvCache) -> torch.Tensor:
         return forward_step(self.model, staged, kv_cache)

@@ -22,6 +22,8 @@ from typing import Sequence
 import torch
 
 from gpu_stage.attention import get_attention_backend
+from gpu_stage.attention.long_backend import LongContextBackend, build_long_context
+from gpu_stage.attention.long_context import LongContextAttention
 from gpu_stage.compile_watch import WATCH
 from gpu_stage.cpu_malloc import keep_freed_memory
 from gpu_stage.cuda_graphs import (MIXED_SEQ_BUCKETS, MIXED_TOKEN_BUCKETS, PREFILL_BUCKETS, CudaGraphRunner,
@@ -59,6 +61,7 @@ class RunnerParts:
     max_model_len: int
     attention_backend: str
     parallel: TensorParallel | None = None  # this rank's part of a tensor-parallel group
+    long_context: LongContextAttention | None = None  # chunks over long contexts (its plans: warm_thread)
 
 
 def build_parts(
@@ -79,6 +82,7 @@ def build_parts(
     mixed_graph_seqs: Sequence[int] = MIXED_SEQ_BUCKETS,
     kv_cache_dtype: str = "auto",  # --kv-cache-dtype (gpu_stage/kv/format.py)
     parallel: TensorParallel | None = None,  # this rank's shard; None: the whole model
+    long_context_attention: str = "auto",  # --long-context-attention (attention/long_backend.py)
 ) -> RunnerParts:
     device = resolve_device(device)
     cuda = device.type == "cuda"
@@ -87,7 +91,10 @@ def build_parts(
     kv_format = resolve_kv_format(kv_cache_dtype, dtype)
     if not cuda:
         keep_freed_memory()  # no page faults per layer on the CPU path (see cpu_malloc)
-    model = load_model(source, device, dtype, attention_backend, parallel)
+    # Before the memory profile: its scratch (~0.7 GiB at 128K for the Llama-3-8B shape) is the pool's to spare.
+    long_context = build_long_context(long_context_attention, config.num_heads, config.num_kv_heads, config.head_dim,
+                                      dtype, device, attention_backend, max_model_len, max_num_batched_tokens)
+    model = load_model(source, device, dtype, attention_backend, parallel, long_context)
     # Penalised requests' histories on the device, advanced by each step's sampled ids; on CUDA
     # a slot for every running request now, so the memory profile below counts them.
     penalties = PenaltyCache(config.vocab_size, device, max_num_seqs + 1 if cuda else 0)
@@ -116,7 +123,7 @@ def build_parts(
     if cuda:
         WATCH.arm()
     return RunnerParts(model, kv_cache, inputs, sampler, penalties, graphs, dtype, max_model_len, attention_backend,
-                       parallel)
+                       parallel, long_context)
 
 
 def resolve_device(device: torch.device | str) -> torch.device:
@@ -133,9 +140,13 @@ def shard_config(source: ModelSource, parallel: TensorParallel | None) -> ModelC
 
 
 def load_model(source: ModelSource, device: torch.device, dtype: torch.dtype, attention_backend: str,
-               parallel: TensorParallel | None = None) -> LlamaForCausalLM:
-    """The model with its weights (sharded: only this rank's part of each tensor is ever loaded)."""
+               parallel: TensorParallel | None = None,
+               long_context: LongContextAttention | None = None) -> LlamaForCausalLM:
+    """The model with its weights (sharded: only this rank's part of each tensor is ever loaded);
+    with `long_context`, its layers' attention goes through LongContextBackend."""
     attention = get_attention_backend(attention_backend)
+    if long_context is not None:
+        attention = LongContextBackend(attention, long_context)
     model = LlamaForCausalLM(shard_config(source, parallel), device, dtype, attention,
                              get_layer_ops(attention_backend), parallel)
     weights = source.weights(device, dtype) if parallel is None else source.weights(device, dtype,

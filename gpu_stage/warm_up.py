@@ -13,6 +13,7 @@ import time
 
 import torch
 
+from gpu_stage.attention.long_context import LongContextAttention
 from gpu_stage.kv.cache import KvCache
 from gpu_stage.model.llama import LlamaForCausalLM
 from gpu_stage.sampling.rows import SamplingRow
@@ -58,11 +59,12 @@ def warm_up_kernels(model: LlamaForCausalLM, kv_cache: KvCache, inputs: StepInpu
 
 
 def warm_launch_thread(model: LlamaForCausalLM, attention_backend: str, dtype: torch.dtype,
-                       device: torch.device, max_num_batched_tokens: int, max_num_seqs: int) -> None:
+                       device: torch.device, max_num_batched_tokens: int, max_num_seqs: int,
+                       long_context: LongContextAttention | None = None) -> None:
     """Build, on the calling thread, what a step would otherwise build the first time it meets
     a shape: cuDNN's attention plans for every SDPA length bucket (~64 ms each on the H200
-    host; torch keeps them per thread) and cuBLAS's kernels for every row count of the matrix
-    products (~3 ms per kernel loaded)."""
+    host; torch keeps them per thread), the long-context path's (its kernels checked first) and
+    cuBLAS's kernels for every row count of the matrix products (~3 ms per kernel loaded)."""
     if device.type != "cuda":
         return
     from gpu_stage.tuning.gemm_warmup import warm_gemm_kernels
@@ -79,3 +81,9 @@ def warm_launch_thread(model: LlamaForCausalLM, attention_backend: str, dtype: t
     with torch.inference_mode():
         n = warm_sdpa_plans(c.num_heads, c.num_kv_heads, c.head_dim, dtype, device, max_num_batched_tokens)
     log.info("built the attention plans of %d prefill lengths in %.1f s", n, time.perf_counter() - t0)
+    if long_context is not None:
+        t0 = time.perf_counter()
+        with torch.inference_mode():
+            kernels = long_context.warm()
+        log.info("long-context attention (chunks over >= %d cached tokens): %s, %.2f GiB of scratch, in %.1f s",
+                 long_context.min_context, kernels or "off", long_context.num_bytes / 2**30, time.perf_counter() - t0)

@@ -134,7 +134,7 @@ def plan_runner(cfg: EngineConfig) -> tuple[ModelSource, torch.device, torch.dty
         mixed_graph_tokens=[t for t in MIXED_TOKEN_BUCKETS if t <= cfg.mixed_graph_max_tokens],
         gpu_memory_utilization=cfg.gpu_memory_utilization,
         max_model_len=cfg.max_model_len or source.config.max_position_embeddings,
-        kv_cache_dtype=cfg.kv_cache_dtype,
+        kv_cache_dtype=cfg.kv_cache_dtype, long_context_attention=cfg.long_context_attention,
     )
     return source, device, dtype, runner_args
 

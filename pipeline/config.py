@@ -36,6 +36,11 @@ class EngineConfig:
     attention_backend: str = option("auto", "auto: triton on a GPU, torch on CPU",
                                     choices=("auto", "triton", "torch"))
     enforce_eager: bool = option(False, "no CUDA graphs", action="store_true")
+    # Issue 22: a prefill chunk over >= 8,192 cached tokens attends through torch's fused attention on
+    # its gathered K/V (gpu_stage/attention/long_context.py); CUDA with triton only.
+    long_context_attention: str = option(
+        "auto", "chunks over a long cached context: auto (cuDNN, else flash, checked at start-up), flash, or "
+                "off (the Triton kernel)", choices=("auto", "flash", "off"))
     # Ranks the model is sharded over (gpu_stage/parallel): one process per GPU, this one rank 0.
     tensor_parallel_size: int = option(1, "shard the model over N GPUs (N processes; under torchrun, its ranks)",
                                        aliases=("-tp",))

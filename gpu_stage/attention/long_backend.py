@@ -20,10 +20,29 @@ from types import ModuleType
 
 import torch
 
-from gpu_stage.attention.long_context import LongContextAttention, LongSeq
+from gpu_stage.attention.long_context import MIN_CONTEXT, MIN_QUERY, LongContextAttention, LongSeq
 from gpu_stage.attention.metadata import AttentionMetadata
 from gpu_stage.attention.torch_backend import row_layout
 from gpu_stage.kv.layout import QuantKvLayer
+
+
+LONG_CONTEXT_MODES = ("auto", "flash", "off")  # --long-context-attention
+
+
+def build_long_context(mode: str, num_heads: int, num_kv_heads: int, head_dim: int, dtype: torch.dtype,
+                       device: torch.device, attention_backend: str, max_model_len: int,
+                       max_query_len: int) -> LongContextAttention | None:
+    """The path's scratch and kernels for --long-context-attention `mode` (auto: cuDNN, checked at
+    start-up), or None: off, not CUDA with triton, or no chunk could start past MIN_CONTEXT."""
+    if mode not in LONG_CONTEXT_MODES:
+        raise ValueError(f"unknown --long-context-attention {mode!r} (choices: {', '.join(LONG_CONTEXT_MODES)})")
+    from gpu_stage.kernels import interpreting
+
+    if (mode == "off" or device.type != "cuda" or attention_backend != "triton" or interpreting()
+            or max_model_len < MIN_CONTEXT + MIN_QUERY):
+        return None
+    return LongContextAttention(num_heads, num_kv_heads, head_dim, dtype, device, max_model_len, max_query_len,
+                                "cudnn" if mode == "auto" else "flash")
 
 
 @dataclass

@@ -66,7 +66,10 @@ class LongContextAttention:
         self.min_context, self.min_query = min_context, min_query
         self.unit, self.max_piece, self.query_bucket = unit, max_piece, query_bucket
         self.scale = head_dim**-0.5
-        self.enabled = True  # False once `warm` found no working kernels: every chunk stays on the kernel
+        # Whether chunks take this path: the CUDA kernels only once `warm` has checked them (and built
+        # cuDNN's plans, so none is built while serving); a runner never warmed keeps every chunk
+        # on the kernel. The reference kernels need no check.
+        self.enabled = kernels == "reference"
         width = num_kv_heads * head_dim
         self.k = torch.empty(max_model_len, width, device=device, dtype=dtype)
         self.v = torch.empty(max_model_len, width, device=device, dtype=dtype)
@@ -155,7 +158,7 @@ class LongContextAttention:
                 log.warning("long-context attention: %s kernels failed their check: %s", name, exc)
                 continue
             if err <= CHECK_TOLERANCE:
-                self.kernels = name
+                self.kernels, self.enabled = name, True
                 break
             log.warning("long-context attention: %s kernels off by %.3g from the reference", name, err)
         else:

@@ -28,16 +28,17 @@ def _long(dtype: torch.dtype = torch.float32, max_model_len: int = 160, max_quer
                                 kernels, **{**SMALL, **small})
 
 
-def _pool(num_blocks: int, dtype: torch.dtype, fmt: str | None, device: str = "cpu", seed: int = 0):
+def _pool(num_blocks: int, dtype: torch.dtype, fmt: str | None, device: str = "cpu", seed: int = 0,
+          head_dim: int = HEAD_DIM):
     """A one-layer pool filled with random K/V (an 8-bit pool: random quantized values)."""
-    config = ModelConfig("llama", 10, HEADS * HEAD_DIM, 8, 1, HEADS, KV_HEADS, HEAD_DIM)
+    config = ModelConfig("llama", 10, HEADS * head_dim, 8, 1, HEADS, KV_HEADS, head_dim)
     cache = KvCache(config, num_blocks, BLOCK, device, dtype, KvFormat(fmt) if fmt else None)
     layer = cache.layer(0)
     gen = torch.Generator(device=device).manual_seed(seed)
     slots = torch.arange(num_blocks * BLOCK, device=device)
     meta = build_metadata([len(slots)], [len(slots)], [list(range(num_blocks))], BLOCK, device)
-    k = torch.randn(len(slots), KV_HEADS, HEAD_DIM, generator=gen, device=device, dtype=dtype)
-    v = torch.randn(len(slots), KV_HEADS, HEAD_DIM, generator=gen, device=device, dtype=dtype)
+    k = torch.randn(len(slots), KV_HEADS, head_dim, generator=gen, device=device, dtype=dtype)
+    v = torch.randn(len(slots), KV_HEADS, head_dim, generator=gen, device=device, dtype=dtype)
     torch_backend.store_kv(layer, k, v, meta)
     return layer
 
@@ -58,21 +59,27 @@ def _rel(got: torch.Tensor, want: torch.Tensor) -> float:
     return float((got.float() - want.float()).norm() / want.float().norm())
 
 
-def _step(query_lens: list[int], seq_lens: list[int], dtype=torch.float32, fmt=None, device="cpu", seed=0):
+def _step(query_lens: list[int], seq_lens: list[int], dtype=torch.float32, fmt=None, device="cpu", seed=0,
+          head_dim: int = HEAD_DIM):
+    """(q, a pool's layer of random K/V, the step's metadata with shuffled block tables)."""
     num_blocks = sum(-(-s // BLOCK) for s in seq_lens) + 4
-    layer = _pool(num_blocks, dtype, fmt, device, seed)
+    layer = _pool(num_blocks, dtype, fmt, device, seed, head_dim)
     meta = build_metadata(query_lens, seq_lens, _tables(seq_lens, num_blocks, seed + 1), BLOCK, device)
-    q = torch.randn(sum(query_lens), HEADS, HEAD_DIM, generator=torch.Generator(device=device).manual_seed(seed + 2),
+    q = torch.randn(sum(query_lens), HEADS, head_dim, generator=torch.Generator(device=device).manual_seed(seed + 2),
                     device=device, dtype=dtype)
     return q, layer, meta
 
 
+def _fresh(meta):
+    """A copy of a step's metadata with no plan in it (each backend then plans its own)."""
+    return build_metadata(meta.query_lens_host, meta.seq_lens_host,
+                          [row[: -(-s // BLOCK)] for row, s in zip(meta.block_tables.tolist(), meta.seq_lens_host)],
+                          BLOCK, meta.block_tables.device)
+
+
 def _reference(q, layer, meta, window=None) -> torch.Tensor:
-    """The torch backend's attention on a copy of the step's metadata (its plan stays its own)."""
-    fresh = build_metadata(meta.query_lens_host, meta.seq_lens_host,
-                           [row[: -(-s // BLOCK)] for row, s in zip(meta.block_tables.tolist(), meta.seq_lens_host)],
-                           BLOCK, q.device)
-    return torch_backend.forward(q, layer, fresh, window)
+    """The torch backend's attention on the step."""
+    return torch_backend.forward(q, layer, _fresh(meta), window)
 
 
 @pytest.mark.parametrize("query_len, seq_len", [(6, 22), (8, 24), (16, 56), (3, 120), (64, 64 + 37)])
