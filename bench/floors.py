@@ -38,8 +38,7 @@ TARGETS: tuple[tuple[str, float, str], ...] = (
 
 def linear_params(c: ModelConfig) -> int:
     """Parameters that multiply every token: the decoder layers' matrices (norms excluded)."""
-    h = c.hidden_size
-    return c.num_layers * (h * (c.q_size + 2 * c.kv_size) + c.q_size * h + 3 * h * c.intermediate_size)
+    return c.num_linear_params()
 
 
 def prefill_flops(c: ModelConfig, num_tokens: int) -> float:

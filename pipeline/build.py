@@ -156,6 +156,7 @@ def _build_rest(cfg: EngineConfig, source: ModelSource, runner: ModelRunner,
     scheduler = Scheduler(fill(
         SchedulerConfig, cfg, SCHEDULER_RENAMES, num_blocks=num_blocks, max_model_len=max_model_len,
         eos_token_ids=frozenset(tok.eos_token_ids),
+        prefill_context_weight=source.config.attention_weight() if cfg.context_aware_chunks else 0.0,
     ), tiers=tiers.config, disk_blocks=tiers.disk_blocks)
     template = ChatTemplate(
         tok.chat_template, bos_token=getattr(tok, "bos_token", None), eos_token=getattr(tok, "eos_token", None)

@@ -63,6 +63,10 @@ class EngineConfig:
     prefill_backlog_steps: int = option(  # why: see SchedulerConfig
         PREFILL_BACKLOG_STEPS, "lanes: while the waiting prompts hold this many full steps of tokens, "
                                "prompts as long as a step's first join it past the cap (0: never)")
+    # Issue 22: off by default until bench/long_chunks.py's sweep on the GPU says otherwise.
+    context_aware_chunks: bool = option(
+        False, "lanes: a long prompt's chunks shrink as its context grows, so that each step costs about "
+               "what a chunk costs at no context (scheduler/context_chunks.py)")
     # Off, the scheduler refuses to start unless the step budget holds max_model_len.
     enable_chunked_prefill: bool = option(
         True, "off: every prompt prefilled whole in one step (needs --max-num-batched-tokens >= "

@@ -31,6 +31,10 @@ class SchedulerConfig:
     # batched, the larger matrix products run faster per token) then serve everyone sooner. 0:
     # the cap always holds.
     prefill_backlog_steps: int = PREFILL_BACKLOG_STEPS
+    # Lanes: a prefill's chunk limit shrinks as its context grows, to limit / (1 + weight x context)
+    # (context_chunks.py: `weight` is the model's attention cost per cached token over a new token's
+    # linear cost, ModelConfig.attention_weight). 0: off, every chunk up to the limit.
+    prefill_context_weight: float = 0.0
     # False: no chunked prefill (vLLM's --no-enable-chunked-prefill, for ablations): a prompt is
     # admitted only when all its uncached tokens fit the step's budget left, so the budget must hold
     # the longest prompt; the chunk cap is off (the threshold stays the lanes' boundary).
@@ -79,6 +83,8 @@ class SchedulerConfig:
              f"prefill_step_tokens must be >= 0, got {self.prefill_step_tokens}")
         need(self.prefill_backlog_steps >= 0,
              f"prefill_backlog_steps must be >= 0, got {self.prefill_backlog_steps}")
+        need(self.prefill_context_weight >= 0,
+             f"prefill_context_weight must be >= 0, got {self.prefill_context_weight}")
         need(self.policy in ("fcfs", "lanes"), f"policy must be 'fcfs' or 'lanes', got {self.policy!r}")
         need(self.aging_steps >= 1, f"aging_steps must be >= 1, got {self.aging_steps}")
         need(self.max_preemptions_unprotected >= 1,

@@ -43,6 +43,7 @@ from __future__ import annotations
 from operator import attrgetter
 
 from scheduler.config import SchedulerConfig
+from scheduler.context_chunks import context_chunk
 from scheduler.request_state import RequestState, RequestStatus, is_decode
 from scheduler.step_builder import StepBuilder
 
@@ -60,6 +61,7 @@ class LanesPolicy:
         self.lane_threshold = config.lane_threshold
         self.prefill_step_cap = config.prefill_step_cap
         self.backlog_tokens = config.prefill_backlog_steps * config.max_num_batched_tokens
+        self.context_weight = config.prefill_context_weight
         self.deep_backlog = False  # this step's (order()): see chunk_size
         self.alone = False  # this step's (order()): one request to serve and nobody waiting
         self.aging_steps = config.aging_steps
@@ -131,8 +133,11 @@ class LanesPolicy:
         below the budget: chunks exist to let others in between, and alone they only delay its
         own first token (H200: 8,192 tokens in two 4,096 chunks ~230 ms, in one step ~213; the
         second chunk's attention over the first is slower than one causal pass). A request that
-        arrives during that step waits for it, as for any step."""
+        arrives during that step waits for it, as for any step. With a context weight the limit
+        shrinks as the prompt's context grows (context_chunks.py)."""
         limit = step.budget_left if self.alone else self.max_chunk_tokens
+        if self.context_weight:
+            limit = context_chunk(limit, len(req.all_token_ids) - num_uncomputed, self.context_weight)
         num = min(num_uncomputed, step.budget_left, limit)
         cap = self.prefill_step_cap
         if cap is None or num_uncomputed == 1 or step.num_prefill_tokens == 0:

@@ -74,22 +74,27 @@ def make_plan(meta: AttentionMetadata, kv_layer: torch.Tensor | QuantKvLayer, lo
     cu = [0]
     for n in query_lens:
         cu.append(cu[-1] + n)
-    block_rows, v_delta = row_layout(kv_layer.rows if isinstance(kv_layer, QuantKvLayer) else kv_layer)
-    bs, device = meta.block_size, meta.block_tables.device
     plan = LongPlan([])
     start = None  # first sequence of the current run of others
-    for i, long_seq in enumerate(is_long + [True]):
-        if not long_seq:
+    for i, on_path in enumerate(is_long + [True]):
+        if not on_path:
             start = i if start is None else start
             continue
         if start is not None:
             plan.runs.append((slice(cu[start], cu[i]), run_metadata(meta, start, i, cu)))
             start = None
         if i < len(is_long):
-            pos = torch.arange(seq_lens[i], device=device)
-            k_rows = meta.block_tables[i].long()[pos // bs] * block_rows + pos % bs  # [L]
-            plan.seqs.append(LongSeq(cu[i], cu[i + 1], seq_lens[i], k_rows, k_rows + v_delta))
+            plan.seqs.append(long_seq(meta, i, cu, kv_layer))
     return plan
+
+
+def long_seq(meta: AttentionMetadata, i: int, cu: list[int], kv_layer: torch.Tensor | QuantKvLayer) -> LongSeq:
+    """Sequence i of the step (`cu`: the query offsets, on the host) with the pool rows of its K/V."""
+    block_rows, v_delta = row_layout(kv_layer.rows if isinstance(kv_layer, QuantKvLayer) else kv_layer)
+    length, bs = meta.seq_lens_host[i], meta.block_size
+    pos = torch.arange(length, device=meta.block_tables.device)
+    k_rows = meta.block_tables[i].long()[pos // bs] * block_rows + pos % bs  # [L]
+    return LongSeq(cu[i], cu[i + 1], length, k_rows, k_rows + v_delta)
 
 
 class LongContextBackend:

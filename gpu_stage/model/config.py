@@ -74,5 +74,15 @@ class ModelConfig:
         head = 0 if self.tie_word_embeddings else v * h
         return v * h + self.num_layers * per_layer + h + head
 
+    def num_linear_params(self) -> int:
+        """Parameters that multiply every token: the decoder layers' matrices (norms excluded)."""
+        h = self.hidden_size
+        return self.num_layers * (h * (self.q_size + 2 * self.kv_size) + self.q_size * h + 3 * h * self.intermediate_size)
+
+    def attention_weight(self) -> float:
+        """Attention FLOPs per (query, key) pair, all layers (QK and PV), over the linear layers'
+        FLOPs per token: what a cached context token adds to a new token's cost, relative to it."""
+        return 4.0 * self.num_heads * self.head_dim * self.num_layers / (2.0 * self.num_linear_params())
+
     def kv_bytes_per_token(self, dtype_bytes: int) -> int:
         return 2 * self.num_layers * self.kv_size * dtype_bytes
