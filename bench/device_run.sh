@@ -27,10 +27,14 @@
 #               device pool of a quarter of the working set) with a 48 GiB host tier and without
 #               (recompute), and bench/kv_tier_restore.py (a 4,096-token prefix from host memory
 #               vs recomputed): OUTDIR/tiers_summary.json. Under 8 minutes.
-#   --long:     instead, long prompts (issue 22): a minute of back-to-back GEMMs (the sustained rate),
-#               attention over long cached contexts against torch's (bench/long_attention.py; skip
-#               with LONG_ATTENTION=0), then `ttft serve --max-model-len 131072` and
-#               bench/long_context.py: OUTDIR/long_summary.json. About 7 minutes.
+#   --long:     instead, long prompts (issue 22): the long-context attention's GPU tests
+#               (OUTDIR/long_tests.log), a minute of back-to-back GEMMs (the sustained rate),
+#               attention over long cached contexts: the Triton kernel, the long-context path and
+#               torch's SDPA per context (bench/long_attention.py), the chunk-size sweep of a 32K and
+#               a 128K prompt in the runner (bench/long_chunks.py), then `ttft serve --max-model-len
+#               131072` and bench/long_context.py: OUTDIR/long_summary.json. About 8 minutes; skip
+#               parts with LONG_TESTS=0, LONG_ATTENTION=0, LONG_CHUNKS=0; LONG_SERVE_ARGS="..." adds
+#               server flags (e.g. --long-context-attention off, --context-aware-chunks).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUTDIR=""
@@ -165,22 +169,33 @@ fi
 # ---- --long (issue 22): self-contained, exits at its end ----
 if [ -n "$LONG" ]; then
     echo "== long prompts: sustained matrix rate, attention at long contexts, TTFT up to 131,072 tokens"
+    if [ "${LONG_TESTS:-1}" = 1 ]; then
+        timeout 180 python3 -m pytest -p no:cacheprovider -m gpu tests/gpu_stage/attention/test_long_context_gpu.py \
+            -q -rs 2>&1 | tail -30 > "$OUTDIR/long_tests.log"
+        tail -3 "$OUTDIR/long_tests.log"
+    fi
     timeout 120 python3 -m bench.sustained_rate --seconds 60 --out "$OUTDIR/sustained_rate.json" | tail -1
     if [ "${LONG_ATTENTION:-1}" = 1 ]; then
-        timeout 300 python3 -m bench.long_attention --out "$OUTDIR/long_attention.json" 2>&1 \
-            | tail -40 > "$OUTDIR/long_attention.log"
-        tail -18 "$OUTDIR/long_attention.log"
+        timeout 180 python3 -m bench.long_attention --out "$OUTDIR/long_attention.json" --reps 5 --skip-prompts 2>&1 \
+            | tail -60 > "$OUTDIR/long_attention.log"
+        tail -13 "$OUTDIR/long_attention.log"
+    fi
+    if [ "${LONG_CHUNKS:-1}" = 1 ]; then
+        timeout 240 python3 -m bench.long_chunks --out "$OUTDIR" 2>&1 | tail -30 > "$OUTDIR/long_chunks.log"
+        tail -10 "$OUTDIR/long_chunks.log"
     fi
     LONG_FLAGS=(--model dummy:llama-3.1-8b --device cuda --max-model-len 131072 --max-num-seqs 128
                 --max-num-batched-tokens 8192 --long-prefill-threshold 4096)
     if start_server "$DETAIL/server-long.log" "${LONG_FLAGS[@]}" ${LONG_SERVE_ARGS:-}; then
-        timeout 420 python3 -m bench.long_context --out "$OUTDIR" --rates "$OUTDIR/sustained_rate.json" 2>&1 \
-            | tee "$OUTDIR/long_context.log" | tail -32
+        timeout 300 python3 -m bench.long_context --out "$OUTDIR" --rates "$OUTDIR/sustained_rate.json" \
+            --attention "$OUTDIR/long_attention.json" --chunks "$OUTDIR/long_chunks.json" 2>&1 \
+            | tee "$OUTDIR/long_context.log" | tail -40
     else
         echo "server (--long) did not start"; tail -20 "$DETAIL/server-long.log"
     fi
     stop_server
-    tail -40 "$DETAIL/server-long.log" > "$OUTDIR/server_long.log"
+    { grep -E "long-context attention|attention plans|KV cache|GPU memory" "$DETAIL/server-long.log"
+      tail -30 "$DETAIL/server-long.log"; } > "$OUTDIR/server_long.log"
     ls -la "$OUTDIR"
     exit 0
 fi

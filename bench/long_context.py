@@ -17,6 +17,10 @@ DIR/long_summary.json (and a table in long_summary.md):
                        long prompt's count: `short_during_count`), against the bound
                        short_ttft_bound_ms = idle P50 + chunk_step_ms_131072 (issue 22's target).
 Every prompt is fresh (own seed per request group): no prefix-cache hits.
+With `--attention` (bench.long_attention's JSON) and `--chunks` (bench.long_chunks's), their headline
+figures join the summary: the attention TFLOP/s of the long-context path and of SDPA per context
+(8,192-token chunks: attention_long_tflops_{L}, attention_sdpa_tflops_{L}, attention_long_over_sdpa_{L},
+attention_triton_tflops_{L}) with the kernels its start-up check kept, and the chunk sweep's choice.
 """
 from __future__ import annotations
 
@@ -128,10 +132,28 @@ async def run(a: argparse.Namespace) -> dict:
     return out
 
 
+def other_figures(attention: Path | None, chunks: Path | None) -> dict:
+    """The headline figures of bench.long_attention's and bench.long_chunks's JSON (those present)."""
+    out: dict = {}
+    if attention is not None and attention.exists():
+        result = json.loads(attention.read_text())
+        out["long_context_kernels"] = result.get("long_kernels")
+        for row in result["chunks"]:
+            if row["chunk"] == 8192 and "long_ms" in row:
+                for name in ("long", "sdpa", "triton"):
+                    out[f"attention_{name}_tflops_{row['context']}"] = row[f"{name}_tflops"]
+                out[f"attention_long_over_sdpa_{row['context']}"] = row["long_over_sdpa"]
+    if chunks is not None and chunks.exists():
+        sweep = json.loads(chunks.read_text())
+        out["chunk_choice"] = sweep["choice"]
+        out["chunk_sweep"] = [{k: v for k, v in r.items() if not k.startswith("step_ms")} for r in sweep["policies"]]
+    return out
+
+
 def table(summary: dict) -> str:
     lines = ["| figure | value |", "|---|---|"]
     lines += [f"| {k} | {v:,.2f} |" if isinstance(v, float) else f"| {k} | {v} |"
-              for k, v in summary.items() if not isinstance(v, list)]
+              for k, v in summary.items() if not isinstance(v, (list, dict))]
     return "\n".join(lines) + "\n"
 
 
@@ -148,6 +170,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--num-short", type=int, default=NUM_SHORT)
     p.add_argument("--start-after-s", type=float, default=1.0, help="shorts start this long after the long prompt")
     p.add_argument("--seed", type=int, default=2200)
+    p.add_argument("--attention", type=Path, help="bench.long_attention's JSON, to fold its figures in")
+    p.add_argument("--chunks", type=Path, help="bench.long_chunks's JSON, to fold its choice in")
     return p.parse_args(argv)
 
 
@@ -155,6 +179,7 @@ def main(argv: list[str] | None = None) -> int:
     a = parse_args(argv)
     a.out.mkdir(parents=True, exist_ok=True)
     summary = asyncio.run(run(a))
+    summary.update(other_figures(a.attention, a.chunks))
     (a.out / "long_summary.json").write_text(json.dumps(summary, indent=2))
     (a.out / "long_summary.md").write_text(table(summary))
     print(table(summary))

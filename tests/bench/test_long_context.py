@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from bench.long_context import floor_ms, main, prompt_len
+from bench.long_context import floor_ms, main, other_figures, prompt_len
 from bench.sustained_rate import summarize
 from gpu_stage.loaders.dummy_loader import dummy_preset
 
@@ -28,6 +28,21 @@ def test_floor_is_issue_22s_arithmetic() -> None:
     assert floor_ms(c, s, 670.0, 4.25) == pytest.approx(want, rel=0.01)
     assert 9_000 < floor_ms(c, s, 670.0, 4.25) < 10_000  # PERFORMANCE.md: ~9.5 s at 128K
     assert prompt_len(131072, 131072) == 131071 and prompt_len(32768, 131072) == 32768
+
+
+def test_the_attention_and_chunk_figures_join_the_summary(tmp_path: Path) -> None:
+    row = {"context": 131072, "chunk": 8192, "long_ms": 30.0, "long_tflops": 560.0, "sdpa_tflops": 340.0,
+           "triton_tflops": 280.0, "long_over_sdpa": 0.61}
+    (tmp_path / "a.json").write_text(json.dumps({"long_kernels": "cudnn", "chunks": [
+        row, {**row, "chunk": 2048}, {"context": 8192, "chunk": 8192, "sdpa_tflops": 590.0, "triton_tflops": 290.0}]}))
+    (tmp_path / "c.json").write_text(json.dumps({"choice": "fixed-8192", "policies": [
+        {"policy": "fixed-8192", "ttft_ms_131071": 11000.0, "step_ms_131071": [1.0, 2.0]}]}))
+    got = other_figures(tmp_path / "a.json", tmp_path / "c.json")
+    assert got == {"long_context_kernels": "cudnn", "attention_long_tflops_131072": 560.0,
+                   "attention_sdpa_tflops_131072": 340.0, "attention_triton_tflops_131072": 280.0,
+                   "attention_long_over_sdpa_131072": 0.61, "chunk_choice": "fixed-8192",
+                   "chunk_sweep": [{"policy": "fixed-8192", "ttft_ms_131071": 11000.0}]}
+    assert other_figures(tmp_path / "missing.json", None) == {}
 
 
 def test_sustained_rate_takes_the_late_windows() -> None:
