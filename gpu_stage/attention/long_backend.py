@@ -63,7 +63,8 @@ def run_metadata(meta: AttentionMetadata, a: int, b: int, cu: list[int]) -> Atte
     )
 
 
-def make_plan(meta: AttentionMetadata, kv_layer: torch.Tensor | QuantKvLayer, long: LongContextAttention) -> LongPlan | None:
+def make_plan(meta: AttentionMetadata, kv_layer: torch.Tensor | QuantKvLayer,
+              long: LongContextAttention) -> LongPlan | None:
     """The step's long sequences and the runs of the others; None when it has no long chunk."""
     if meta.static_shape or (meta.block_tables.is_cuda and torch.cuda.is_current_stream_capturing()):
         return None

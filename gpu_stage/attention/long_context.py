@@ -176,7 +176,9 @@ class LongContextAttention:
         gen = torch.Generator(device=self.device).manual_seed(22)
         pool = torch.randn(length, 2, self.num_kv_heads * self.head_dim, generator=gen, device=self.device,
                            dtype=self.dtype).view(length, 2, 1, self.num_kv_heads, self.head_dim)  # blocks of 1
-        q = torch.randn(n, self.num_heads, self.head_dim, generator=gen, device=self.device, dtype=self.dtype)
+        # q as the model's: the first columns of its fused q/k/v product (rows longer than q's)
+        q = torch.randn(n, self.num_heads + 2 * self.num_kv_heads, self.head_dim, generator=gen, device=self.device,
+                        dtype=self.dtype)[:, : self.num_heads]
         rows = torch.arange(length, device=self.device) * 2
         seq = LongSeq(0, n, length, rows, rows + 1)
         got = self.attend(q, pool, seq, name).clone()

@@ -24,39 +24,41 @@ from typing import Callable
 
 import torch
 
-Attend = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, float], tuple[torch.Tensor, torch.Tensor]]
+Pair = tuple[torch.Tensor, torch.Tensor]  # (output, log-sum-exp)
+Attend = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, float], Pair]
 
 
-def cudnn_unmasked(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+def cudnn_unmasked(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> Pair:
     out = torch.ops.aten._scaled_dot_product_cudnn_attention(q, k, v, None, True, 0.0, False, False, scale=scale)
     return out[0], out[1].reshape(q.shape[:3])  # some torch versions return the stats as [b, h, n, 1]
 
 
-def flash_unmasked(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+def flash_unmasked(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> Pair:
     out = torch.ops.aten._scaled_dot_product_flash_attention(q, k, v, 0.0, False, False, scale=scale)
     return out[0], out[1]
 
 
-def flash_lower_right(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+def flash_lower_right(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> Pair:
     out = torch.ops.aten._scaled_dot_product_flash_attention(q, k, v, 0.0, True, False, scale=scale)
     return out[0], out[1]
 
 
 def _reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float,
-               causal: bool) -> tuple[torch.Tensor, torch.Tensor]:
+               causal: bool) -> Pair:
     group = q.shape[1] // k.shape[1]
     k32 = k.float().repeat_interleave(group, dim=1)  # kv head j serves q heads j*group .. (as HF's repeat_kv)
     v32 = v.float().repeat_interleave(group, dim=1)
     scores = scale * (q.float() @ k32.transpose(-1, -2))  # [1, Hq, n, L]
     if causal:
         n, length = q.shape[2], k.shape[2]
-        seen = torch.arange(length, device=q.device)[None, :] <= torch.arange(length - n, length, device=q.device)[:, None]
+        keys, queries = torch.arange(length, device=q.device), torch.arange(length - n, length, device=q.device)
+        seen = keys[None, :] <= queries[:, None]
         scores = scores.masked_fill(~seen, float("-inf"))
     lse = torch.logsumexp(scores, dim=-1)  # [1, Hq, n]
     return (scores - lse[..., None]).exp() @ v32, lse
 
 
-def reference_unmasked(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+def reference_unmasked(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> Pair:
     return _reference(q, k, v, scale, causal=False)
 
 

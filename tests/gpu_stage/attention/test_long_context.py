@@ -65,9 +65,10 @@ def _step(query_lens: list[int], seq_lens: list[int], dtype=torch.float32, fmt=N
     num_blocks = sum(-(-s // BLOCK) for s in seq_lens) + 4
     layer = _pool(num_blocks, dtype, fmt, device, seed, head_dim)
     meta = build_metadata(query_lens, seq_lens, _tables(seq_lens, num_blocks, seed + 1), BLOCK, device)
-    q = torch.randn(sum(query_lens), HEADS, head_dim, generator=torch.Generator(device=device).manual_seed(seed + 2),
-                    device=device, dtype=dtype)
-    return q, layer, meta
+    gen = torch.Generator(device=device).manual_seed(seed + 2)
+    # q as the model's: the first columns of its fused q/k/v product (rows longer than q's)
+    q = torch.randn(sum(query_lens), HEADS + 2 * KV_HEADS, head_dim, generator=gen, device=device, dtype=dtype)
+    return q[:, :HEADS], layer, meta
 
 
 def _fresh(meta):
@@ -182,3 +183,31 @@ def test_warm_falls_back_and_switches_off_without_cuda_kernels() -> None:
     long = _long(kernels="cudnn", unit=4096, max_piece=4096, max_model_len=4096 + 128)
     assert long.warm() is None and not long.enabled and not long.applies(1024, 100_000)
     assert _long(kernels="reference", unit=64, max_piece=64, max_model_len=256).warm() == "reference"
+
+
+def test_a_model_on_the_wrapper_matches_the_plain_backend_chunk_by_chunk() -> None:
+    """A tiny Llama prefilling 120 tokens in chunks of 24 (chunks from 48 cached tokens on take the
+    path, in every layer: all rows are sampled): every row's logits as the torch backend's."""
+    from tiny_hf_models import hf_model, model_config, our_model
+
+    from gpu_stage.model.llama import LlamaForCausalLM
+
+    hf = hf_model("llama", num_attention_heads=4, num_key_value_heads=2)  # head_dim 16
+    config = model_config(hf)
+    long = LongContextAttention(4, 2, 16, torch.float32, torch.device("cpu"), 128, 24, "reference", min_context=40,
+                                min_query=8, unit=8, max_piece=16, query_bucket=8)
+    wrapped = LlamaForCausalLM(config, "cpu", torch.float32, LongContextBackend(torch_backend, long))
+    wrapped.load_weights(hf.state_dict().items())
+    plain = our_model(hf)
+    prompt = torch.randint(0, 400, (120,), generator=torch.Generator().manual_seed(4))
+    caches = [KvCache(config, 40, BLOCK, "cpu", torch.float32) for _ in range(2)]
+    table = list(range(39, 8, -1))  # reversed: not the identity
+    calls = []
+    attend = long.attend
+    long.attend = lambda *a, **k: calls.append(1) or attend(*a, **k)
+    for start in range(0, 120, 24):
+        got, want = [model(prompt[start : start + 24], meta.positions, cache, meta, torch.arange(24))
+                     for model, cache in ((wrapped, caches[0]), (plain, caches[1]))
+                     for meta in [build_metadata([24], [start + 24], [table], BLOCK, "cpu")]]
+        assert (got - want).abs().max() < 1e-4, start
+    assert len(calls) == 3 * config.num_layers  # the chunks at 48, 72 and 96 cached tokens
