@@ -148,26 +148,26 @@ class LongContextAttention:
 
     def warm(self) -> str | None:
         """On the launch thread (torch keeps cuDNN's plans per thread), before any step: check the
-        kernels against the reference on one small chunk, falling back cudnn -> flash -> off, then
-        build cuDNN's plan of every (query bucket, piece length). -> the kernels kept (None: off)."""
+        kernels against the reference on one small chunk and, for cuDNN, build the plan of every
+        (query bucket, piece length) by running it; any failure or mismatch falls back cudnn ->
+        flash -> off (logged). -> the kernels kept (None: off)."""
         order = {"cudnn": ["cudnn", "flash"], "flash": ["flash"], "reference": ["reference"]}[self.kernels]
+        self.enabled = False
         for name in order:
             try:
                 err = self._check(name)
-            except RuntimeError as exc:  # no such backend on this GPU / build of torch
-                log.warning("long-context attention: %s kernels failed their check: %s", name, exc)
+                if err > CHECK_TOLERANCE:
+                    log.warning("long-context attention: %s kernels off by %.3g from the reference", name, err)
+                    continue
+                if name == "cudnn":
+                    self._build_plans()
+            except RuntimeError as exc:  # no such backend on this GPU / build of torch, or a shape it refuses
+                log.warning("long-context attention: %s kernels failed: %s", name, exc)
                 continue
-            if err <= CHECK_TOLERANCE:
-                self.kernels, self.enabled = name, True
-                break
-            log.warning("long-context attention: %s kernels off by %.3g from the reference", name, err)
-        else:
-            self.enabled = False
-            log.warning("long-context attention: off (chunks over long contexts stay on the Triton kernel)")
-            return None
-        if self.kernels == "cudnn":
-            self._build_plans()
-        return self.kernels
+            self.kernels, self.enabled = name, True
+            return name
+        log.warning("long-context attention: off (chunks over long contexts stay on the Triton kernel)")
+        return None
 
     def _check(self, name: str) -> float:
         """||attend - reference|| / ||reference|| on one chunk of (up to) 128 queries after `unit` keys."""

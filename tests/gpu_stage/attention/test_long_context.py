@@ -211,3 +211,31 @@ def test_a_model_on_the_wrapper_matches_the_plain_backend_chunk_by_chunk() -> No
                      for meta in [build_metadata([24], [start + 24], [table], BLOCK, "cpu")]]
         assert (got - want).abs().max() < 1e-4, start
     assert len(calls) == 3 * config.num_layers  # the chunks at 48, 72 and 96 cached tokens
+
+
+def test_warm_falls_back_to_flash_when_cudnn_is_off_or_fails_a_shape(monkeypatch) -> None:
+    """The start-up check with stand-ins: a cuDNN that is off by 2x, then one that passes the check
+    but refuses a shape while its plans are built; flash (the reference here) is kept both times."""
+    from gpu_stage.attention import long_kernels
+
+    ref = long_kernels.KERNELS["reference"]
+    monkeypatch.setitem(long_kernels.KERNELS, "flash", ref)
+
+    def doubled(q, k, v, scale):
+        out, lse = ref[0](q, k, v, scale)
+        return 2 * out, lse
+
+    monkeypatch.setitem(long_kernels.KERNELS, "cudnn", (doubled, ref[1]))
+    long = _long(kernels="cudnn", unit=64, max_piece=128, max_model_len=256)
+    assert long.warm() == "flash" and long.enabled and long.kernels == "flash"
+
+    def refuses_large(q, k, v, scale):
+        if k.shape[2] > 64:
+            raise RuntimeError("cuDNN: no plan for this shape")
+        return ref[0](q, k, v, scale)
+
+    monkeypatch.setitem(long_kernels.KERNELS, "cudnn", (refuses_large, ref[1]))
+    long = _long(kernels="cudnn", unit=64, max_piece=128, max_model_len=256)
+    assert long.warm() == "flash"
+    monkeypatch.setitem(long_kernels.KERNELS, "cudnn", ref)
+    assert _long(kernels="cudnn", unit=64, max_piece=128, max_model_len=256).warm() == "cudnn"
