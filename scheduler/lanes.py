@@ -138,6 +138,16 @@ class LanesPolicy:
         limit = step.budget_left if self.alone else self.max_chunk_tokens
         if self.context_weight:
             limit = context_chunk(limit, len(req.all_token_ids) - num_uncomputed, self.context_weight)
+        num = self._fit(num_uncomputed, step, limit)
+        if num and self.context_weight:
+            # Its age counts the steps it waits, not those it progresses in: cut chunks take more
+            # steps, and a long prompt promoted for them would head every step, shorts joining
+            # behind its chunk instead of running before it (the 128K sim: their wait doubled).
+            req.lane_since_step += 1
+        return num
+
+    def _fit(self, num_uncomputed: int, step: StepBuilder, limit: int) -> int:
+        """A chunk of up to `limit` tokens as the step's first prefill; a later one whole or 0."""
         num = min(num_uncomputed, step.budget_left, limit)
         cap = self.prefill_step_cap
         if cap is None or num_uncomputed == 1 or step.num_prefill_tokens == 0:

@@ -48,6 +48,7 @@ class SimConfig:
     prefill_step_tokens: int | None = None  # None: DEFAULT_PREFILL_STEP_TOKENS[policy]
     prefill_backlog_steps: int = PREFILL_BACKLOG_STEPS  # lanes: 0 keeps the cap always
     enable_prefix_caching: bool = True
+    prefill_context_weight: float = 0.0  # lanes: context-aware chunks (scheduler/context_chunks.py); 0: off
 
     def scheduler_config(self, num_requests: int) -> SchedulerConfig:
         threshold = self.long_prefill_threshold
@@ -62,7 +63,7 @@ class SimConfig:
             max_num_batched_tokens=self.max_num_batched_tokens, max_model_len=self.max_model_len,
             max_queued=num_requests + 1, long_prefill_threshold=threshold, prefill_step_tokens=step_tokens,
             prefill_backlog_steps=self.prefill_backlog_steps, enable_prefix_caching=self.enable_prefix_caching,
-            policy=self.policy, shadow=self.shadow)
+            policy=self.policy, shadow=self.shadow, prefill_context_weight=self.prefill_context_weight)
 
 
 @dataclass

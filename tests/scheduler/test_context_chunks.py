@@ -52,3 +52,20 @@ def test_beside_others_the_cut_applies_to_the_lane_cap() -> None:
     s.add_request(make_req("M", 30000, base=50000))  # another long one: both chunked at the lane cap (4,096)
     chunks = {rid: n for rid, _, n, _ in shape(step(s))}
     assert chunks == {"L": context_chunk(4096, 23552, LLAMA_WEIGHT), "M": 4096} and chunks["L"] == 2048
+
+
+def test_with_cuts_a_prefill_ages_only_while_it_waits() -> None:
+    """Aging counts the steps a prefill waits, not those it progresses in (cut chunks take more
+    steps): a long prompt alone for 10 steps is not promoted at aging_steps 4, while a starved one
+    still is (test_lanes' starvation, with a context weight)."""
+    from test_lanes import _starve
+
+    s = make_sched(prefill_context_weight=LLAMA_WEIGHT, aging_steps=4, **GPU_LIKE)
+    s.add_request(make_req("L", 40000))
+    for _ in range(10):
+        step(s)
+    assert not s.running[0].promoted and s.running[0].num_computed_tokens > 30000
+    starved = make_sched(aging_steps=2, max_num_batched_tokens=3, long_prefill_threshold=4,
+                         prefill_context_weight=LLAMA_WEIGHT)
+    assert _starve(starved, 5) == [[("S0", 0, 3, True)], [("S1", 0, 3, True)],
+                                   [("L", 0, 3, False)], [("L", 3, 3, True)], [("S2", 0, 3, True)]]
