@@ -85,7 +85,7 @@ def test_a_runner_prefills_past_min_context_on_the_path() -> None:
     for mode in ("auto", "off"):
         runner = ModelRunner.build(source_from_hf(hf), "cuda", torch.bfloat16, num_blocks=800, block_size=16,
                                    max_num_batched_tokens=2048, max_num_seqs=4, attention_backend="triton",
-                                   max_model_len=16384, long_context_attention=mode)
+                                   enforce_eager=True, max_model_len=16384, long_context_attention=mode)
         runner.warm_thread()
         calls = []
         if runner.long_context is not None:
