@@ -33,13 +33,14 @@ def build_long_context(mode: str, num_heads: int, num_kv_heads: int, head_dim: i
                        device: torch.device, attention_backend: str, max_model_len: int,
                        max_query_len: int) -> LongContextAttention | None:
     """The path's scratch and kernels for --long-context-attention `mode` (auto: cuDNN, checked at
-    start-up), or None: off, not CUDA with triton, or no chunk could start past MIN_CONTEXT."""
+    start-up), or None: off, not CUDA with triton, a dtype the fused kernels lack (float32), or no
+    chunk could start past MIN_CONTEXT."""
     if mode not in LONG_CONTEXT_MODES:
         raise ValueError(f"unknown --long-context-attention {mode!r} (choices: {', '.join(LONG_CONTEXT_MODES)})")
     from gpu_stage.kernels import interpreting
 
     if (mode == "off" or device.type != "cuda" or attention_backend != "triton" or interpreting()
-            or max_model_len < MIN_CONTEXT + MIN_QUERY):
+            or dtype not in (torch.bfloat16, torch.float16) or max_model_len < MIN_CONTEXT + MIN_QUERY):
         return None
     return LongContextAttention(num_heads, num_kv_heads, head_dim, dtype, device, max_model_len, max_query_len,
                                 "cudnn" if mode == "auto" else "flash")

@@ -239,3 +239,24 @@ def test_warm_falls_back_to_flash_when_cudnn_is_off_or_fails_a_shape(monkeypatch
     assert long.warm() == "flash"
     monkeypatch.setitem(long_kernels.KERNELS, "cudnn", ref)
     assert _long(kernels="cudnn", unit=64, max_piece=128, max_model_len=256).warm() == "cudnn"
+
+
+def test_the_path_is_built_only_on_cuda_with_triton_in_16_bits_for_long_windows(monkeypatch) -> None:
+    import gpu_stage.kernels
+    from gpu_stage.attention import long_backend
+    from gpu_stage.attention.long_backend import build_long_context
+
+    monkeypatch.setattr(gpu_stage.kernels, "interpreting", lambda: False)  # as on a GPU
+    monkeypatch.setattr(long_backend, "LongContextAttention", lambda *a: a)  # no CUDA memory here
+    cuda, bf16 = torch.device("cuda"), torch.bfloat16
+    args = (32, 8, 128)
+    assert build_long_context("auto", *args, bf16, cuda, "triton", 131072, 8192) == (
+        *args, bf16, cuda, 131072, 8192, "cudnn")
+    assert build_long_context("flash", *args, torch.float16, cuda, "triton", 9216, 4096)[-1] == "flash"
+    assert build_long_context("auto", *args, bf16, torch.device("cpu"), "triton", 131072, 8192) is None
+    assert build_long_context("off", *args, bf16, cuda, "triton", 131072, 8192) is None
+    assert build_long_context("auto", *args, bf16, cuda, "torch", 131072, 8192) is None
+    assert build_long_context("auto", *args, torch.float32, cuda, "triton", 131072, 8192) is None
+    assert build_long_context("auto", *args, bf16, cuda, "triton", 8192, 8192) is None  # no chunk past 8K
+    with pytest.raises(ValueError, match="long-context-attention"):
+        build_long_context("fast", *args, bf16, cuda, "triton", 131072, 8192)
