@@ -8,18 +8,21 @@ keys already stored by this layer):
   1. gather: the sequence's K and V rows 0 .. s + n - 1 from the pool into two scratch buffers
      [max_model_len, kv_heads * head_dim] made at start-up and shared by every layer (an 8-bit
      pool is dequantized as it is gathered, in slabs: the same values every other read sees);
-  2. the cached keys up to the last multiple of `unit` below s, m = floor(s / unit) * unit, in
-     pieces whose lengths are `unit` times a power of two (at most 5 at 128K): each piece one
-     UNMASKED call (cuDNN), the chunk's queries with their GQA group folded into the query rows
-     ([Hkv, group * n_pad, D]: no mask, so every query row is independent) and padded to a
-     multiple of `query_bucket`, so cuDNN meets only (query bucket, piece length) shapes, whose
-     plans `warm` builds on the launch thread at start-up (none while serving);
-  3. the rest, keys m .. s + n - 1, in one LOWER-RIGHT causal call (flash: no plan per shape);
-  4. the partial softmaxes merged by their log-sum-exps into a float32 accumulator.
-Everything is on the device with no host sync; steps that take this path are eager (never in a
-CUDA graph: long_backend.py). `kernels`: "cudnn" (the above), "flash" (flash for the pieces too),
-"reference" (float32 torch: the CPU path and the tests' oracle); `warm` checks the chosen CUDA
-kernels against the reference once and falls back (cudnn -> flash -> off) if they fail or differ.
+  2. the chunk over its own keys: one CAUSAL call, q heads first and its own K/V with their KV
+     heads repeated for the group (plain multi-head), both padded to a multiple of
+     `query_bucket` rows at the end (a real query never sees a padded key);
+  3. the cached keys up to the last multiple of `unit` below s, m = floor(s / unit) * unit, in
+     pieces whose lengths are `unit` times a power of two (at most 5 at 128K): each one UNMASKED
+     call with the chunk's GQA group folded into its query rows ([Hkv, group * n_pad, D], the same
+     memory as q heads first: without a mask every row is independent);
+  4. the cached keys m .. s - 1 (fewer than `unit`), one unmasked call of any length;
+  5. the partial softmaxes merged by their log-sum-exps into a float32 accumulator.
+With kernels "cudnn", cuDNN runs 2 and 3, so it meets only (query bucket) and (query bucket, piece
+length) shapes, whose plans `warm` builds on the launch thread at start-up (none while serving),
+and flash (no plan per shape) runs 4; "flash" runs all on flash; "reference" is float32 torch (the
+CPU path and the tests' oracle). Everything is on the device with no host sync; steps that take
+this path are eager (never in a CUDA graph: long_backend.py). `warm` checks the chosen CUDA kernels
+against the reference once and falls back (cudnn -> flash -> off) if they fail or differ.
 """
 from __future__ import annotations
 
@@ -74,14 +77,16 @@ class LongContextAttention:
         self.k = torch.empty(max_model_len, width, device=device, dtype=dtype)
         self.v = torch.empty(max_model_len, width, device=device, dtype=dtype)
         padded = -(-max_query_len // query_bucket) * query_bucket
-        # Zeros: the padded query rows are never read back, but they must be finite numbers.
-        self._q_fold = torch.zeros(num_heads * padded * head_dim, device=device, dtype=dtype)
+        # Zeros: the padded query and key rows are never read back, but they must be finite numbers.
+        self._q_heads, self._own_k, self._own_v = (torch.zeros(num_heads * padded * head_dim, device=device, dtype=dtype)
+                                                   for _ in range(3))
         self._acc = torch.empty(num_heads * max_query_len * head_dim, device=device, dtype=torch.float32)
         self._acc_lse = torch.empty(num_heads * max_query_len, device=device, dtype=torch.float32)
 
     @property
     def num_bytes(self) -> int:
-        return sum(t.numel() * t.element_size() for t in (self.k, self.v, self._q_fold, self._acc, self._acc_lse))
+        buffers = (self.k, self.v, self._q_heads, self._own_k, self._own_v, self._acc, self._acc_lse)
+        return sum(t.numel() * t.element_size() for t in buffers)
 
     def applies(self, query_len: int, seq_len: int) -> bool:
         """Whether a chunk of `query_len` new tokens ending at `seq_len` takes this path."""
@@ -108,27 +113,36 @@ class LongContextAttention:
                kernels: str | None = None) -> torch.Tensor:
         """q [n, H, D] (the chunk's rows; any row stride) -> [n, H, D] float32 (a view of the
         accumulator: copy it out before the next call)."""
-        unmasked, lower_right = KERNELS[kernels or self.kernels]
+        calls = KERNELS[kernels or self.kernels]
         n, num_heads, head_dim = q.shape
         kv_heads, group = self.num_kv_heads, num_heads // self.num_kv_heads
-        length = seq.seq_len
-        main = (length - n) // self.unit * self.unit  # cached keys covered by the pieces
+        cached = seq.seq_len - n
+        main = cached // self.unit * self.unit  # cached keys covered by the pieces
+        padded = -(-n // self.query_bucket) * self.query_bucket
+        size = num_heads * padded * head_dim
         self._gather(kv_layer, seq)
+        # q heads first, padded: [H, padded, D]; head h = kv * group + g, so the same memory is q
+        # with its groups folded into the query rows, [Hkv, group * padded, D] (no mask: the
+        # cached keys), and with the KV heads of its own keys repeated, plain multi-head (causal).
+        q_heads = self._q_heads[:size].view(num_heads, padded, head_dim)
+        q_heads[:, :n].copy_(q.transpose(0, 1))
+        own_k, own_v = (buf[:size].view(kv_heads, group, padded, head_dim) for buf in (self._own_k, self._own_v))
+        own_k[:, :, :n].copy_(self._keys(self.k, cached, n)[0].unsqueeze(1).expand(kv_heads, group, n, head_dim))
+        own_v[:, :, :n].copy_(self._keys(self.v, cached, n)[0].unsqueeze(1).expand(kv_heads, group, n, head_dim))
+        out, lse = calls.own(q_heads.unsqueeze(0), own_k.view(1, num_heads, padded, head_dim),
+                             own_v.view(1, num_heads, padded, head_dim), self.scale)
         acc = self._acc[: num_heads * n * head_dim].view(kv_heads, group, n, head_dim)
         acc_lse = self._acc_lse[: num_heads * n].view(kv_heads, group, n)
-        out, lse = lower_right(q.transpose(0, 1).unsqueeze(0), self._keys(self.k, main, length - main),
-                               self._keys(self.v, main, length - main), self.scale)
-        acc.copy_(out[0].unflatten(0, (kv_heads, group)))
-        acc_lse.copy_(lse[0].unflatten(0, (kv_heads, group)))
-        if main:
-            padded = -(-n // self.query_bucket) * self.query_bucket
-            q_fold = self._q_fold[: num_heads * padded * head_dim].view(num_heads, padded, head_dim)
-            q_fold[:, :n].copy_(q.transpose(0, 1))  # head h = kv * group + g: rows g * padded + t of kv head kv
-            q_fold = q_fold.view(1, kv_heads, group * padded, head_dim)
-            for start, size in self.pieces(main):
-                out, lse = unmasked(q_fold, self._keys(self.k, start, size), self._keys(self.v, start, size), self.scale)
-                merge_into(acc, acc_lse, out[0].unflatten(1, (group, padded))[:, :, :n],
-                           lse[0].unflatten(1, (group, padded))[:, :, :n])
+        acc.copy_(out[0].unflatten(0, (kv_heads, group))[:, :, :n])
+        acc_lse.copy_(lse[0].unflatten(0, (kv_heads, group))[:, :, :n])
+        q_fold = q_heads.view(1, kv_heads, group * padded, head_dim)
+        spans = [(calls.pieces, start, length) for start, length in self.pieces(main)]
+        if cached > main:
+            spans.append((calls.rest, main, cached - main))
+        for call, start, length in spans:
+            out, lse = call(q_fold, self._keys(self.k, start, length), self._keys(self.v, start, length), self.scale)
+            merge_into(acc, acc_lse, out[0].unflatten(1, (group, padded))[:, :, :n],
+                       lse[0].unflatten(1, (group, padded))[:, :, :n])
         return acc.flatten(0, 1).transpose(0, 1)
 
     def _keys(self, buf: torch.Tensor, start: int, size: int) -> torch.Tensor:
@@ -170,9 +184,10 @@ class LongContextAttention:
         return None
 
     def _check(self, name: str) -> float:
-        """||attend - reference|| / ||reference|| on one chunk of (up to) 128 queries after `unit` keys."""
+        """||attend - reference|| / ||reference|| on one chunk of (up to) 128 queries after unit + 64
+        cached keys (a piece, the rest, the chunk's own keys: every kind of call)."""
         n = min(128, self.max_query_len)
-        length = self.unit + n
+        length = self.unit + 64 + n
         gen = torch.Generator(device=self.device).manual_seed(22)
         pool = torch.randn(length, 2, self.num_kv_heads * self.head_dim, generator=gen, device=self.device,
                            dtype=self.dtype).view(length, 2, 1, self.num_kv_heads, self.head_dim)  # blocks of 1
@@ -186,14 +201,18 @@ class LongContextAttention:
         return float((got - want).norm() / want.norm())
 
     def _build_plans(self) -> None:
-        num_buckets = -(-self.max_query_len // self.query_bucket)
-        group = self.num_heads // self.num_kv_heads
-        unmasked = KERNELS["cudnn"][0]
-        for i in range(1, num_buckets + 1):
+        """Run each bucketed cuDNN shape once: the pieces at every (query bucket, piece length),
+        the chunk over its own keys at every query bucket."""
+        heads, kv_heads, head_dim = self.num_heads, self.num_kv_heads, self.head_dim
+        calls = KERNELS["cudnn"]
+        for i in range(1, -(-self.max_query_len // self.query_bucket) + 1):
             padded = i * self.query_bucket
-            q = self._q_fold[: self.num_heads * padded * self.head_dim].view(1, self.num_kv_heads, group * padded,
-                                                                             self.head_dim)
-            for size in self.piece_sizes():
-                unmasked(q, self._keys(self.k, 0, size), self._keys(self.v, 0, size), self.scale)
+            q_heads = self._q_heads[: heads * padded * head_dim].view(1, heads, padded, head_dim)
+            q_fold = q_heads.view(1, kv_heads, heads // kv_heads * padded, head_dim)
+            for length in self.piece_sizes():
+                calls.pieces(q_fold, self._keys(self.k, 0, length), self._keys(self.v, 0, length), self.scale)
+            own_k, own_v = (buf[: heads * padded * head_dim].view(1, heads, padded, head_dim)
+                            for buf in (self._own_k, self._own_v))
+            calls.own(q_heads, own_k, own_v, self.scale)
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)

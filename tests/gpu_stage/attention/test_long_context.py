@@ -12,7 +12,7 @@ import torch
 from gpu_stage.attention import torch_backend
 from gpu_stage.attention.long_backend import LongContextBackend, make_plan
 from gpu_stage.attention.long_context import LongContextAttention
-from gpu_stage.attention.long_kernels import merge_into, reference_lower_right, reference_unmasked
+from gpu_stage.attention.long_kernels import merge_into, reference_causal, reference_unmasked
 from gpu_stage.attention.metadata import build_metadata
 from gpu_stage.kv.cache import KvCache
 from gpu_stage.kv.format import KvFormat
@@ -171,18 +171,19 @@ def test_merge_of_two_key_sets_is_the_softmax_over_both() -> None:
     part, part_lse = reference_unmasked(q, k[:, :, 7:], v[:, :, 7:], 0.3)
     merge_into(acc, acc_lse, part, part_lse)
     assert torch.allclose(acc, whole, atol=1e-6) and torch.allclose(acc_lse, whole_lse, atol=1e-6)
-    # lower-right causal: the last query sees every key, the first the keys up to L - n
-    out, lse = reference_lower_right(q, k, v, 0.3)
-    first, _ = reference_unmasked(q[:, :, :1], k[:, :, :8], v[:, :, :8], 0.3)
-    assert torch.allclose(out[:, :, -1], whole[:, :, -1], atol=1e-6) and torch.allclose(out[:, :, :1], first, atol=1e-6)
+    # causal on a square: query i sees keys 0 .. i
+    out, lse = reference_causal(q, k[:, :, :5], v[:, :, :5], 0.3)
+    first, _ = reference_unmasked(q[:, :, :1], k[:, :, :1], v[:, :, :1], 0.3)
+    last, _ = reference_unmasked(q[:, :, -1:], k[:, :, :5], v[:, :, :5], 0.3)
+    assert torch.allclose(out[:, :, :1], first, atol=1e-6) and torch.allclose(out[:, :, -1:], last, atol=1e-6)
 
 
 def test_warm_falls_back_and_switches_off_without_cuda_kernels() -> None:
     """On CPU neither cuDNN's nor flash's CUDA op runs: the check fails both and the path is off
     (every chunk then stays on the wrapped backend); the reference kernels pass their check."""
-    long = _long(kernels="cudnn", unit=4096, max_piece=4096, max_model_len=4096 + 128)
+    long = _long(kernels="cudnn", unit=4096, max_piece=4096, max_model_len=4096 + 256)
     assert long.warm() is None and not long.enabled and not long.applies(1024, 100_000)
-    assert _long(kernels="reference", unit=64, max_piece=64, max_model_len=256).warm() == "reference"
+    assert _long(kernels="reference", unit=64, max_piece=64, max_model_len=320).warm() == "reference"
 
 
 def test_a_model_on_the_wrapper_matches_the_plain_backend_chunk_by_chunk() -> None:
@@ -214,31 +215,31 @@ def test_a_model_on_the_wrapper_matches_the_plain_backend_chunk_by_chunk() -> No
 
 
 def test_warm_falls_back_to_flash_when_cudnn_is_off_or_fails_a_shape(monkeypatch) -> None:
-    """The start-up check with stand-ins: a cuDNN that is off by 2x, then one that passes the check
-    but refuses a shape while its plans are built; flash (the reference here) is kept both times."""
+    """The start-up check with stand-ins: a cuDNN whose pieces are off by 2x, then one that passes the
+    check but refuses a shape while its plans are built; flash (the reference here) is kept both times."""
     from gpu_stage.attention import long_kernels
 
     ref = long_kernels.KERNELS["reference"]
     monkeypatch.setitem(long_kernels.KERNELS, "flash", ref)
 
     def doubled(q, k, v, scale):
-        out, lse = ref[0](q, k, v, scale)
+        out, lse = ref.pieces(q, k, v, scale)
         return 2 * out, lse
 
-    monkeypatch.setitem(long_kernels.KERNELS, "cudnn", (doubled, ref[1]))
-    long = _long(kernels="cudnn", unit=64, max_piece=128, max_model_len=256)
+    monkeypatch.setitem(long_kernels.KERNELS, "cudnn", ref._replace(pieces=doubled))
+    long = _long(kernels="cudnn", unit=64, max_piece=128, max_model_len=320)
     assert long.warm() == "flash" and long.enabled and long.kernels == "flash"
 
     def refuses_large(q, k, v, scale):
         if k.shape[2] > 64:
             raise RuntimeError("cuDNN: no plan for this shape")
-        return ref[0](q, k, v, scale)
+        return ref.pieces(q, k, v, scale)
 
-    monkeypatch.setitem(long_kernels.KERNELS, "cudnn", (refuses_large, ref[1]))
-    long = _long(kernels="cudnn", unit=64, max_piece=128, max_model_len=256)
+    monkeypatch.setitem(long_kernels.KERNELS, "cudnn", ref._replace(pieces=refuses_large))
+    long = _long(kernels="cudnn", unit=64, max_piece=128, max_model_len=320)
     assert long.warm() == "flash"
     monkeypatch.setitem(long_kernels.KERNELS, "cudnn", ref)
-    assert _long(kernels="cudnn", unit=64, max_piece=128, max_model_len=256).warm() == "cudnn"
+    assert _long(kernels="cudnn", unit=64, max_piece=128, max_model_len=320).warm() == "cudnn"
 
 
 def test_the_path_is_built_only_on_cuda_with_triton_in_16_bits_for_long_windows(monkeypatch) -> None:
