@@ -170,7 +170,7 @@ fi
 if [ -n "$LONG" ]; then
     echo "== long prompts: sustained matrix rate, attention at long contexts, TTFT up to 131,072 tokens"
     if [ "${LONG_TESTS:-1}" = 1 ]; then
-        timeout 180 python3 -m pytest -p no:cacheprovider -m gpu tests/gpu_stage/attention/test_long_context_gpu.py \
+        timeout 180 python3 -m pytest -p no:cacheprovider -m gpu tests/gpu_stage/attention/test_long_context_attention_gpu.py \
             -q -rs 2>&1 | tail -30 > "$OUTDIR/long_tests.log"
         tail -3 "$OUTDIR/long_tests.log"
     fi

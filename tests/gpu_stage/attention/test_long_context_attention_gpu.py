@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from test_long_context import HEADS, KV_HEADS, _fresh, _reference, _rel, _step
+from test_long_context_attention import HEADS, KV_HEADS, _fresh, _reference, _rel, _step
 
 from gpu_stage.attention import torch_backend
 from gpu_stage.attention.long_backend import LongContextBackend, make_plan

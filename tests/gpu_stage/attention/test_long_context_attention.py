@@ -3,7 +3,7 @@
 multiple of the piece unit, several pieces, plain float32 / bfloat16 and 8-bit pools, shuffled block
 tables, mixed steps where only one sequence is long, sliding-window layers and graph steps left to
 the wrapped backend, the start-up check's fallback. On CUDA the same cases run the cuDNN/flash
-kernels (test_long_context_gpu.py)."""
+kernels (test_long_context_attention_gpu.py)."""
 from __future__ import annotations
 
 import pytest
