@@ -33,8 +33,13 @@ from stages.trace import RequestTrace, cpu_clock_ns, host_clock_ns
 @dataclass(slots=True)
 class PreparedRequest:
     api: CompletionRequest | ChatCompletionRequest
-    prompt_token_ids: list[int]
-    params: SamplingParams  # max_tokens filled in
+    prompts_token_ids: list[list[int]]  # one prompt, or a batch's (completions), each its own request
+    params: SamplingParams  # max_tokens filled in (the same for every prompt of a batch)
+
+    @property
+    def prompt_token_ids(self) -> list[int]:
+        """The first prompt's ids (the only prompt, unless a batch)."""
+        return self.prompts_token_ids[0]
 
 
 class IngressStage:
@@ -67,18 +72,19 @@ class IngressStage:
 
     async def prepare_completion(self, body: bytes, trace: RequestTrace) -> PreparedRequest:
         req: CompletionRequest = self._parse(body, trace, parse_completion_request)
-        if isinstance(req.prompt, str):
-            ids = await self._run(trace, len(req.prompt), self._encode_text, req.prompt)
+        if isinstance(req.prompt, str):  # a batch is of one kind: all texts here
+            num_chars = sum(map(len, req.prompts))
+            prompts = await self._run(trace, num_chars, self._encode_texts, req.prompts)
         else:
-            ids = list(req.prompt)
+            prompts = [list(ids) for ids in req.prompts]
             trace.mark("tokenized")
-        return self._finish(req, ids, trace)
+        return self._finish(req, prompts, trace)
 
     async def prepare_chat(self, body: bytes, trace: RequestTrace) -> PreparedRequest:
         req: ChatCompletionRequest = self._parse(body, trace, parse_chat_request)
         num_chars = sum(_content_chars(m) for m in req.messages)
         ids = await self._run(trace, num_chars, self._encode_chat, req)
-        return self._finish(req, ids, trace)
+        return self._finish(req, [ids], trace)
 
     async def encode_prompt(self, prompt: str | list[int], trace: RequestTrace) -> list[int]:
         """For embedders: text (with the model's BOS rule; long text off the loop) or ids, checked
@@ -92,6 +98,9 @@ class IngressStage:
     def _encode_text(self, text: str) -> list[int]:
         return self.tokenizer.encode(text, add_special_tokens=True)
 
+    def _encode_texts(self, texts: list[str]) -> list[list[int]]:
+        return [self.tokenizer.encode(text, add_special_tokens=True) for text in texts]
+
     def _encode_chat(self, req: ChatCompletionRequest) -> list[int]:
         try:
             text = self.chat_template.render(req.messages, add_generation_prompt=req.add_generation_prompt)
@@ -100,7 +109,7 @@ class IngressStage:
         # The template writes its own special tokens (BOS included): never add them twice.
         return self.tokenizer.encode(text, add_special_tokens=False)
 
-    async def _run(self, trace: RequestTrace, num_chars: int, fn, arg) -> list[int]:
+    async def _run(self, trace: RequestTrace, num_chars: int, fn, arg):
         if num_chars > self.offload_chars:
             # Host work is the tokenizer's own run time in its thread; the wait for that thread
             # (a free core) is recorded apart, so that it can be told from work.
@@ -113,19 +122,23 @@ class IngressStage:
         trace.mark("tokenized")
         return ids
 
-    def _finish(self, req, ids: list[int], trace: RequestTrace) -> PreparedRequest:
-        if not ids:
-            raise bad_request("the prompt is empty after tokenization", "prompt")
-        max_tokens = check_context_length(
-            len(ids), req.max_tokens, self.max_model_len, max_tokens_cap=self.limits.max_tokens_cap,
-            prompt_param="messages" if isinstance(req, ChatCompletionRequest) else "prompt",
-        )
+    def _finish(self, req, prompts: list[list[int]], trace: RequestTrace) -> PreparedRequest:
+        """Every prompt checked against the window. A batch comes from completions, whose max_tokens
+        is always explicit: the effective max_tokens is the same for each of its prompts."""
+        chat = isinstance(req, ChatCompletionRequest)
+        max_tokens = req.max_tokens
+        for index, ids in enumerate(prompts):
+            param = "messages" if chat else "prompt" if len(prompts) == 1 else f"prompt[{index}]"
+            max_tokens = check_context_length(
+                len(ids), req.max_tokens, self.max_model_len, max_tokens_cap=self.limits.max_tokens_cap,
+                prompt_param=param,
+            )
         params = dataclasses.replace(req.params, max_tokens=max_tokens)
-        trace.info["num_prompt_tokens"] = len(ids)
-        return PreparedRequest(req, ids, params)
+        trace.info["num_prompt_tokens"] = len(prompts[0])
+        return PreparedRequest(req, prompts, params)
 
 
-def _timed(fn, arg) -> tuple[list[int], int, int]:
+def _timed(fn, arg) -> tuple[object, int, int]:
     """The tokenizer's own CPU time and its wall time: in a worker thread it runs beside the
     model's thread, and its wall time counts the waits for a core and for the interpreter lock."""
     c0, t0 = cpu_clock_ns(), host_clock_ns()

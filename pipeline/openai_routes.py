@@ -8,7 +8,8 @@ first token (chat: the role delta and the first content travel in that same writ
 
 With n > 1 the engine runs n samples; their streams are read as one (SampleStreams), each output
 tagged with its choice index: chunks interleave, `[DONE]` follows the last choice's end, and a
-disconnect or an error aborts all n.
+disconnect or an error aborts all n. A batch of prompts (completions) is read the same way: each
+prompt is its own engine request with its n samples, choice i * n + j being prompt i's sample j.
 """
 from __future__ import annotations
 
@@ -108,8 +109,8 @@ async def _generate(request: Request, chat: bool) -> Response:
         api = prepared.api
         if api.model is not None and api.model != engine.model_name:
             raise model_not_found(api.model, engine.model_name)
-        streams = engine.submit_samples(request_id, prepared.prompt_token_ids, prepared.params, trace,
-                                        api.n, priority=api.priority, cache_salt=api.cache_salt)
+        streams = engine.submit_batch(request_id, prepared.prompts_token_ids, prepared.params, trace,
+                                      api.n, priority=api.priority, cache_salt=api.cache_salt)
     except ApiError as err:
         return error_response(err, rid_header)
     except ClientDisconnect:
@@ -118,7 +119,7 @@ async def _generate(request: Request, chat: bool) -> Response:
     # n > 1: the choices' streams read as one; each output says its choice (`index`).
     reader = streams[0] if len(streams) == 1 else SampleStreams(streams)
     watch = DisconnectWatch(request.receive, lambda: engine.abort_streams(streams))
-    meta = ResponseMeta(request_id, int(time.time()), engine.model_name)
+    meta = ResponseMeta(request_id, int(time.time()), engine.model_name, num_prompts=len(prepared.prompts_token_ids))
     # Before the first await: the emitter frames every output of a streamed reply.
     chunkers = _attach_framers(streams, meta, chat, api.include_usage) if api.stream else []
     first = await reader.get()
