@@ -76,6 +76,23 @@ async def read_body(request: Request, max_bytes: int) -> bytes:
     return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
+def check_ready(engine: Engine) -> None:
+    """503 with Retry-After unless the engine serves (loading, draining, broken)."""
+    if engine.built is None or not engine.health.ready:
+        raise ApiError(503, f"the server is {engine.health.state}", type="overloaded_error",
+                       headers={"Retry-After": "1"})
+
+
+async def receive_body(request: Request, engine: Engine) -> bytes:
+    """The body within the size limit (413) and the read timeout (408)."""
+    try:
+        return await asyncio.wait_for(read_body(request, engine.config.limits.max_body_bytes),
+                                      engine.config.body_read_timeout_s)
+    except asyncio.TimeoutError:
+        raise ApiError(408, f"the request body did not arrive within {engine.config.body_read_timeout_s} s",
+                       code="request_timeout") from None
+
+
 def _request_id(request: Request, engine: Engine, chat: bool) -> str:
     given = request.headers.get("x-request-id")
     if given:
@@ -89,18 +106,11 @@ async def _generate(request: Request, chat: bool) -> Response:
     engine: Engine = request.app.state.engine
     rid_header: dict[str, str] = {}
     try:
-        if engine.built is None or not engine.health.ready:
-            raise ApiError(503, f"the server is {engine.health.state}", type="overloaded_error",
-                           headers={"Retry-After": "1"})
+        check_ready(engine)
         request_id = _request_id(request, engine, chat)
         rid_header = {"X-Request-Id": request_id}
         trace = RequestTrace(request_id)
-        try:
-            body = await asyncio.wait_for(read_body(request, engine.config.limits.max_body_bytes),
-                                          engine.config.body_read_timeout_s)
-        except asyncio.TimeoutError:
-            raise ApiError(408, f"the request body did not arrive within {engine.config.body_read_timeout_s} s",
-                           code="request_timeout") from None
+        body = await receive_body(request, engine)
         trace.mark("received")
         if chat:
             prepared = await engine.ingress.prepare_chat(body, trace)
