@@ -136,10 +136,7 @@ async def _generate(request: Request, chat: bool) -> Response:
     if first.error is not None and first.num_output_tokens == 0 and not first.text:
         watch.cancel()
         engine.abort_streams(streams)  # the other choices (a refusal is the same for them all)
-        status = 503 if not engine.health.ready else first.error_status
-        kind = "invalid_request_error" if status == 400 else "server_error"
-        headers = {**rid_header, "Retry-After": "1"} if status == 503 else rid_header
-        return error_response(ApiError(status, first.error, type=kind), headers)
+        return _error_reply(first, 503 if not engine.health.ready else first.error_status, rid_header)
     if api.stream:
         chunks = _sse_chunks(engine, streams, reader, first, meta, chunkers, chat, api.include_usage)
         on_sent = lambda out: engine.record_write(streams[out.index], out)  # noqa: E731
@@ -148,6 +145,14 @@ async def _generate(request: Request, chat: bool) -> Response:
         return await _whole_body(engine, streams, reader, first, meta, chat, rid_header)
     finally:
         watch.cancel()
+
+
+def _error_reply(out: RequestOutput, status: int, headers: dict[str, str]) -> Response:
+    """The error an output carries: 400 a refusal at admission, 503 (with Retry-After) overload or a
+    broken engine, 500 a fault."""
+    kind = "invalid_request_error" if status == 400 else "server_error"
+    headers = {**headers, "Retry-After": "1"} if status == 503 else headers
+    return error_response(ApiError(status, out.error, type=kind), headers)
 
 
 def _attach_framers(streams: list[OutputStream], meta: ResponseMeta, chat: bool,
@@ -206,9 +211,9 @@ async def _whole_body(
     num_left = len(streams)
     out = first
     while True:
-        if out.error is not None:
+        if out.error is not None:  # a fault, or (a batch) one prompt refused after another's first output
             engine.abort_streams(streams)
-            return error_response(ApiError(500, out.error, type="server_error"), headers)
+            return _error_reply(out, out.error_status, headers)
         accs[out.index].add(out)
         if out.finish_reason is not None:
             num_left -= 1
