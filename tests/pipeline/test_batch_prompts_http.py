@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 
 import httpx
+import openai
 import orjson
 
 from exactness import ExactnessReport, compare_runs
@@ -78,6 +79,14 @@ def test_batch_http(launch):
     finishes = sorted((c["choices"][0]["index"], c["choices"][0]["finish_reason"]) for c in chunks[:-1]
                       if c["choices"][0]["finish_reason"] is not None)
     assert finishes == [(0, "length"), (1, "length")]
+    wait_no_used_blocks()
+
+    # -- the official client reads a batch as it reads OpenAI's
+    client = openai.OpenAI(base_url=server.base_url + "/v1", api_key="unused", max_retries=0)
+    reply = client.completions.create(model="dummy:tiny", prompt=PROMPTS[:2], n=2, max_tokens=6, temperature=0,
+                                      extra_body={"ignore_eos": True})
+    assert [c.index for c in reply.choices] == [0, 1, 2, 3] and reply.usage.completion_tokens == 24
+    assert [c.text for c in reply.choices] == [c["text"] for c in body["choices"][:4]]
     wait_no_used_blocks()
 
     # -- refusals: past --max-batch-prompts, mixed kinds, one prompt over the window
