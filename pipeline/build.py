@@ -19,7 +19,7 @@ from gpu_stage.loaders.model_source import ModelSource
 from gpu_stage.model_runner import ModelRunner
 from gpu_stage.parallel import worker
 from gpu_stage.parallel.driver import TensorParallelDriver
-from ingress.chat_template import ChatTemplate
+from ingress.chat_template import ChatTemplate, load_chat_template
 from ingress.tokenizer import Tokenizer
 from pipeline.build_parallel import (ParallelStartupError, cpu_threads_per_rank, kv_shard_config, runner_spec,
                                      start_tensor_parallel)
@@ -76,15 +76,17 @@ def resolve_max_model_len(requested: int | None, model_len: int, pool_tokens: in
 
 
 def build_model(cfg: EngineConfig) -> BuiltModel:
+    template = _chat_template_override(cfg)  # before the weights load: a bad file refuses at once
     source, device, dtype, runner_args = plan_runner(cfg)
     if cfg.tensor_parallel_size == 1:
-        return _build_rest(cfg, source, ModelRunner.build(source, device=device, dtype=dtype, **runner_args), None)
+        runner = ModelRunner.build(source, device=device, dtype=dtype, **runner_args)
+        return _build_rest(cfg, source, runner, None, template)
     try:
         parallel = start_tensor_parallel(cfg, source, device.type, cfg.resolved_dtype(), runner_args)
     except ParallelStartupError as exc:
         raise StartupError(str(exc)) from exc
     try:
-        return _build_rest(cfg, source, parallel.runner, parallel)
+        return _build_rest(cfg, source, parallel.runner, parallel, template)
     except BaseException:
         parallel.close(timeout_s=0.0)
         raise
@@ -139,8 +141,17 @@ def plan_runner(cfg: EngineConfig) -> tuple[ModelSource, torch.device, torch.dty
     return source, device, dtype, runner_args
 
 
+def _chat_template_override(cfg: EngineConfig) -> str | None:
+    if cfg.chat_template is None:
+        return None
+    try:
+        return load_chat_template(cfg.chat_template)
+    except ValueError as exc:
+        raise StartupError(str(exc)) from exc
+
+
 def _build_rest(cfg: EngineConfig, source: ModelSource, runner: ModelRunner,
-                parallel: TensorParallelDriver | None) -> BuiltModel:
+                parallel: TensorParallelDriver | None, template_override: str | None) -> BuiltModel:
     """Everything after the runner: context window, fault hooks, tiers, scheduler, template."""
     log.info(runner.kv_cache.summary())
     num_blocks = runner.kv_cache.num_blocks
@@ -158,6 +169,6 @@ def _build_rest(cfg: EngineConfig, source: ModelSource, runner: ModelRunner,
         eos_token_ids=frozenset(tok.eos_token_ids),
     ), tiers=tiers.config, disk_blocks=tiers.disk_blocks)
     template = ChatTemplate(
-        tok.chat_template, bos_token=getattr(tok, "bos_token", None), eos_token=getattr(tok, "eos_token", None)
+        template_override or tok.chat_template, bos_token=getattr(tok, "bos_token", None), eos_token=getattr(tok, "eos_token", None)
     )
     return BuiltModel(source, runner, scheduler, tok, template, max_model_len, num_blocks, tiers, parallel)

@@ -18,6 +18,9 @@ class EngineConfig:
     model: str | None = option(None, "a .gguf file, a Hugging Face directory or dummy:<preset> "
                                      "(default: the packaged SmolLM2-135M-Instruct)")
     served_model_name: str | None = option(None, "the name the API reports")
+    # vLLM's flag: a file, or the template itself (what has braces or a newline and is no file).
+    chat_template: str | None = option(None, "a Jinja chat template file replacing the model's (sandboxed as "
+                                             "the model's is)")
     seed: int = option(0, "seed of dummy weights")  # dummy weights are a function of (preset, seed)
     device: str = option("auto", "where the model runs (auto: cuda when there is one)",
                          choices=("auto", "cpu", "cuda"))
