@@ -29,6 +29,7 @@ from pipeline.faults import install_faults
 from scheduler.config import SchedulerConfig
 from scheduler.scheduler import Scheduler
 from stages.options import fill
+from stages.speculative import SpeculativeConfig
 
 log = logging.getLogger("ttft.build")
 
@@ -96,8 +97,28 @@ def run_worker_rank(cfg: EngineConfig) -> int:
     return worker.main(runner_spec(cfg, device.type, cfg.resolved_dtype(), runner_args), source)
 
 
+def resolve_speculative(cfg: EngineConfig) -> SpeculativeConfig | None:
+    """--speculative-config parsed and checked against the other flags (before anything loads).
+    A verifying row's next step needs its accepted tokens on the host, so speculation turns the
+    default async scheduling off (and refuses it asked for explicitly)."""
+    if cfg.speculative_config is None:
+        return None
+    try:
+        spec = SpeculativeConfig.parse(cfg.speculative_config)
+    except ValueError as exc:
+        raise StartupError(f"--speculative-config: {exc}") from None
+    if cfg.async_scheduling:
+        raise StartupError("--speculative-config needs --no-async-scheduling: a verifying row's next step "
+                           "needs the tokens it accepted")
+    if cfg.tensor_parallel_size > 1:
+        raise StartupError("--speculative-config is not supported with --tensor-parallel-size > 1 yet")
+    cfg.async_scheduling = False
+    return spec
+
+
 def plan_runner(cfg: EngineConfig) -> tuple[ModelSource, torch.device, torch.dtype, dict]:
     """The model source, device, dtype and ModelRunner.build arguments (the same on every rank)."""
+    resolve_speculative(cfg)
     cfg.resolve_budgets()
     device = torch.device(cfg.resolved_device())
     if (threads := cpu_threads_per_rank(cfg, device.type)) is not None:
@@ -155,7 +176,7 @@ def _build_rest(cfg: EngineConfig, source: ModelSource, runner: ModelRunner,
     tok = source.tokenizer
     scheduler = Scheduler(fill(
         SchedulerConfig, cfg, SCHEDULER_RENAMES, num_blocks=num_blocks, max_model_len=max_model_len,
-        eos_token_ids=frozenset(tok.eos_token_ids),
+        eos_token_ids=frozenset(tok.eos_token_ids), speculative=resolve_speculative(cfg),
     ), tiers=tiers.config, disk_blocks=tiers.disk_blocks)
     template = ChatTemplate(
         tok.chat_template, bos_token=getattr(tok, "bos_token", None), eos_token=getattr(tok, "eos_token", None)
