@@ -36,6 +36,7 @@ from gpu_stage.runner_builder import RunnerParts, build_parts
 from gpu_stage.sampling.rows import SamplingRow, SamplingTensors, device_ids, draw_uniforms
 from gpu_stage.sampling.sampler import PendingSample, SamplerOutput
 from gpu_stage.sampling.states import SamplingStates
+from gpu_stage.spec.draft_model import DraftModel, Guesses
 from gpu_stage.spec.verify import consume, logits_rows, num_accepted
 from gpu_stage.step_inputs import StagedStep, forward_step
 from gpu_stage.warm_up import warm_launch_thread
@@ -57,6 +58,7 @@ class LaunchedStep:
     copies_done: list = field(default_factory=list)  # events of tier copies reported with it
     # Verifying rows (speculative decoding): request id -> its draft tokens, in order.
     verifying: dict[str, list[int]] = field(default_factory=dict)
+    guesses: Guesses | None = None  # the draft model's, for the verifying rows' PENDING_TOKEN slots
 
 
 class ModelRunner:
@@ -88,6 +90,9 @@ class ModelRunner:
         self.request_fault_injector: Callable[[str], None] | None = None
         # Copies between the device pool and the host KV tier (pipeline/build_tiers.py sets one).
         self.kv_transfer: KvTransfer | NoTransfer = NoTransfer()
+        # Speculative decoding's draft_model method: the draft that fills the verifying rows'
+        # PENDING_TOKEN draft slots (gpu_stage/spec/draft_model.py; pipeline/build.py sets one).
+        self.draft: DraftModel | None = None
 
     @classmethod
     def build(cls, source: ModelSource, device: torch.device | str, dtype: torch.dtype, num_blocks: int | None,
@@ -116,6 +121,8 @@ class ModelRunner:
             copies_done.append(self.kv_transfer.run(batch.kv_ops))  # queued before the forward
         for request_id in batch.finished_ids:
             self.states.release(request_id)
+            if self.draft is not None:
+                self.draft.release(request_id)
         for new in batch.new_requests:
             self.states.admit(new)
         launched = LaunchedStep(StepResult(batch.step_id, [], started_ns=t0), [], [], None, [], t0, copies_done)
@@ -123,8 +130,14 @@ class ModelRunner:
             rows, logit_rows, request_ids = self.states.sampling_rows(batch, launched.result,
                                                                       self.request_fault_injector)
             shape = self.graphs.shape_for(batch.chunks) if self.graphs is not None else None
+            feed = self._feed(batch)
+            if self.draft is not None:  # its KV follows the step; its guesses fill the draft slots
+                launched.guesses = self.draft.guess(batch.chunks, self.states)
+                if launched.guesses is not None:
+                    assert feed is None, "a step built ahead never carries draft slots"
+                    feed = launched.guesses.feed
             staged = self.inputs.stage(batch.chunks, rows, draw_uniforms(rows), self.config.vocab_size, shape,
-                                       feed=self._feed(batch))
+                                       feed=feed)
             if self.parallel is not None:
                 self.parallel.steps.send(staged, shape)  # every rank runs this step on its shard
             logits = self.graphs.replay(shape) if shape is not None else self._forward(staged, self.kv_cache)
@@ -175,6 +188,11 @@ class ModelRunner:
                     result.failed[request_id] = f"sampling failed: {type(exc).__name__}: {exc}"
                 outputs = []
         verifying = launched.verifying
+        if launched.guesses is not None and outputs and outputs[0][0].extra:  # the draft's, off the copy
+            extra = outputs[0][0].extra
+            for request_id, at in launched.guesses.order:
+                verifying[request_id] = [extra[i] for i in at]
+        # (Guesses lost with a row-by-row retry stay PENDING_TOKEN: none is accepted, which is exact.)
         runs: dict[str, list[SampledToken]] = {}  # a verifying row's samples, position by position
         for out, group in outputs:
             for k, j in enumerate(group):
@@ -259,8 +277,9 @@ class ModelRunner:
             logits = logits[: len(rows)]
         else:  # a failed request or an unsampled chunk in between: gather (rare)
             logits = logits[device_ids(logit_rows, logits.device)]
+        extra = launched.guesses.ids if launched.guesses is not None else None
         try:
-            launched.pending = self.sampler.start(logits, rows, tensors)
+            launched.pending = self.sampler.start(logits, rows, tensors, extra)
         except Exception:
             # Find the culprit: sample each row alone, waiting for each (rare); only the rows that
             # still fail are failed. No pending ids: the next step feeds none from this one.

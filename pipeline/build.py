@@ -23,6 +23,7 @@ from ingress.chat_template import ChatTemplate
 from ingress.tokenizer import Tokenizer
 from pipeline.build_parallel import (ParallelStartupError, cpu_threads_per_rank, kv_shard_config, runner_spec,
                                      start_tensor_parallel)
+from pipeline.build_spec import attach_draft, resolve_speculative
 from pipeline.build_tiers import BuiltTiers, build_tiers
 from pipeline.config import EngineConfig
 from pipeline.faults import install_faults
@@ -79,7 +80,12 @@ def resolve_max_model_len(requested: int | None, model_len: int, pool_tokens: in
 def build_model(cfg: EngineConfig) -> BuiltModel:
     source, device, dtype, runner_args = plan_runner(cfg)
     if cfg.tensor_parallel_size == 1:
-        return _build_rest(cfg, source, ModelRunner.build(source, device=device, dtype=dtype, **runner_args), None)
+        runner = ModelRunner.build(source, device=device, dtype=dtype, **runner_args)
+        try:
+            attach_draft(cfg, speculative(cfg), source, runner, dtype, runner_args)
+        except ValueError as exc:
+            raise StartupError(str(exc)) from None
+        return _build_rest(cfg, source, runner, None)
     try:
         parallel = start_tensor_parallel(cfg, source, device.type, cfg.resolved_dtype(), runner_args)
     except ParallelStartupError as exc:
@@ -97,28 +103,16 @@ def run_worker_rank(cfg: EngineConfig) -> int:
     return worker.main(runner_spec(cfg, device.type, cfg.resolved_dtype(), runner_args), source)
 
 
-def resolve_speculative(cfg: EngineConfig) -> SpeculativeConfig | None:
-    """--speculative-config parsed and checked against the other flags (before anything loads).
-    A verifying row's next step needs its accepted tokens on the host, so speculation turns the
-    default async scheduling off (and refuses it asked for explicitly)."""
-    if cfg.speculative_config is None:
-        return None
+def speculative(cfg: EngineConfig) -> SpeculativeConfig | None:
     try:
-        spec = SpeculativeConfig.parse(cfg.speculative_config)
+        return resolve_speculative(cfg)
     except ValueError as exc:
-        raise StartupError(f"--speculative-config: {exc}") from None
-    if cfg.async_scheduling:
-        raise StartupError("--speculative-config needs --no-async-scheduling: a verifying row's next step "
-                           "needs the tokens it accepted")
-    if cfg.tensor_parallel_size > 1:
-        raise StartupError("--speculative-config is not supported with --tensor-parallel-size > 1 yet")
-    cfg.async_scheduling = False
-    return spec
+        raise StartupError(str(exc)) from None
 
 
 def plan_runner(cfg: EngineConfig) -> tuple[ModelSource, torch.device, torch.dtype, dict]:
     """The model source, device, dtype and ModelRunner.build arguments (the same on every rank)."""
-    resolve_speculative(cfg)
+    speculative(cfg)
     cfg.resolve_budgets()
     device = torch.device(cfg.resolved_device())
     if (threads := cpu_threads_per_rank(cfg, device.type)) is not None:
@@ -176,7 +170,7 @@ def _build_rest(cfg: EngineConfig, source: ModelSource, runner: ModelRunner,
     tok = source.tokenizer
     scheduler = Scheduler(fill(
         SchedulerConfig, cfg, SCHEDULER_RENAMES, num_blocks=num_blocks, max_model_len=max_model_len,
-        eos_token_ids=frozenset(tok.eos_token_ids), speculative=resolve_speculative(cfg),
+        eos_token_ids=frozenset(tok.eos_token_ids), speculative=speculative(cfg),
     ), tiers=tiers.config, disk_blocks=tiers.disk_blocks)
     template = ChatTemplate(
         tok.chat_template, bos_token=getattr(tok, "bos_token", None), eos_token=getattr(tok, "eos_token", None)
