@@ -2,7 +2,8 @@
 tokens earlier in the sequence (prompt and output) and proposing what followed them there.
 
 The longest suffix first, from `prompt_lookup_max` down to `prompt_lookup_min`; the most recent
-earlier occurrence wins (an answer that quotes its document repeats what it quoted last). The
+earlier occurrence with a full continuation wins (an answer that quotes its document repeats what
+it quoted last), else the most recent one. The
 search runs in C: the ids are packed as int32 bytes and `bytes.rfind` looks for the suffix's
 bytes; a hit at an offset that is not a multiple of 4 straddles two ids and is skipped.
 """
@@ -22,13 +23,21 @@ def propose_ngram(token_ids: list[int], num_tokens: int, lookup_min: int, lookup
     packed = array("i", token_ids).tobytes()
     for n in range(min(lookup_max, n_total - 1), lookup_min - 1, -1):
         pattern = packed[-n * _ITEM:]
-        end = len(packed) - _ITEM  # an occurrence must end before the last id: it is not the suffix
-        while True:
-            at = packed.rfind(pattern, 0, end)
-            if at < 0:
-                break
-            if at % _ITEM == 0:
+        # First an occurrence followed by all num_tokens ids (in a run like "a a a a" the latest
+        # is followed by one), then any that ends before the last id (not the suffix itself).
+        for last in (n_total - num_tokens, n_total - 1):
+            at = _rfind_aligned(packed, pattern, last * _ITEM)
+            if at >= 0:
                 start = at // _ITEM + n
                 return token_ids[start:start + num_tokens]
-            end = at + len(pattern) - 1  # look further back (the straddling hit excluded)
     return []
+
+
+def _rfind_aligned(packed: bytes, pattern: bytes, end: int) -> int:
+    """The latest offset, a multiple of _ITEM, where `pattern` ends at or before `end`; -1: none."""
+    while end >= len(pattern):
+        at = packed.rfind(pattern, 0, end)
+        if at < 0 or at % _ITEM == 0:
+            return at
+        end = at + len(pattern) - 1  # look further back (the straddling hit excluded)
+    return -1
