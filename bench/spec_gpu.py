@@ -31,12 +31,14 @@ CONTEXT = 1024
 BLOCK = 16
 
 
-def step_costs(batches: list[int], ks: list[int], reps: int) -> list[dict]:
+def step_costs(batches: list[int], ks: list[int], reps: int, model: str = MODEL, device: str = "cuda") -> list[dict]:
     max_seqs = max(batches)
     num_blocks = max_seqs * (-(-(CONTEXT + max(ks) + 1) // BLOCK)) + 8
-    runner = ModelRunner.build(load_model_source(MODEL), "cuda", torch.bfloat16, num_blocks=num_blocks,
-                               block_size=BLOCK, max_num_batched_tokens=max_seqs * (max(ks) + 1) + 64,
-                               max_num_seqs=max_seqs, attention_backend="triton", max_model_len=CONTEXT + 64)
+    cuda = device == "cuda"
+    runner = ModelRunner.build(load_model_source(model), device, torch.bfloat16 if cuda else torch.float32,
+                               num_blocks=num_blocks, block_size=BLOCK,
+                               max_num_batched_tokens=max_seqs * (max(ks) + 1) + 64, max_num_seqs=max_seqs,
+                               attention_backend="triton" if cuda else "torch", max_model_len=CONTEXT + 64)
     width = -(-(CONTEXT + max(ks) + 1) // BLOCK)
     tables = [list(range(1 + i * width, 1 + (i + 1) * width)) for i in range(max_seqs)]
     params = SamplingParams(max_tokens=1 << 20, temperature=0.0, ignore_eos=True)
@@ -51,7 +53,8 @@ def step_costs(batches: list[int], ks: list[int], reps: int) -> list[dict]:
             step_id += 1
         times = []
         for _ in range(reps):
-            torch.cuda.synchronize()
+            if cuda:
+                torch.cuda.synchronize()
             t0 = time.perf_counter()
             runner.execute(StepBatch(step_id, [], chunks))  # ends with the step's D2H copy
             times.append(time.perf_counter() - t0)
@@ -69,14 +72,15 @@ def step_costs(batches: list[int], ks: list[int], reps: int) -> list[dict]:
         print(json.dumps(row), file=sys.stderr, flush=True)
         rows.append(row)
     del runner
-    torch.cuda.empty_cache()
+    if cuda:
+        torch.cuda.empty_cache()
     return rows
 
 
-async def engine_rate(spec: str | None, max_tokens: int) -> dict:
+async def engine_rate(spec: str | None, max_tokens: int, model: str = MODEL, device: str = "cuda") -> dict:
     from pipeline import Engine, EngineConfig
 
-    cfg = EngineConfig(model=MODEL, device="cuda", num_kv_blocks=512, max_model_len=2048, max_num_seqs=1,
+    cfg = EngineConfig(model=model, device=device, num_kv_blocks=512, max_model_len=2048, max_num_seqs=1,
                        max_num_batched_tokens=2048, speculative_config=spec)
     params = SamplingParams(max_tokens=max_tokens, temperature=0.0, ignore_eos=True)
     async with Engine(cfg) as engine:
@@ -103,14 +107,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--reps", type=int, default=20)
     p.add_argument("--max-tokens", type=int, default=256)
     p.add_argument("--skip-engine", action="store_true")
+    p.add_argument("--model", default=MODEL, help="(a CPU smoke run: --model dummy:tiny --device cpu)")
+    p.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
     p.add_argument("--out", type=Path, required=True)
     args = p.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
-    result: dict = {"model": MODEL, "context": CONTEXT, "step_costs": step_costs(args.batches, args.ks, args.reps)}
+    result: dict = {"model": args.model, "device": args.device, "context": CONTEXT,
+                    "step_costs": step_costs(args.batches, args.ks, args.reps, args.model, args.device)}
     if not args.skip_engine:
-        spec = json.dumps({"method": "draft_model", "model": MODEL, "num_speculative_tokens": 4})
-        plain = asyncio.run(engine_rate(None, args.max_tokens))
-        ceiling = asyncio.run(engine_rate(spec, args.max_tokens))
+        spec = json.dumps({"method": "draft_model", "model": args.model, "num_speculative_tokens": 4})
+        plain = asyncio.run(engine_rate(None, args.max_tokens, args.model, args.device))
+        ceiling = asyncio.run(engine_rate(spec, args.max_tokens, args.model, args.device))
         result["draft_is_target_ceiling"] = {"plain": plain, "draft_model_k4": ceiling,
                                              "speedup": ceiling["tokens_per_s"] / plain["tokens_per_s"]}
     (args.out / "spec_gpu.json").write_text(json.dumps(result, indent=1))

@@ -11,7 +11,8 @@ import torch
 from gpu_stage.loaders import load_model_source
 from gpu_stage.model_runner import ModelRunner
 from gpu_stage.spec.verify import logits_rows, num_accepted
-from gpu_stage.step_inputs import forward_step
+from gpu_stage.sampling.rows import SamplingRow
+from gpu_stage.step_inputs import StepInputs, forward_step
 from stages.messages import NewRequestData, ScheduledChunk, StepBatch
 from stages.sampling import SamplingParams
 
@@ -33,6 +34,15 @@ def test_helpers_count_leading_agreement_and_place_a_verifying_rows_logits() -> 
     chunks = [ScheduledChunk("a", [1, 2, 3], 0, [1], True, 2), ScheduledChunk("b", [1] * 5, 0, [2], False),
               ScheduledChunk("c", [4], 3, [3], True)]
     assert logits_rows(chunks, [0, 0, 0, 2]) == [0, 1, 2, 3]
+
+
+def test_the_step_buffers_hold_a_full_budget_of_verifying_rows() -> None:
+    """Sampled rows may outnumber sequences (1 + k per verifying row), never the step's tokens."""
+    inputs = StepInputs(max_num_tokens=20, max_num_seqs=4, max_blocks_per_seq=2, block_size=16, device="cpu")
+    chunks = [ScheduledChunk(f"r{i}", [1] * 5, 3, [1 + i], True, 4) for i in range(4)]
+    rows = [SamplingRow(SamplingParams(temperature=0.0), [1], [])] * 20
+    staged = inputs.stage(chunks, rows, [0.0] * 20, 512)
+    assert staged.logits_indices.tolist() == list(range(20)) and staged.sampling.greedy.shape == (20,)
 
 
 def target_probs(runner: ModelRunner, drafts: list[int]) -> torch.Tensor:
