@@ -44,6 +44,13 @@ def attach_draft(cfg: EngineConfig, spec: SpeculativeConfig | None, target: Mode
     if source.config.vocab_size != target.config.vocab_size:
         raise ValueError(f"speculative_config.model: the draft's vocabulary ({source.config.vocab_size} ids) "
                          f"differs from the target's ({target.config.vocab_size})")
-    runner.draft = DraftModel.build(
-        source, runner.device, dtype, runner.kv_cache.num_blocks, runner.block_size, runner.max_num_batched_tokens,
-        runner.max_num_seqs, runner.max_model_len, runner.attention_backend, runner_args["enforce_eager"])
+    try:
+        runner.draft = DraftModel.build(
+            source, runner.device, dtype, runner.kv_cache.num_blocks, runner.block_size,
+            runner.max_num_batched_tokens, runner.max_num_seqs, runner.max_model_len, runner.attention_backend,
+            runner_args["enforce_eager"])
+    except torch.OutOfMemoryError:
+        # The target's pool was sized from a memory profile that knows nothing of the draft.
+        raise ValueError(f"speculative_config.model: the draft and its KV pool ({runner.kv_cache.num_blocks} "
+                         "blocks, the target's block ids) do not fit beside the target: set --num-kv-blocks "
+                         "or a lower --gpu-memory-utilization") from None
