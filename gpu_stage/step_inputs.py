@@ -136,8 +136,11 @@ class StepInputs:
         self.max_num_tokens, self.max_num_seqs = max_num_tokens, max_num_seqs
         self.max_blocks_per_seq = round_width(max_blocks_per_seq)
         # Sized for the largest step; a graph shape pads tokens to at most max(max_num_tokens, B).
-        capacity = make_layout(max(max_num_tokens, max_num_seqs), max_num_seqs, self.max_blocks_per_seq,
-                               max_num_seqs, max_num_seqs, max_num_seqs).size
+        # Sampled rows: one per sequence, or one per token of a verifying row (speculative
+        # decoding), never more than the step's tokens.
+        num_tokens = max(max_num_tokens, max_num_seqs)
+        capacity = make_layout(num_tokens, max_num_seqs, self.max_blocks_per_seq, num_tokens, num_tokens,
+                               max_num_seqs).size
         cuda = self.device.type == "cuda"
         self._host = [torch.zeros(capacity, dtype=torch.int32, pin_memory=cuda) for _ in range(2 if cuda else 1)]
         self._events: list = [None] * len(self._host)

@@ -23,12 +23,14 @@ from ingress.chat_template import ChatTemplate, load_chat_template
 from ingress.tokenizer import Tokenizer
 from pipeline.build_parallel import (ParallelStartupError, cpu_threads_per_rank, kv_shard_config, runner_spec,
                                      start_tensor_parallel)
+from pipeline.build_spec import attach_draft, resolve_speculative
 from pipeline.build_tiers import BuiltTiers, build_tiers
 from pipeline.config import EngineConfig
 from pipeline.faults import install_faults
 from scheduler.config import SchedulerConfig
 from scheduler.scheduler import Scheduler
 from stages.options import fill
+from stages.speculative import SpeculativeConfig
 
 log = logging.getLogger("ttft.build")
 
@@ -80,7 +82,15 @@ def build_model(cfg: EngineConfig) -> BuiltModel:
     source, device, dtype, runner_args = plan_runner(cfg)
     if cfg.tensor_parallel_size == 1:
         runner = ModelRunner.build(source, device=device, dtype=dtype, **runner_args)
+<<<<<<< HEAD
         return _build_rest(cfg, source, runner, None, template)
+=======
+        try:
+            attach_draft(cfg, speculative(cfg), source, runner, dtype, runner_args)
+        except ValueError as exc:
+            raise StartupError(str(exc)) from None
+        return _build_rest(cfg, source, runner, None)
+>>>>>>> r26-spec
     try:
         parallel = start_tensor_parallel(cfg, source, device.type, cfg.resolved_dtype(), runner_args)
     except ParallelStartupError as exc:
@@ -98,8 +108,16 @@ def run_worker_rank(cfg: EngineConfig) -> int:
     return worker.main(runner_spec(cfg, device.type, cfg.resolved_dtype(), runner_args), source)
 
 
+def speculative(cfg: EngineConfig) -> SpeculativeConfig | None:
+    try:
+        return resolve_speculative(cfg)
+    except ValueError as exc:
+        raise StartupError(str(exc)) from None
+
+
 def plan_runner(cfg: EngineConfig) -> tuple[ModelSource, torch.device, torch.dtype, dict]:
     """The model source, device, dtype and ModelRunner.build arguments (the same on every rank)."""
+    speculative(cfg)
     cfg.resolve_budgets()
     device = torch.device(cfg.resolved_device())
     if (threads := cpu_threads_per_rank(cfg, device.type)) is not None:
@@ -166,7 +184,7 @@ def _build_rest(cfg: EngineConfig, source: ModelSource, runner: ModelRunner,
     tok = source.tokenizer
     scheduler = Scheduler(fill(
         SchedulerConfig, cfg, SCHEDULER_RENAMES, num_blocks=num_blocks, max_model_len=max_model_len,
-        eos_token_ids=frozenset(tok.eos_token_ids),
+        eos_token_ids=frozenset(tok.eos_token_ids), speculative=speculative(cfg),
     ), tiers=tiers.config, disk_blocks=tiers.disk_blocks)
     template = ChatTemplate(
         template_override or tok.chat_template, bos_token=getattr(tok, "bos_token", None), eos_token=getattr(tok, "eos_token", None)

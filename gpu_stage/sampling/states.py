@@ -9,13 +9,15 @@ first time it samples.
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from collections import deque
+from dataclasses import dataclass, field
 from typing import Callable
 
 import torch
 
 from gpu_stage.sampling.penalties import PenaltyCache
 from gpu_stage.sampling.rows import SamplingRow
+from gpu_stage.spec.verify import verify_rows
 from stages.messages import NewRequestData, StepBatch, StepResult
 from stages.sampling import SamplingParams
 
@@ -28,6 +30,9 @@ class SamplingState:
     generator: torch.Generator
     # Rows sampled for it in launched steps: output_token_ids plus the steps still in flight.
     num_sampled: int = 0
+    # Uniforms drawn from `generator` for positions not emitted yet (a verifying row draws one per
+    # position it samples and uses up those of the tokens it emits: gpu_stage/spec/verify.py).
+    lookahead: deque[float] = field(default_factory=deque)
 
 
 class SamplingStates:
@@ -50,7 +55,8 @@ class SamplingStates:
     def sampling_rows(self, batch: StepBatch, result: StepResult, fault_injector: Callable[[str], None] | None
                       ) -> tuple[list[SamplingRow], list[int], list[str]]:
         """Rows to sample (requests known and not failed by the test hook `fault_injector`, which
-        `result.failed` then names), their chunk index and request id."""
+        `result.failed` then names), their chunk index and request id; a verifying chunk's
+        num_draft + 1 rows one after the other."""
         rows, chunk_index, request_ids = [], [], []
         for i, chunk in enumerate(batch.chunks):
             if not chunk.sample:
@@ -68,8 +74,16 @@ class SamplingStates:
             except Exception as exc:
                 result.failed[chunk.request_id] = f"{type(exc).__name__}: {exc}"
                 continue
+            if chunk.num_draft:  # a verifying row: num_draft + 1 rows; num_sampled moves when it is known
+                verifying = verify_rows(chunk, state.params, state.prompt_token_ids, state.output_token_ids,
+                                        state.generator, state.lookahead, state.num_sampled)
+                rows += verifying
+                chunk_index += [i] * len(verifying)
+                request_ids += [chunk.request_id] * len(verifying)
+                continue
+            uniform = state.lookahead.popleft() if state.lookahead and not state.params.greedy else None
             rows.append(SamplingRow(state.params, state.prompt_token_ids, state.output_token_ids, state.generator,
-                                    slot, state.num_sampled))
+                                    slot, state.num_sampled, uniform))
             state.num_sampled += 1
             chunk_index.append(i)
             request_ids.append(chunk.request_id)

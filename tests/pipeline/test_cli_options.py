@@ -28,6 +28,7 @@ FLAGS = """--model --served-model-name --seed --host --port --uds --device --dty
 FLAGS += ["--kv-cache-dtype"]  # issue 23
 FLAGS += ["--max-batch-prompts", "--chat-template", "--ssl-keyfile", "--ssl-certfile", "--ssl-ca-certs",
           "--ssl-cert-reqs"]  # issue 27
+FLAGS += ["--speculative-config"]  # issue 26
 
 
 def parser() -> argparse.ArgumentParser:
