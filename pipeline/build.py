@@ -82,15 +82,11 @@ def build_model(cfg: EngineConfig) -> BuiltModel:
     source, device, dtype, runner_args = plan_runner(cfg)
     if cfg.tensor_parallel_size == 1:
         runner = ModelRunner.build(source, device=device, dtype=dtype, **runner_args)
-<<<<<<< HEAD
-        return _build_rest(cfg, source, runner, None, template)
-=======
         try:
             attach_draft(cfg, speculative(cfg), source, runner, dtype, runner_args)
         except ValueError as exc:
             raise StartupError(str(exc)) from None
-        return _build_rest(cfg, source, runner, None)
->>>>>>> r26-spec
+        return _build_rest(cfg, source, runner, None, template)
     try:
         parallel = start_tensor_parallel(cfg, source, device.type, cfg.resolved_dtype(), runner_args)
     except ParallelStartupError as exc:
