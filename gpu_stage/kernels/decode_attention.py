@@ -28,6 +28,7 @@ import triton.language as tl
 
 from gpu_stage.kernels import interpreting, next_pow2
 from gpu_stage.kernels.common import dot_flags, mma
+from gpu_stage.kernels.kv_dequant import DEQ_BITS, DEQ_BITS_HERE, DEQ_CHAIN, DEQ_DIRECT, kv_operand, scale_words_ok, tile_scales
 from gpu_stage.kernels.kv_store import cache_args
 from gpu_stage.kernels.pdl import OFF, pdl_args
 from gpu_stage.kv.layout import QuantKvLayer
@@ -35,8 +36,31 @@ from gpu_stage.kv.layout import QuantKvLayer
 LOG2E = 1.4426950408889634
 GPU_CONFIG = {"BLOCK_N": 64, "num_warps": 4, "num_stages": 2}
 INTERPRETER_CONFIG = {"BLOCK_N": 16, "num_warps": 4, "num_stages": 1}
+# An 8-bit pool's variants (kv_dequant.py: how codes become operands, how scales are read), timed
+# against each other and the plain pool by lab/kv8_decode_ab.py on the GPU. QUANT_CHOICE names the
+# one served; the first is the kernel as it was first written.
+QUANT_VARIANTS = {
+    "chain": {"BLOCK_N": 64, "num_warps": 4, "num_stages": 2, "DEQ_K": DEQ_CHAIN, "DEQ_V": DEQ_CHAIN,
+              "SCALE_WORDS": False},
+}
+_VHERE = {"DEQ_V": DEQ_BITS_HERE, "SCALE_WORDS": True}
+for _k, _deq in (("kdirect", DEQ_DIRECT), ("kbits", DEQ_BITS)):
+    for _n, _w, _s in ((64, 4, 2), (128, 4, 2), (128, 8, 2), (64, 4, 3), (128, 4, 3)):
+        QUANT_VARIANTS[f"vhere_{_k}_n{_n}_w{_w}_s{_s}"] = {
+            "BLOCK_N": _n, "num_warps": _w, "num_stages": _s, "DEQ_K": _deq, **_VHERE}
+QUANT_VARIANTS["vhere_kdirect_n64_w4_s2_halfwords"] = dict(QUANT_VARIANTS["vhere_kdirect_n64_w4_s2"], SCALE_WORDS=False)
+QUANT_VARIANTS["direct_words"] = dict(QUANT_VARIANTS["chain"], DEQ_K=DEQ_DIRECT, DEQ_V=DEQ_DIRECT, SCALE_WORDS=True)
+QUANT_CHOICE = "chain"
+QUANT_KNOBS = ("DEQ_K", "DEQ_V", "SCALE_WORDS")  # the variants' constexprs beside a launch config
 MAX_SPLITS = 64
 NO_WINDOW = 1 << 30  # `window` of a layer that sees its whole context (past any max_model_len)
+
+
+def default_config(quant: bool) -> dict:
+    """The launch config (and for an 8-bit pool the variant's knobs) of a layer's pool."""
+    if interpreting():
+        return {**QUANT_VARIANTS[QUANT_CHOICE], **INTERPRETER_CONFIG} if quant else dict(INTERPRETER_CONFIG)
+    return dict(QUANT_VARIANTS[QUANT_CHOICE] if quant else GPU_CONFIG)
 
 
 def choose_num_splits(num_seqs: int, num_kv_heads: int, max_seq_len: int, num_sms: int, block_n: int) -> int:
@@ -56,7 +80,8 @@ def _decode_kernel(
     scale_ptr, stride_s_block, stride_s_kv, stride_s_tok,
     GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_H: tl.constexpr,
     BLOCK_N: tl.constexpr, NUM_SPLITS: tl.constexpr, IEEE: tl.constexpr, UPCAST: tl.constexpr,
-    USE_PDL: tl.constexpr, QUANT: tl.constexpr,
+    USE_PDL: tl.constexpr, QUANT: tl.constexpr, FMT: tl.constexpr = 0, DEQ_K: tl.constexpr = 0,
+    DEQ_V: tl.constexpr = 0, SCALE_WORDS: tl.constexpr = False,
 ):
     if USE_PDL:  # see pdl.py: every program waits, also a split past the end of its sequence
         tl.extra.cuda.gdc_launch_dependents()
@@ -89,14 +114,15 @@ def _decode_kernel(
         kv_mask = pos_ok[:, None] & d_ok[None, :]
         k = tl.load(kv_ptr + row_off[:, None] + d[None, :], mask=kv_mask, other=0.0)
         v = tl.load(kv_ptr + stride_c_kv + row_off[:, None] + d[None, :], mask=kv_mask, other=0.0)
-        if QUANT:  # 8-bit codes -> float32 (exact) first: the interpreter cannot convert int8 to bf16
-            k, v = k.to(tl.float32), v.to(tl.float32)
-        k, v = k.to(q.dtype), v.to(q.dtype)  # a no-op for a plain pool of the model dtype
+        if QUANT:  # 8-bit codes -> the query's dtype (exact), kv_dequant.py
+            k = kv_operand(k, q.dtype, FMT, DEQ_K)
+            v = kv_operand(v, q.dtype, FMT, DEQ_V)
+        else:
+            k, v = k.to(q.dtype), v.to(q.dtype)  # a no-op for a plain pool of the model dtype
         s = mma(q, tl.trans(k), IEEE, UPCAST)
         if QUANT:  # [BLOCK_N] scales of this tile's keys and values (0 past the end)
-            s_off = block * stride_s_block + (pos % block_size) * stride_s_tok + kv_head
-            k_scale = tl.load(scale_ptr + s_off, mask=pos_ok, other=0.0).to(tl.float32)
-            v_scale = tl.load(scale_ptr + stride_s_kv + s_off, mask=pos_ok, other=0.0).to(tl.float32)
+            k_scale, v_scale = tile_scales(scale_ptr, block, pos % block_size, pos_ok, kv_head,
+                                           stride_s_block, stride_s_kv, stride_s_tok, SCALE_WORDS)
             s = s * k_scale[None, :]
         s = tl.where(pos_ok[None, :], s * sm_scale_log2, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, 1))
@@ -186,7 +212,13 @@ def decode_attention(
     (cache, *scale_args), quant = cache_args(kv_layer)
     num_kv_heads, block_size = cache.shape[3], cache.shape[2]
     group = num_heads // num_kv_heads
-    cfg = dict(config or (INTERPRETER_CONFIG if interpreting() else GPU_CONFIG))
+    cfg = dict(config or default_config(quant["QUANT"]))
+    knobs = {k: cfg.pop(k) for k in QUANT_KNOBS if k in cfg}
+    if quant["QUANT"]:  # a plain pool's launch stays as it was: no knob reaches it
+        knobs["SCALE_WORDS"] = knobs.get("SCALE_WORDS", False) and scale_words_ok(kv_layer.scales)
+        knobs["FMT"] = quant["FMT"]
+    else:
+        knobs = {}
     num_splits = workspace.num_splits
     out = torch.empty_like(q) if out is None else out
     assert q.stride(-1) == 1 and cache.stride(-1) == 1 and out.stride(-1) == 1
@@ -198,7 +230,7 @@ def decode_attention(
         cache.stride(0), cache.stride(1), cache.stride(2), cache.stride(3),
         block_tables.stride(0), block_size, num_heads,
         NO_WINDOW if window is None else window,
-        *scale_args, QUANT=quant["QUANT"],
+        *scale_args, QUANT=quant["QUANT"], **knobs,
         GROUP=group, HEAD_DIM=head_dim, BLOCK_D=block_d, BLOCK_H=max(16, next_pow2(group)),
         BLOCK_N=cfg.pop("BLOCK_N"), NUM_SPLITS=num_splits, **dot_flags(q.dtype), **cfg,
         **decode_pdl_args(q, num_splits),
