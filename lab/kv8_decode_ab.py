@@ -63,13 +63,30 @@ def splits_for(batch: int, ctx: int, block_n: int) -> int:
     return 1 << (n.bit_length() - 1)
 
 
-def variant_configs(names: list[str]) -> dict[str, dict | None]:
+def variant_configs(names: list[str], split_sweep: list[str]) -> dict[str, dict | None]:
+    """name -> config; "NAME@sK" is NAME with K splits forced where the batch is > 1 (the server's
+    rule gives 1 split from 33 sequences: more, shorter programs may keep more loads in flight)."""
     from gpu_stage.kernels import decode_attention as da
 
     out = {"bf16": None}
     for n in names:
         out[n] = dict(da.QUANT_VARIANTS[n])
+    for n in split_sweep:
+        for k in (2, 4):
+            out[f"{n}@s{k}"] = dict(da.QUANT_VARIANTS[n], SPLITS=k)
     return out
+
+
+def case_splits(batch: int, ctx: int, cfg: dict | None) -> int:
+    from gpu_stage.kernels import decode_attention as da
+
+    if cfg and "SPLITS" in cfg and batch > 1:
+        return cfg["SPLITS"]
+    return splits_for(batch, ctx, (cfg or da.GPU_CONFIG)["BLOCK_N"])
+
+
+def launch_config(cfg: dict | None) -> dict | None:
+    return None if cfg is None else {k: v for k, v in cfg.items() if k != "SPLITS"}
 
 
 def _compile_job(job: tuple) -> tuple:
@@ -91,7 +108,7 @@ def _compile_job(job: tuple) -> tuple:
         ws = da.DecodeWorkspace(batch, H, D, splits, "cuda")
         seq_lens = torch.full((batch,), 40, dtype=torch.int32, device="cuda")
         tables = torch.ones(batch, 128, dtype=torch.int32, device="cuda")
-        da.decode_attention(q, cache.layer(1), seq_lens, tables, ws, config=None if cfg is None else dict(cfg))
+        da.decode_attention(q, cache.layer(1), seq_lens, tables, ws, config=launch_config(cfg))
         torch.cuda.synchronize()
         return job[:4], None, time.perf_counter() - t
     except Exception as exc:  # reported by the timing process too, when it meets the same error
@@ -194,8 +211,8 @@ def run_variant(case: Case, cfg: dict | None, reps: int) -> dict:
 
     from gpu_stage.kernels import decode_attention as da
 
-    block_n = (cfg or da.GPU_CONFIG)["BLOCK_N"]
-    splits = splits_for(case.batch, case.ctx, block_n)
+    splits = case_splits(case.batch, case.ctx, cfg)
+    launch = launch_config(cfg)
     ws = da.DecodeWorkspace(case.batch, H, D, splits, "cuda")
     outs = [torch.empty_like(case.q) for _ in range(case.num_layers)]
     layers = [case.cache.layer(i) for i in range(case.num_layers)]
@@ -203,11 +220,13 @@ def run_variant(case: Case, cfg: dict | None, reps: int) -> dict:
     def step():
         for layer, out in zip(layers, outs):
             da.decode_attention(case.q, layer, case.seq_lens, case.tables, ws, out=out,
-                                config=None if cfg is None else dict(cfg))
+                                config=None if launch is None else dict(launch))
 
     step()
     torch.cuda.synchronize()
-    result = {"splits": splits, "layers": case.num_layers, "err_ref": rel(outs[0][: len(case.ref)].float(), case.ref)}
+    kernel_stats(result_stats := {})
+    result = {"splits": splits, "layers": case.num_layers, "err_ref": rel(outs[0][: len(case.ref)].float(), case.ref),
+              **result_stats}
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
@@ -240,6 +259,20 @@ def _codes_kernel(src, dst, FMT: tl.constexpr, DEQ: tl.constexpr):
     i = tl.arange(0, 16)[:, None] * 16 + tl.arange(0, 16)[None, :]
     x = tl.load(src + i)
     tl.store(dst + i, kv_operand(x, tl.bfloat16, FMT, DEQ))
+
+
+def kernel_stats(into: dict) -> None:
+    """Registers, spills and shared memory of the decode kernel compiled last (occupancy)."""
+    from gpu_stage.kernels import decode_attention as da
+
+    try:
+        caches = da._decode_kernel.device_caches
+        kernels = list(next(iter(caches.values()))[0].values())
+        k = kernels[-1]
+        into.update(regs=getattr(k, "n_regs", None), spills=getattr(k, "n_spills", None),
+                    smem=k.metadata.shared)
+    except Exception as exc:  # Triton's internals move between versions: a note, not a failure
+        into["stats_error"] = type(exc).__name__
 
 
 def check_codes(formats: list[str]) -> dict:
@@ -277,6 +310,8 @@ def main() -> None:
     ap.add_argument("--variants", default="", help="comma list of QUANT_VARIANTS names (default: all)")
     ap.add_argument("--cases", default=",".join(f"{b}x{c}" for b, c in CASES))
     ap.add_argument("--reps", type=int, default=15)
+    ap.add_argument("--split-sweep", default="cb_kdirect_n64_w4_s2,vhere_kdirect_n64_w4_s2",
+                    help="variants also timed with 2 and 4 splits at batch 64")
     ap.add_argument("--workers", type=int, default=min(12, max(1, (os.cpu_count() or 2) - 2)))
     ap.add_argument("--budget-s", type=float, default=80.0, help="stop timing new variants past this")
     args = ap.parse_args()
@@ -288,13 +323,13 @@ def main() -> None:
     formats = [f for f in args.formats.split(",") if f]
     names = [v for v in args.variants.split(",") if v] or list(da.QUANT_VARIANTS)
     cases = [tuple(int(x) for x in c.split("x")) for c in args.cases.split(",")]
-    cfgs = variant_configs(names)
+    cfgs = variant_configs(names, [v for v in args.split_sweep.split(",") if v])
     log(f"{torch.cuda.get_device_name()}; variants: {', '.join(cfgs)}")
     jobs, seen = [], set()
     for name, cfg in cfgs.items():
         for fmt in (["bf16"] if cfg is None else formats):
             for batch, ctx in cases:
-                splits = splits_for(batch, ctx, (cfg or da.GPU_CONFIG)["BLOCK_N"])
+                splits = case_splits(batch, ctx, cfg)
                 if (name, fmt, batch, splits) not in seen:
                     seen.add((name, fmt, batch, splits))
                     jobs.append((name, fmt, batch, splits, cfg))
@@ -355,6 +390,7 @@ def _line(row: dict) -> str:
     if "skipped" in row:
         return head + " skipped (" + row["skipped"] + ")"
     return (head + f" {row['us']:8.1f} us  {row['tbps']:5.2f} TB/s  err {row['err_ref']:.1e}"
+            + f"  regs {row.get('regs')} smem {row.get('smem')} spl {row['splits']}"
             + (f"  vs first {row['err_vs_first']:.1e}" if "err_vs_first" in row else "")
             + ("" if row["ok"] else "  FAILS CHECK"))
 

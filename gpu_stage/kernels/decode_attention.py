@@ -45,13 +45,15 @@ QUANT_VARIANTS = {
 }
 _VHERE = {"DEQ_V": DEQ_BITS_HERE, "SCALE_WORDS": True}
 for _k, _deq in (("kdirect", DEQ_DIRECT), ("kbits", DEQ_BITS)):
-    for _n, _w, _s in ((64, 4, 2), (128, 4, 2), (128, 8, 2), (64, 4, 3), (128, 4, 3)):
+    for _n, _w, _s in ((64, 4, 2), (128, 4, 2)):
         QUANT_VARIANTS[f"vhere_{_k}_n{_n}_w{_w}_s{_s}"] = {
             "BLOCK_N": _n, "num_warps": _w, "num_stages": _s, "DEQ_K": _deq, **_VHERE}
-QUANT_VARIANTS["vhere_kdirect_n64_w4_s2_halfwords"] = dict(QUANT_VARIANTS["vhere_kdirect_n64_w4_s2"], SCALE_WORDS=False)
-QUANT_VARIANTS["direct_words"] = dict(QUANT_VARIANTS["chain"], DEQ_K=DEQ_DIRECT, DEQ_V=DEQ_DIRECT, SCALE_WORDS=True)
+for _k, _deq in (("kdirect", DEQ_DIRECT), ("kbits", DEQ_BITS)):
+    for _n, _w, _s in ((64, 4, 2), (128, 4, 2), (64, 8, 2), (64, 2, 2), (32, 4, 3), (64, 4, 3), (32, 2, 3)):
+        QUANT_VARIANTS[f"cb_{_k}_n{_n}_w{_w}_s{_s}"] = {
+            "BLOCK_N": _n, "num_warps": _w, "num_stages": _s, "DEQ_K": _deq, **_VHERE, "CONST_BLOCK": True}
 QUANT_CHOICE = "chain"
-QUANT_KNOBS = ("DEQ_K", "DEQ_V", "SCALE_WORDS")  # the variants' constexprs beside a launch config
+QUANT_KNOBS = ("DEQ_K", "DEQ_V", "SCALE_WORDS", "CONST_BLOCK")  # the variants' constexprs beside a launch config
 MAX_SPLITS = 64
 NO_WINDOW = 1 << 30  # `window` of a layer that sees its whole context (past any max_model_len)
 
@@ -81,7 +83,7 @@ def _decode_kernel(
     GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_H: tl.constexpr,
     BLOCK_N: tl.constexpr, NUM_SPLITS: tl.constexpr, IEEE: tl.constexpr, UPCAST: tl.constexpr,
     USE_PDL: tl.constexpr, QUANT: tl.constexpr, FMT: tl.constexpr = 0, DEQ_K: tl.constexpr = 0,
-    DEQ_V: tl.constexpr = 0, SCALE_WORDS: tl.constexpr = False,
+    DEQ_V: tl.constexpr = 0, SCALE_WORDS: tl.constexpr = False, BLOCK_SIZE: tl.constexpr = 0,
 ):
     if USE_PDL:  # see pdl.py: every program waits, also a split past the end of its sequence
         tl.extra.cuda.gdc_launch_dependents()
@@ -106,11 +108,12 @@ def _decode_kernel(
     acc = tl.zeros([BLOCK_H, BLOCK_D], tl.float32)
     bt_row_ptr = bt_ptr + seq * stride_bt
     kv_head_off = kv_head.to(tl.int64) * stride_c_head
+    bs = BLOCK_SIZE if BLOCK_SIZE > 0 else block_size  # a constant: shifts, not divisions
     for tile_start in range(start, end, BLOCK_N):
         pos = tile_start + tl.arange(0, BLOCK_N)
         pos_ok = pos < end
-        block = tl.load(bt_row_ptr + pos // block_size, mask=pos_ok, other=0).to(tl.int64)
-        row_off = block * stride_c_block + (pos % block_size) * stride_c_tok + kv_head_off
+        block = tl.load(bt_row_ptr + pos // bs, mask=pos_ok, other=0).to(tl.int64)
+        row_off = block * stride_c_block + (pos % bs) * stride_c_tok + kv_head_off
         kv_mask = pos_ok[:, None] & d_ok[None, :]
         k = tl.load(kv_ptr + row_off[:, None] + d[None, :], mask=kv_mask, other=0.0)
         v = tl.load(kv_ptr + stride_c_kv + row_off[:, None] + d[None, :], mask=kv_mask, other=0.0)
@@ -121,7 +124,7 @@ def _decode_kernel(
             k, v = k.to(q.dtype), v.to(q.dtype)  # a no-op for a plain pool of the model dtype
         s = mma(q, tl.trans(k), IEEE, UPCAST)
         if QUANT:  # [BLOCK_N] scales of this tile's keys and values (0 past the end)
-            k_scale, v_scale = tile_scales(scale_ptr, block, pos % block_size, pos_ok, kv_head,
+            k_scale, v_scale = tile_scales(scale_ptr, block, pos % bs, pos_ok, kv_head,
                                            stride_s_block, stride_s_kv, stride_s_tok, SCALE_WORDS)
             s = s * k_scale[None, :]
         s = tl.where(pos_ok[None, :], s * sm_scale_log2, float("-inf"))
@@ -217,6 +220,7 @@ def decode_attention(
     if quant["QUANT"]:  # a plain pool's launch stays as it was: no knob reaches it
         knobs["SCALE_WORDS"] = knobs.get("SCALE_WORDS", False) and scale_words_ok(kv_layer.scales)
         knobs["FMT"] = quant["FMT"]
+        knobs["BLOCK_SIZE"] = block_size if knobs.pop("CONST_BLOCK", False) else 0
     else:
         knobs = {}
     num_splits = workspace.num_splits
