@@ -310,7 +310,7 @@ def main() -> None:
     ap.add_argument("--variants", default="", help="comma list of QUANT_VARIANTS names (default: all)")
     ap.add_argument("--cases", default=",".join(f"{b}x{c}" for b, c in CASES))
     ap.add_argument("--reps", type=int, default=15)
-    ap.add_argument("--split-sweep", default="cb_kdirect_n64_w4_s2,vhere_kdirect_n64_w4_s2",
+    ap.add_argument("--split-sweep", default="kbits_n64_w2_s2,kbits_n64_w4_s3_r128",
                     help="variants also timed with 2 and 4 splits at batch 64")
     ap.add_argument("--workers", type=int, default=min(12, max(1, (os.cpu_count() or 2) - 2)))
     ap.add_argument("--budget-s", type=float, default=80.0, help="stop timing new variants past this")

@@ -43,15 +43,33 @@ QUANT_VARIANTS = {
     "chain": {"BLOCK_N": 64, "num_warps": 4, "num_stages": 2, "DEQ_K": DEQ_CHAIN, "DEQ_V": DEQ_CHAIN,
               "SCALE_WORDS": False},
 }
-_VHERE = {"DEQ_V": DEQ_BITS_HERE, "SCALE_WORDS": True}
-for _k, _deq in (("kdirect", DEQ_DIRECT), ("kbits", DEQ_BITS)):
-    for _n, _w, _s in ((64, 4, 2), (128, 4, 2)):
-        QUANT_VARIANTS[f"vhere_{_k}_n{_n}_w{_w}_s{_s}"] = {
-            "BLOCK_N": _n, "num_warps": _w, "num_stages": _s, "DEQ_K": _deq, **_VHERE}
-for _k, _deq in (("kdirect", DEQ_DIRECT), ("kbits", DEQ_BITS)):
-    for _n, _w, _s in ((64, 4, 2), (128, 4, 2), (64, 8, 2), (64, 2, 2), (32, 4, 3), (64, 4, 3), (32, 2, 3)):
-        QUANT_VARIANTS[f"cb_{_k}_n{_n}_w{_w}_s{_s}"] = {
-            "BLOCK_N": _n, "num_warps": _w, "num_stages": _s, "DEQ_K": _deq, **_VHERE, "CONST_BLOCK": True}
+
+
+def _variant(k_bits: bool, block_n: int, warps: int, stages: int, maxnreg: int | None = None,
+             v_here: bool = True, const_block: bool = True) -> None:
+    """Add one variant to QUANT_VARIANTS, named after its knobs."""
+    name = (f"{'kbits' if k_bits else 'kdirect'}_n{block_n}_w{warps}_s{stages}" + (f"_r{maxnreg}" if maxnreg else "")
+            + ("" if v_here else "_vhoisted") + ("" if const_block else "_bsvar"))
+    cfg = {"BLOCK_N": block_n, "num_warps": warps, "num_stages": stages, "DEQ_K": DEQ_BITS if k_bits else DEQ_DIRECT,
+           "DEQ_V": DEQ_BITS_HERE if v_here else DEQ_DIRECT, "SCALE_WORDS": True, "CONST_BLOCK": const_block}
+    if maxnreg:
+        cfg["maxnreg"] = maxnreg  # 65536 registers per SM / (threads x this) programs resident at once
+    QUANT_VARIANTS[name] = cfg
+
+
+for _k in (False, True):
+    _variant(_k, 64, 4, 2, v_here=False, const_block=False)  # the first kernel's layout, faster codes
+    _variant(_k, 64, 4, 2, const_block=False)
+    _variant(_k, 64, 4, 2)
+    _variant(_k, 64, 2, 2)
+    _variant(_k, 64, 4, 3, 128)
+    _variant(_k, 64, 2, 3, 200)
+    _variant(_k, 64, 2, 4, 200)
+    _variant(_k, 32, 2, 4, 200)
+    _variant(_k, 32, 1, 3)
+    _variant(_k, 64, 1, 2)
+    _variant(_k, 128, 4, 2)
+    _variant(_k, 128, 2, 2)
 QUANT_CHOICE = "chain"
 QUANT_KNOBS = ("DEQ_K", "DEQ_V", "SCALE_WORDS", "CONST_BLOCK")  # the variants' constexprs beside a launch config
 MAX_SPLITS = 64
