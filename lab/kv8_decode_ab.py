@@ -1,4 +1,4 @@
-"""Decode attention over an 8-bit KV pool: every variant of decode_attention.QUANT_VARIANTS against
+"""Decode attention over an 8-bit KV pool: every variant of decode_variants.QUANT_VARIANTS against
 the plain bf16 kernel, at the Llama-3-8B shape (32 q heads, 8 KV heads, head_dim 128, block 16), in
 one device call (< 90 s on an H200, compiles included):
 
@@ -14,8 +14,9 @@ torch's conversion (fp8 subnormals included). Kernels compile first, in parallel
 (they fill Triton's disk cache; the timing process then loads them); a variant that fails to
 compile or run is reported and skipped. Prints a table and writes JSON to --out.
 
-Then set decode_attention.QUANT_CHOICE to the fastest variant that passed (at batch 64 x 2,048,
-issue 23's target, without losing batch 1).
+"served" is what the server runs (decode_variants.SERVED, with triton_backend's split count). Then
+set SERVED to the fastest variants that passed: for one split (batch 64, issue 23's target) and
+for split-K (batch 1).
 """
 from __future__ import annotations
 
@@ -66,27 +67,34 @@ def splits_for(batch: int, ctx: int, block_n: int) -> int:
 def variant_configs(names: list[str], split_sweep: list[str]) -> dict[str, dict | None]:
     """name -> config; "NAME@sK" is NAME with K splits forced where the batch is > 1 (the server's
     rule gives 1 split from 33 sequences: more, shorter programs may keep more loads in flight)."""
-    from gpu_stage.kernels import decode_attention as da
+    from gpu_stage.kernels.decode_variants import QUANT_VARIANTS
 
-    out = {"bf16": None}
+    out = {"bf16": None, "served": {"SERVED": True}}
     for n in names:
-        out[n] = dict(da.QUANT_VARIANTS[n])
+        out[n] = dict(QUANT_VARIANTS[n])
     for n in split_sweep:
         for k in (2, 4):
-            out[f"{n}@s{k}"] = dict(da.QUANT_VARIANTS[n], SPLITS=k)
+            out[f"{n}@s{k}"] = dict(QUANT_VARIANTS[n], SPLITS=k)
     return out
 
 
-def case_splits(batch: int, ctx: int, cfg: dict | None) -> int:
+def case_splits(batch: int, ctx: int, cfg: dict | None, fmt: str) -> int:
+    import torch
+
+    from gpu_stage.attention.triton_backend import decode_num_splits
     from gpu_stage.kernels import decode_attention as da
 
+    if cfg and "SERVED" in cfg:
+        return decode_num_splits(batch, HKV, ctx, torch.device("cuda"), fmt)
     if cfg and "SPLITS" in cfg and batch > 1:
         return cfg["SPLITS"]
     return splits_for(batch, ctx, (cfg or da.GPU_CONFIG)["BLOCK_N"])
 
 
 def launch_config(cfg: dict | None) -> dict | None:
-    return None if cfg is None else {k: v for k, v in cfg.items() if k != "SPLITS"}
+    if cfg is None or "SERVED" in cfg:
+        return None
+    return {k: v for k, v in cfg.items() if k != "SPLITS"}
 
 
 def _compile_job(job: tuple) -> tuple:
@@ -211,7 +219,7 @@ def run_variant(case: Case, cfg: dict | None, reps: int) -> dict:
 
     from gpu_stage.kernels import decode_attention as da
 
-    splits = case_splits(case.batch, case.ctx, cfg)
+    splits = case_splits(case.batch, case.ctx, cfg, case.fmt)
     launch = launch_config(cfg)
     ws = da.DecodeWorkspace(case.batch, H, D, splits, "cuda")
     outs = [torch.empty_like(case.q) for _ in range(case.num_layers)]
@@ -318,10 +326,10 @@ def main() -> None:
 
     import torch
 
-    from gpu_stage.kernels import decode_attention as da
+    from gpu_stage.kernels.decode_variants import QUANT_VARIANTS
 
     formats = [f for f in args.formats.split(",") if f]
-    names = [v for v in args.variants.split(",") if v] or list(da.QUANT_VARIANTS)
+    names = [v for v in args.variants.split(",") if v] or list(QUANT_VARIANTS)
     cases = [tuple(int(x) for x in c.split("x")) for c in args.cases.split(",")]
     cfgs = variant_configs(names, [v for v in args.split_sweep.split(",") if v])
     log(f"{torch.cuda.get_device_name()}; variants: {', '.join(cfgs)}")
@@ -329,7 +337,7 @@ def main() -> None:
     for name, cfg in cfgs.items():
         for fmt in (["bf16"] if cfg is None else formats):
             for batch, ctx in cases:
-                splits = case_splits(batch, ctx, cfg)
+                splits = case_splits(batch, ctx, cfg, fmt)
                 if (name, fmt, batch, splits) not in seen:
                     seen.add((name, fmt, batch, splits))
                     jobs.append((name, fmt, batch, splits, cfg))
@@ -355,7 +363,7 @@ def main() -> None:
                 if (cfg is None) != (fmt == "bf16"):
                     continue
                 row = {"format": fmt, "batch": batch, "ctx": ctx, "variant": name}
-                if time.perf_counter() - T0 > args.budget_s and name not in ("bf16", "chain"):
+                if time.perf_counter() - T0 > args.budget_s and name not in ("bf16", "chain", "served"):
                     row["skipped"] = "budget"
                     report["results"].append(row)
                     continue

@@ -28,7 +28,8 @@ import triton.language as tl
 
 from gpu_stage.kernels import interpreting, next_pow2
 from gpu_stage.kernels.common import dot_flags, mma
-from gpu_stage.kernels.kv_dequant import DEQ_BITS, DEQ_BITS_HERE, DEQ_CHAIN, DEQ_DIRECT, kv_operand, scale_words_ok, tile_scales
+from gpu_stage.kernels.decode_variants import QUANT_KNOBS, served_variant
+from gpu_stage.kernels.kv_dequant import kv_operand, scale_words_ok, tile_scales
 from gpu_stage.kernels.kv_store import cache_args
 from gpu_stage.kernels.pdl import OFF, pdl_args
 from gpu_stage.kv.layout import QuantKvLayer
@@ -36,51 +37,17 @@ from gpu_stage.kv.layout import QuantKvLayer
 LOG2E = 1.4426950408889634
 GPU_CONFIG = {"BLOCK_N": 64, "num_warps": 4, "num_stages": 2}
 INTERPRETER_CONFIG = {"BLOCK_N": 16, "num_warps": 4, "num_stages": 1}
-# An 8-bit pool's variants (kv_dequant.py: how codes become operands, how scales are read), timed
-# against each other and the plain pool by lab/kv8_decode_ab.py on the GPU. QUANT_CHOICE names the
-# one served; the first is the kernel as it was first written.
-QUANT_VARIANTS = {
-    "chain": {"BLOCK_N": 64, "num_warps": 4, "num_stages": 2, "DEQ_K": DEQ_CHAIN, "DEQ_V": DEQ_CHAIN,
-              "SCALE_WORDS": False},
-}
-
-
-def _variant(k_bits: bool, block_n: int, warps: int, stages: int, maxnreg: int | None = None,
-             v_here: bool = True, const_block: bool = True) -> None:
-    """Add one variant to QUANT_VARIANTS, named after its knobs."""
-    name = (f"{'kbits' if k_bits else 'kdirect'}_n{block_n}_w{warps}_s{stages}" + (f"_r{maxnreg}" if maxnreg else "")
-            + ("" if v_here else "_vhoisted") + ("" if const_block else "_bsvar"))
-    cfg = {"BLOCK_N": block_n, "num_warps": warps, "num_stages": stages, "DEQ_K": DEQ_BITS if k_bits else DEQ_DIRECT,
-           "DEQ_V": DEQ_BITS_HERE if v_here else DEQ_DIRECT, "SCALE_WORDS": True, "CONST_BLOCK": const_block}
-    if maxnreg:
-        cfg["maxnreg"] = maxnreg  # 65536 registers per SM / (threads x this) programs resident at once
-    QUANT_VARIANTS[name] = cfg
-
-
-for _k in (False, True):
-    _variant(_k, 64, 4, 2, v_here=False, const_block=False)  # the first kernel's layout, faster codes
-    _variant(_k, 64, 4, 2, const_block=False)
-    _variant(_k, 64, 4, 2)
-    _variant(_k, 64, 2, 2)
-    _variant(_k, 64, 4, 3, 128)
-    _variant(_k, 64, 2, 3, 200)
-    _variant(_k, 64, 2, 4, 200)
-    _variant(_k, 32, 2, 4, 200)
-    _variant(_k, 32, 1, 3)
-    _variant(_k, 64, 1, 2)
-    _variant(_k, 128, 4, 2)
-    _variant(_k, 128, 2, 2)
-QUANT_CHOICE = "chain"
-QUANT_KNOBS = ("DEQ_K", "DEQ_V", "SCALE_WORDS", "CONST_BLOCK")  # the variants' constexprs beside a launch config
 MAX_SPLITS = 64
 NO_WINDOW = 1 << 30  # `window` of a layer that sees its whole context (past any max_model_len)
 
 
-def default_config(quant: bool) -> dict:
-    """The launch config (and for an 8-bit pool the variant's knobs) of a layer's pool."""
-    if interpreting():
-        return {**QUANT_VARIANTS[QUANT_CHOICE], **INTERPRETER_CONFIG} if quant else dict(INTERPRETER_CONFIG)
-    return dict(QUANT_VARIANTS[QUANT_CHOICE] if quant else GPU_CONFIG)
+def default_config(fmt_name: str | None, num_splits: int) -> dict:
+    """The launch config of a layer's pool: GPU_CONFIG for a plain one (fmt_name None), the served
+    variant of decode_variants.py for an 8-bit one (its knobs included)."""
+    if fmt_name is None:
+        return dict(INTERPRETER_CONFIG if interpreting() else GPU_CONFIG)
+    cfg = served_variant(fmt_name, num_splits)
+    return {**cfg, **INTERPRETER_CONFIG} if interpreting() else cfg
 
 
 def choose_num_splits(num_seqs: int, num_kv_heads: int, max_seq_len: int, num_sms: int, block_n: int) -> int:
@@ -233,7 +200,9 @@ def decode_attention(
     (cache, *scale_args), quant = cache_args(kv_layer)
     num_kv_heads, block_size = cache.shape[3], cache.shape[2]
     group = num_heads // num_kv_heads
-    cfg = dict(config or default_config(quant["QUANT"]))
+    num_splits = workspace.num_splits
+    fmt_name = kv_layer.fmt.name if quant["QUANT"] else None
+    cfg = dict(config or default_config(fmt_name, num_splits))
     knobs = {k: cfg.pop(k) for k in QUANT_KNOBS if k in cfg}
     if quant["QUANT"]:  # a plain pool's launch stays as it was: no knob reaches it
         knobs["SCALE_WORDS"] = knobs.get("SCALE_WORDS", False) and scale_words_ok(kv_layer.scales)
@@ -241,7 +210,6 @@ def decode_attention(
         knobs["BLOCK_SIZE"] = block_size if knobs.pop("CONST_BLOCK", False) else 0
     else:
         knobs = {}
-    num_splits = workspace.num_splits
     out = torch.empty_like(q) if out is None else out
     assert q.stride(-1) == 1 and cache.stride(-1) == 1 and out.stride(-1) == 1
     block_d = max(16, next_pow2(head_dim))

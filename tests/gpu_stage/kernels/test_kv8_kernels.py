@@ -21,7 +21,8 @@ import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
 from gpu_stage.kernels import rope_store as rope  # noqa: E402
-from gpu_stage.kernels.decode_attention import QUANT_VARIANTS, DecodeWorkspace, decode_attention  # noqa: E402
+from gpu_stage.kernels.decode_attention import DecodeWorkspace, decode_attention, default_config  # noqa: E402
+from gpu_stage.kernels.decode_variants import QUANT_VARIANTS, SERVED  # noqa: E402
 from gpu_stage.kernels.kv_dequant import (  # noqa: E402
     DEQ_BITS, DEQ_BITS_HERE, DEQ_CHAIN, DEQ_DIRECT, kv_operand, scale_words_ok,
 )
@@ -260,10 +261,10 @@ def test_store_kernel_bytes_llama3_shape_gpu(fmt: str) -> None:
     assert torch.equal(out.kv, ref.kv)
 
 
-# --- the decode kernel's 8-bit variants (decode_attention.QUANT_VARIANTS, kv_dequant.py) -----------------
+# --- the decode kernel's 8-bit variants (decode_variants.py, kv_dequant.py) --------------------------------
 
 @pytest.mark.parametrize("fmt", FORMATS)
-@pytest.mark.parametrize("variant", sorted({v for v in QUANT_VARIANTS}))
+@pytest.mark.parametrize("variant", sorted(QUANT_VARIANTS))
 def test_every_decode_variant_over_8_bit_kv(fmt: str, variant: str) -> None:
     """Each variant equals the reference (a bf16 query: the DEQ_BITS patterns), at any split count;
     on the CPU at the interpreter's BLOCK_N, with the variant's codes and scale reads."""
@@ -301,3 +302,15 @@ def test_scale_words_fall_back_where_unaligned() -> None:
     ok = _pool("int8", 4, 4, 2, 2, 16, torch.float32).layer(0)
     odd = _pool("int8", 4, 4, 3, 3, 18, torch.float32).layer(1)
     assert scale_words_ok(ok.scales) and not scale_words_ok(odd.scales)
+
+
+def test_the_served_variant_depends_on_format_and_splits() -> None:
+    """An 8-bit pool gets SERVED's variant for one split or for split-K, with its knobs; a plain
+    pool keeps GPU_CONFIG (on the CPU: the interpreter's launch numbers, the variant's knobs)."""
+    assert set(SERVED) == {"int8", "fp8_e4m3", "fp8_e5m2"}
+    for fmt, (one, split) in SERVED.items():
+        for splits, name in ((1, one), (4, split)):
+            cfg = default_config(fmt, splits)
+            assert {k: cfg[k] for k in ("DEQ_K", "DEQ_V", "SCALE_WORDS")} == \
+                {k: QUANT_VARIANTS[name][k] for k in ("DEQ_K", "DEQ_V", "SCALE_WORDS")}
+    assert "DEQ_K" not in default_config(None, 1)
