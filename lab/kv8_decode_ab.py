@@ -102,6 +102,8 @@ def _compile_job(job: tuple) -> tuple:
     divisibility, so that Triton's disk cache holds the kernel the timing process will ask for."""
     name, fmt, batch, splits, cfg = job
     t = time.perf_counter()
+    if splits == "prefill":
+        return _compile_prefill(job, t)
     try:
         import torch
 
@@ -120,6 +122,29 @@ def _compile_job(job: tuple) -> tuple:
         torch.cuda.synchronize()
         return job[:4], None, time.perf_counter() - t
     except Exception as exc:  # reported by the timing process too, when it meets the same error
+        return job[:4], f"{type(exc).__name__}: {str(exc)[-400:]}", time.perf_counter() - t
+
+
+def _compile_prefill(job: tuple, t: float) -> tuple:
+    name, fmt, _, _, cfg = job
+    try:
+        import torch
+
+        from gpu_stage.attention.metadata import build_metadata
+        from gpu_stage.kernels.prefill_attention import prefill_attention
+        from gpu_stage.kv.cache import KvCache
+        from gpu_stage.kv.format import KvFormat
+        from gpu_stage.model.config import ModelConfig
+
+        config = ModelConfig("llama", 10, H * D, 8, 2, H, HKV, D)
+        cache = KvCache(config, 64, BS, "cuda", torch.bfloat16, None if fmt == "bf16" else KvFormat(fmt))
+        meta = build_metadata([20, 1], [40, 30], [[1, 2, 3], [4, 5]], BS, "cuda")
+        q = torch.zeros(21, H, D, dtype=torch.bfloat16, device="cuda")
+        prefill_attention(q, cache.layer(1), meta.cu_seqlens_q, meta.seq_lens, meta.block_tables, meta.num_seqs,
+                          config=launch_config(cfg))
+        torch.cuda.synchronize()
+        return job[:4], None, time.perf_counter() - t
+    except Exception as exc:
         return job[:4], f"{type(exc).__name__}: {str(exc)[-400:]}", time.perf_counter() - t
 
 
@@ -235,30 +260,10 @@ def run_variant(case: Case, cfg: dict | None, reps: int) -> dict:
     kernel_stats(result_stats := {})
     result = {"splits": splits, "layers": case.num_layers, "err_ref": rel(outs[0][: len(case.ref)].float(), case.ref),
               **result_stats}
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        step()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, stream=stream):
-            step()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph.replay()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1000 / case.num_layers)
-    result["us"] = statistics.median(times)
-    result["us_min"] = min(times)
+    result.update(time_graph(step, reps, case.num_layers))
     result["out0"] = outs[0]
     kv_bytes = case.batch * case.ctx * 2 * (HKV * D * 2 if case.fmt == "bf16" else HKV * (D + 2))
     result["tbps"] = kv_bytes / (result["us"] * 1e-6) / 1e12
-    del graph
     return result
 
 
@@ -281,6 +286,94 @@ def kernel_stats(into: dict) -> None:
                     smem=k.metadata.shared)
     except Exception as exc:  # Triton's internals move between versions: a note, not a failure
         into["stats_error"] = type(exc).__name__
+
+
+PREFILL_CASES = (("fresh 128", [128], [128]), ("512 over 1536", [512], [2048]),
+                 ("mixed 512 + 63 decodes", [512] + [1] * 63, [2048] * 64))
+
+
+def prefill_variants() -> dict[str, dict | None]:
+    from gpu_stage.kernels.prefill_variants import QUANT_VARIANTS
+
+    return {"bf16": None, "served": {"SERVED": True}, **{k: dict(v) for k, v in QUANT_VARIANTS.items()}}
+
+
+def run_prefill(case: Case, cfg: dict | None, q_lens: list[int], seq_lens: list[int], reps: int) -> dict:
+    """The general kernel over `case`'s pool (64 sequences x 2,048): the first len(q_lens) tables."""
+    import torch
+
+    from gpu_stage.attention.metadata import build_metadata
+    from gpu_stage.kernels.prefill_attention import prefill_attention
+
+    tables = [case.tables[i][: -(-s // BS)].tolist() for i, s in enumerate(seq_lens)]
+    meta = build_metadata(q_lens, seq_lens, tables, BS, "cuda")
+    gen = torch.Generator(device="cuda").manual_seed(len(q_lens))
+    q = torch.randn(sum(q_lens), H, D, generator=gen, device="cuda").to(torch.bfloat16)
+    layers = [case.cache.layer(i) for i in range(case.num_layers)] * 8  # 8 rounds: calls of ~10 us
+    outs = [torch.empty_like(q) for _ in layers]
+    launch = launch_config(cfg)
+
+    def step():
+        for layer, out in zip(layers, outs):
+            prefill_attention(q, layer, meta.cu_seqlens_q, meta.seq_lens, meta.block_tables, meta.num_seqs,
+                              out=out, config=None if launch is None else dict(launch))
+
+    return {**time_graph(step, reps, len(layers)), "out0": outs[0]}
+
+
+def time_graph(step, reps: int, calls: int) -> dict:
+    """Run `step` once, capture it in a CUDA graph, time its replays: us per call (median, min)."""
+    import torch
+
+    step()
+    torch.cuda.synchronize()
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        step()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=stream):
+            step()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph.replay()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1000 / calls)
+    return {"us": statistics.median(times), "us_min": min(times)}
+
+
+def prefill_rows(case: Case, reps: int, report: dict) -> None:
+    """Every prefill variant on `case`'s pool, each checked against the format's first one."""
+    import torch
+
+    for label, q_lens, seq_lens in PREFILL_CASES:
+        first = None
+        for name, cfg in prefill_variants().items():
+            if (cfg is None) != (case.fmt == "bf16"):
+                continue
+            row = {"kernel": "prefill", "format": case.fmt, "case": label, "variant": name}
+            try:
+                r = run_prefill(case, cfg, q_lens, seq_lens, reps)
+                out0 = r.pop("out0")
+                if first is None:
+                    first = out0
+                else:
+                    r["err_vs_first"] = rel(out0, first)
+                r["ok"] = bool(r.get("err_vs_first", 0.0) < 1e-2)
+                row.update(r)
+            except Exception as exc:
+                row["error"] = f"{type(exc).__name__}: {str(exc)[-600:]}"
+            report["prefill"].append(row)
+            log(f"prefill {case.fmt:9s} {label:24s} {name:20s} " + (
+                f"{row['us']:8.1f} us" + (f"  vs first {row['err_vs_first']:.1e}" if "err_vs_first" in row else "")
+                if "us" in row else "ERROR " + row["error"][:160]))
+        torch.cuda.synchronize()
 
 
 def check_codes(formats: list[str]) -> dict:
@@ -321,6 +414,7 @@ def main() -> None:
     ap.add_argument("--split-sweep", default="kbits_n64_w2_s2,kbits_n64_w4_s3_r128",
                     help="variants also timed with 2 and 4 splits at batch 64")
     ap.add_argument("--workers", type=int, default=min(12, max(1, (os.cpu_count() or 2) - 2)))
+    ap.add_argument("--prefill", type=int, default=1, help="also the prefill/mixed kernel's variants (0: not)")
     ap.add_argument("--budget-s", type=float, default=80.0, help="stop timing new variants past this")
     args = ap.parse_args()
 
@@ -341,6 +435,10 @@ def main() -> None:
                 if (name, fmt, batch, splits) not in seen:
                     seen.add((name, fmt, batch, splits))
                     jobs.append((name, fmt, batch, splits, cfg))
+    if args.prefill:
+        for name, cfg in prefill_variants().items():
+            for fmt in (["bf16"] if cfg is None else formats):
+                jobs.append((name, fmt, 0, "prefill", cfg))
     compile_errors = {}
     if args.workers > 1:
         try:
@@ -349,7 +447,7 @@ def main() -> None:
         except Exception as exc:
             log(f"precompile failed ({type(exc).__name__}: {exc}); compiling in this process")
     report = {"device": torch.cuda.get_device_name(), "variants": {k: v for k, v in cfgs.items()},
-              "compile_errors": compile_errors, "codes": check_codes(formats), "results": []}
+              "compile_errors": compile_errors, "codes": check_codes(formats), "results": [], "prefill": []}
     log("codes: " + ", ".join(f"{k} {'ok' if v['exact'] else 'MISMATCH'}" for k, v in report["codes"].items()))
     for batch, ctx in cases:
         for fmt in ["bf16"] + formats:
@@ -381,6 +479,8 @@ def main() -> None:
                     traceback.print_exc(limit=1)
                 report["results"].append(row)
                 log(_line(row))
+            if args.prefill and (batch, ctx) == (64, 2048):
+                prefill_rows(case, args.reps, report)
             del case
             torch.cuda.empty_cache()
     report["best"] = best(report["results"])
@@ -388,6 +488,8 @@ def main() -> None:
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(report, indent=1, default=str))
     print(table(report["results"]))
+    if report["prefill"]:
+        print(prefill_table(report["prefill"]))
     print("best per format at 64x2048:", json.dumps(report["best"]))
 
 
@@ -429,6 +531,19 @@ def table(rows: list[dict]) -> str:
                 cells.append("-" if r is None else ("err" if "error" in r else "skip"))
             else:
                 cells.append(f"{r['us']:.1f}" + ("" if r["ok"] else " (BAD)"))
+        lines.append(f"| {fmt} | {var} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def prefill_table(rows: list[dict]) -> str:
+    labels = [c[0] for c in PREFILL_CASES]
+    lines = ["| format | prefill variant | " + " | ".join(f"{c} us" for c in labels) + " |", "|---|---|" + "---|" * len(labels)]
+    keys = list(dict.fromkeys((r["format"], r["variant"]) for r in rows))
+    for fmt, var in keys:
+        cells = []
+        for c in labels:
+            r = next((r for r in rows if (r["format"], r["variant"], r["case"]) == (fmt, var, c)), None)
+            cells.append("-" if r is None else ("err" if "us" not in r else f"{r['us']:.1f}" + ("" if r["ok"] else " (BAD)")))
         lines.append(f"| {fmt} | {var} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 

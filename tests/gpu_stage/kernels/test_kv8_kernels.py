@@ -27,6 +27,8 @@ from gpu_stage.kernels.kv_dequant import (  # noqa: E402
     DEQ_BITS, DEQ_BITS_HERE, DEQ_CHAIN, DEQ_DIRECT, kv_operand, scale_words_ok,
 )
 from gpu_stage.kernels.kv_quant import KV_FORMATS  # noqa: E402
+from gpu_stage.kernels.prefill_attention import prefill_attention  # noqa: E402
+from gpu_stage.kernels.prefill_variants import QUANT_VARIANTS as PREFILL_VARIANTS  # noqa: E402
 from gpu_stage.kernels.kv_store import store_kv  # noqa: E402
 from gpu_stage.kv.cache import KvCache  # noqa: E402
 from gpu_stage.kv.format import KvFormat  # noqa: E402
@@ -314,3 +316,15 @@ def test_the_served_variant_depends_on_format_and_splits() -> None:
             assert {k: cfg[k] for k in ("DEQ_K", "DEQ_V", "SCALE_WORDS")} == \
                 {k: QUANT_VARIANTS[name][k] for k in ("DEQ_K", "DEQ_V", "SCALE_WORDS")}
     assert "DEQ_K" not in default_config(None, 1)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("variant", sorted(PREFILL_VARIANTS))
+def test_every_prefill_variant_over_8_bit_kv(fmt: str, variant: str) -> None:
+    """The general kernel's variants (prefill_variants.py) on a mixed batch, bf16 queries."""
+    layer, q, meta, ref = _case(fmt, [(0, 11), (9, 7), (17, 1), (3, 4)], 8, 2, 32, 4, torch.bfloat16, seed=3)
+    cfg = dict(PREFILL_VARIANTS[variant])
+    if not torch.cuda.is_available():
+        cfg.update(BLOCK_M=16, BLOCK_N=16, num_warps=4, num_stages=1)
+    out = prefill_attention(q, layer, meta.cu_seqlens_q, meta.seq_lens, meta.block_tables, meta.num_seqs, config=cfg)
+    assert _rel(out, ref) < TOL[torch.bfloat16]
