@@ -13,7 +13,9 @@ so the splits divide the window only and no tile before it is read.
 
 An 8-bit pool (QUANT): each K/V tile is loaded as its 8-bit values and converted to the query's
 dtype (exact), and the dequantization is a per-key multiply: a key's scale multiplies its score
-column after q @ k^T, a value's scale multiplies p's column before p @ v.
+column after q @ k^T, a value's scale multiplies p's column before p @ v. How codes become operands,
+how scales are read and the launch config are a variant's (decode_variants.py: the measured table,
+SERVED per format for one split and for split-K; kv_dequant.py: the conversions).
 
 Batch size 1 at 2k context on an H200: 8 kv heads alone would fill 8 of 132 SMs; 32 splits give 256
 programs. Batch 64: 512 programs already, one split, no reduction.
