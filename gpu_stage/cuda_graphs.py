@@ -115,7 +115,25 @@ class CudaGraphRunner:
         torch.cuda.synchronize()
         reserved0 = torch.cuda.memory_reserved()
         self.pool = torch.cuda.graph_pool_handle()
-        for shape in sorted(self.shapes(), key=lambda s: (s.num_tokens, s.decode), reverse=True):
+        self._capture(self.shapes())
+        torch.cuda.synchronize()
+        self.pool_bytes = torch.cuda.memory_reserved() - reserved0
+        log.info("captured %d CUDA graphs (decode %s, prefill %s, mixed %s%s) in %.1f s, pool %.0f MiB",
+                 len(self.graphs), self.decode_sizes, self.prefill_sizes, self.mixed_sizes,
+                 f", verify k={self.verify_k} {self.verify_sizes}" if self.verify_sizes else "",
+                 time.perf_counter() - t0, self.pool_bytes / 2**20)
+
+    def capture_verify(self, k: int, sizes: Sequence[int]) -> None:
+        """Replace the verification graphs by those of k drafts per row at these sequence counts
+        (bench/spec_gpu.py's sweep over k; a server captures its own k at start-up, never this)."""
+        for shape in [s for s in self.graphs if s.verify]:
+            del self.graphs[shape]
+        self.verify_k, self.verify_sizes, self.verify_logits = k, sorted(sizes), None
+        self._capture([self._verify_shape(b) for b in self.verify_sizes])
+        torch.cuda.synchronize()
+
+    def _capture(self, shapes: Sequence[GraphShape]) -> None:
+        for shape in sorted(shapes, key=lambda s: (s.num_tokens, s.decode), reverse=True):
             staged = self.inputs.stage(_dummy_chunks(shape, self.kv_cache.block_size), shape=shape,
                                        max_seq_len_hint=self.max_model_len)
             eager = self._forward(staged)  # compile and plan outside the capture
@@ -129,12 +147,6 @@ class CudaGraphRunner:
                 if shape.verify:  # into the shared buffer: this graph's own logits die with the capture
                     logits = self.verify_logits[: shape.num_tokens].copy_(logits)
             self.graphs[shape] = _Graph(graph, logits, staged)
-        torch.cuda.synchronize()
-        self.pool_bytes = torch.cuda.memory_reserved() - reserved0
-        log.info("captured %d CUDA graphs (decode %s, prefill %s, mixed %s%s) in %.1f s, pool %.0f MiB",
-                 len(self.graphs), self.decode_sizes, self.prefill_sizes, self.mixed_sizes,
-                 f", verify k={self.verify_k} {self.verify_sizes}" if self.verify_sizes else "",
-                 time.perf_counter() - t0, self.pool_bytes / 2**20)
 
     def shape_for(self, chunks: Sequence[Chunk]) -> GraphShape | None:
         """The smallest captured shape this step fits, or None (run it eagerly)."""
