@@ -27,9 +27,12 @@
 #               device pool of a quarter of the working set) with a 48 GiB host tier and without
 #               (recompute), and bench/kv_tier_restore.py (a 4,096-token prefix from host memory
 #               vs recomputed): OUTDIR/tiers_summary.json. Under 8 minutes.
-#   --spec:     instead, speculative decoding (issue 26, bench/spec_gpu.py): the verification step
-#               (k = 1..8) against a decode step at batch 1, 8, 64, then the draft_model ceiling (the
-#               target as its own draft) at batch 1, k = 4: OUTDIR/spec_gpu.json/.md. About 4 minutes.
+#   --spec:     instead, speculative decoding (issue 26): first the verification CUDA graphs' GPU
+#               tests (tests/gpu_stage/spec/test_verify_graphs_gpu.py: OUTDIR/spec_gpu_tests.log,
+#               ~1 minute), then bench/spec_gpu.py: the verification step (k = 1..8, its graph and
+#               eager) against a decode step at batch 1, 8, 64, the verify-only ceiling (batch 1,
+#               k = 4, every draft accepted, drafting free), then the draft_model ceiling (the target
+#               as its own draft) at batch 1, k = 4: OUTDIR/spec_gpu.json/.md. About 6 minutes.
 #   --long:     instead, long prompts (issue 22): a minute of back-to-back GEMMs (the sustained rate),
 #               attention over long cached contexts against torch's (bench/long_attention.py; skip
 #               with LONG_ATTENTION=0), then `ttft serve --max-model-len 131072` and
@@ -93,8 +96,15 @@ if [ -n "$KV8" ]; then  # issue 23: the 8-bit KV cache (replaces the default run
 fi
 
 if [ -n "$SPEC" ]; then  # issue 26: speculative decoding's step costs and ceiling (replaces the default run)
-    timeout 480 python3 -m bench.spec_gpu --out "$OUTDIR" 2>&1 | tee "$OUTDIR/spec_gpu.log" | tail -20
-    exit "${PIPESTATUS[0]}"
+    echo "== verification CUDA graphs: GPU tests"
+    timeout 240 python3 -m pytest -p no:cacheprovider -q -m gpu tests/gpu_stage/spec/test_verify_graphs_gpu.py \
+        2>&1 | tee "$OUTDIR/spec_gpu_tests.log" | tail -15
+    tests_rc="${PIPESTATUS[0]}"
+    timeout 540 python3 -m bench.spec_gpu --out "$OUTDIR" 2>&1 | tee "$OUTDIR/spec_gpu.log" | tail -24
+    bench_rc="${PIPESTATUS[0]}"
+    echo "spec GPU tests rc=$tests_rc, bench.spec_gpu rc=$bench_rc"
+    [ "$tests_rc" = 0 ] && exit "$bench_rc"
+    exit "$tests_rc"
 fi
 
 if [ -n "$BASELINE" ]; then

@@ -39,14 +39,17 @@ class GraphShape:
     every row. Prefill: one sequence of up to num_tokens tokens, logits for its last token. Mixed:
     up to num_seqs sequences (prefill chunks and decodes) of up to num_tokens tokens in all; the
     missing sequences are one-token pads on the null block (as decode's), the tokens left over
-    belong to no sequence (as prefill's); logits for every sequence's last token. A step with verifying rows (draft tokens) fits none of
-    them: it runs eagerly."""
+    belong to no sequence (as prefill's); logits for every sequence's last token. Verify (speculative
+    decoding, a mixed shape with `verify`): up to num_seqs rows of up to k + 1 tokens each
+    (num_tokens = num_seqs * (k + 1)), padded as a mixed shape; logits for every token (a
+    verifying row's k + 1 positions), in the eager step's order, then the pads'."""
 
     num_tokens: int
     num_seqs: int
     width: int  # block-table columns
     decode: bool
     mixed: bool = False
+    verify: bool = False  # with mixed: every token is a logits row
 
     @property
     def pad_slot(self) -> int:
@@ -54,8 +57,9 @@ class GraphShape:
 
     @property
     def logits_per_seq(self) -> bool:
-        """Logits row i is sequence i's (decode, mixed); else one row per sampled chunk."""
-        return self.decode or self.mixed
+        """Logits row i is sequence i's (decode, mixed); else one row per sampled chunk, a verifying
+        row's k + 1 in order (eager, prefill and verify shapes)."""
+        return (self.decode or self.mixed) and not self.verify
 
 
 @dataclass(frozen=True)
@@ -143,10 +147,19 @@ def plan_step(chunks: Sequence[Chunk], block_size: int, shape: GraphShape | None
     np.cumsum(q_lens, out=cu[1:])
     if shape is not None and shape.decode:
         logits_rows = np.arange(lay_b)
+    elif shape is not None and shape.verify:  # the eager step's rows, then the rest: every token a row
+        rows = eager_logits_rows(chunks, cu)
+        logits_rows = np.concatenate([rows, np.arange(len(rows), lay_t)])
     elif mixed:  # each sequence's last token, then each pad sequence's token
         logits_rows = np.concatenate([cu[1:] - 1, num_tokens + np.arange(num_pad_seqs)])
-    else:  # the last token of each sampled chunk; a verifying row's last num_draft + 1
-        logits_rows = np.array([r for i, c in enumerate(chunks) if c.sample
-                                for r in range(cu[i + 1] - 1 - c.num_draft, cu[i + 1])] or [0])
+    else:
+        logits_rows = eager_logits_rows(chunks, cu)
     layout = make_layout(lay_t, lay_b, lay_w, len(logits_rows), num_rows, num_feeds)
     return StepPlan(q_lens, starts, seq_lens, widths, cu, num_tokens, lay_t, lay_b, lay_w, logits_rows, layout)
+
+
+def eager_logits_rows(chunks: Sequence[Chunk], cu: np.ndarray) -> np.ndarray:
+    """The last token of each sampled chunk; a verifying row's last num_draft + 1 (row 0 when
+    nothing is sampled: a placeholder)."""
+    return np.array([r for i, c in enumerate(chunks) if c.sample
+                     for r in range(cu[i + 1] - 1 - c.num_draft, cu[i + 1])] or [0], np.int64)

@@ -113,7 +113,7 @@ def speculative(cfg: EngineConfig) -> SpeculativeConfig | None:
 
 def plan_runner(cfg: EngineConfig) -> tuple[ModelSource, torch.device, torch.dtype, dict]:
     """The model source, device, dtype and ModelRunner.build arguments (the same on every rank)."""
-    speculative(cfg)
+    spec = speculative(cfg)
     cfg.resolve_budgets()
     device = torch.device(cfg.resolved_device())
     if (threads := cpu_threads_per_rank(cfg, device.type)) is not None:
@@ -151,6 +151,7 @@ def plan_runner(cfg: EngineConfig) -> tuple[ModelSource, torch.device, torch.dty
         gpu_memory_utilization=cfg.gpu_memory_utilization,
         max_model_len=cfg.max_model_len or source.config.max_position_embeddings,
         kv_cache_dtype=cfg.kv_cache_dtype,
+        verify_graph_tokens=spec.k if spec is not None else 0,  # verification graphs for its k (cuda_graphs.py)
     )
     return source, device, dtype, runner_args
 
