@@ -6,11 +6,14 @@ buffer, step_inputs.py). `device_ids` puts host ids on the device without waitin
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import torch
 
 from stages.sampling import SamplingParams
+
+if TYPE_CHECKING:
+    from gpu_stage.sampling.logit_bias import BiasRow
 
 
 @dataclass
@@ -25,6 +28,7 @@ class SamplingRow:
     # Tokens sampled for it before this one, those of steps still in flight included (a decode
     # launched ahead of the previous step's result); None: len(output_token_ids). min_tokens reads it.
     num_output: int | None = None
+    bias: BiasRow | None = None  # its logit_bias on the device (None: built from params when it has one)
 
 
 def draw_uniforms(rows: list[SamplingRow]) -> list[float]:
@@ -63,6 +67,7 @@ class SamplingFlags(NamedTuple):
     need_penalties: bool
     need_repetition: bool
     max_top_k: int  # the largest top_k that limits a row (0: none)
+    need_logit_bias: bool = False
 
     @staticmethod
     def of(rows: list[SamplingRow], vocab: int) -> SamplingFlags:
@@ -76,6 +81,7 @@ class SamplingFlags(NamedTuple):
             any(r.params.needs_penalties for r in rows),
             any(r.params.repetition_penalty != 1.0 for r in rows),
             max(top_ks, default=0),
+            any(r.params.logit_bias for r in rows),
         )
 
 

@@ -3,8 +3,8 @@ step samples (SamplingRow).
 
 A request's parameters, its prompt and output ids (for penalties and min_tokens), and a private
 random generator (seeded by the request, else from the runner's seed), so that a seeded request
-draws the same tokens whatever else shares its batch; and its PenaltyCache slot, filled the
-first time it samples.
+draws the same tokens whatever else shares its batch; its PenaltyCache slot, filled the
+first time it samples; its logit_bias on the device (logit_bias.BiasRow), put there at admission.
 """
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from typing import Callable
 
 import torch
 
+from gpu_stage.sampling.logit_bias import BiasRow
 from gpu_stage.sampling.penalties import PenaltyCache
 from gpu_stage.sampling.rows import SamplingRow
 from stages.messages import NewRequestData, StepBatch, StepResult
@@ -28,6 +29,7 @@ class SamplingState:
     generator: torch.Generator
     # Rows sampled for it in launched steps: output_token_ids plus the steps still in flight.
     num_sampled: int = 0
+    bias: BiasRow | None = None  # its logit_bias on the device, put there once at admission
 
 
 class SamplingStates:
@@ -41,7 +43,9 @@ class SamplingStates:
         seed = new.params.seed if new.params.seed is not None else self._seed_source.getrandbits(63)
         generator = torch.Generator(device="cpu")
         generator.manual_seed(seed)
-        self.requests[new.request_id] = SamplingState(new.params, list(new.prompt_token_ids), [], generator)
+        bias = BiasRow.of(new.params.logit_bias, self.penalties.device) if new.params.logit_bias else None
+        self.requests[new.request_id] = SamplingState(new.params, list(new.prompt_token_ids), [], generator,
+                                                      bias=bias)
 
     def release(self, request_id: str) -> None:
         self.requests.pop(request_id, None)
@@ -69,7 +73,7 @@ class SamplingStates:
                 result.failed[chunk.request_id] = f"{type(exc).__name__}: {exc}"
                 continue
             rows.append(SamplingRow(state.params, state.prompt_token_ids, state.output_token_ids, state.generator,
-                                    slot, state.num_sampled))
+                                    slot, state.num_sampled, state.bias))
             state.num_sampled += 1
             chunk_index.append(i)
             request_ids.append(chunk.request_id)
