@@ -86,11 +86,24 @@ class StepBatch:
 
 
 @dataclass(slots=True)
+class PromptLogprob:
+    """One prompt position's score (prompt_logprobs): the prompt token there given those before it."""
+
+    token_id: int
+    logprob: float
+    rank: int  # how many tokens were at least as likely there, itself included (1: the most likely)
+    top: list[tuple[int, float]]  # the k most likely tokens there (id, logprob), most likely first
+
+
+@dataclass(slots=True)
 class SampledToken:
     request_id: str
     token_id: int
     logprob: float | None = None  # of the sampled token, when logprobs were asked for
     top_logprobs: list[tuple[int, float]] | None = None
+    # With the first token of a request that asked for prompt_logprobs: prompt positions 1.. (the
+    # first prompt token has nothing before it), computed in its prefill.
+    prompt_logprobs: list[PromptLogprob] | None = None
 
 
 @dataclass(slots=True)
@@ -120,6 +133,7 @@ class TokenEvent:
     num_cached_tokens: int = 0
     error: str | None = None
     error_status: int = 500  # the HTTP status of `error`: 400 for a request refused at admission
+    prompt_logprobs: list[PromptLogprob] | None = None  # with the first token (SampledToken's)
 
 
 @dataclass(slots=True)
