@@ -35,6 +35,7 @@ class PreparedRequest:
     api: CompletionRequest | ChatCompletionRequest
     prompt_token_ids: list[int]
     params: SamplingParams  # max_tokens filled in
+    echo_text: str | None = None  # completions' echo: the prompt as text (token ids decoded)
 
 
 class IngressStage:
@@ -72,7 +73,11 @@ class IngressStage:
         else:
             ids = list(req.prompt)
             trace.mark("tokenized")
-        return self._finish(req, ids, trace)
+        prepared = self._finish(req, ids, trace)
+        if req.echo:  # the text as given, or the ids decoded (off the loop when long)
+            prepared.echo_text = req.prompt if isinstance(req.prompt, str) else await self._run_text(
+                len(ids), self._decode, ids)
+        return prepared
 
     async def prepare_chat(self, body: bytes, trace: RequestTrace) -> PreparedRequest:
         req: ChatCompletionRequest = self._parse(body, trace, parse_chat_request)
@@ -91,6 +96,14 @@ class IngressStage:
 
     def _encode_text(self, text: str) -> list[int]:
         return self.tokenizer.encode(text, add_special_tokens=True)
+
+    def _decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=False)
+
+    async def _run_text(self, size: int, fn, arg) -> str:
+        if size > self.offload_chars:
+            return await asyncio.get_running_loop().run_in_executor(self._pool, fn, arg)
+        return fn(arg)
 
     def _encode_chat(self, req: ChatCompletionRequest) -> list[int]:
         try:

@@ -22,6 +22,7 @@ from starlette.responses import Response
 from emitter.openai_format import (
     ChatChunker,
     CompletionChunker,
+    Echo,
     ResponseAccumulator,
     ResponseMeta,
     chat_body,
@@ -119,8 +120,9 @@ async def _generate(request: Request, chat: bool) -> Response:
     reader = streams[0] if len(streams) == 1 else SampleStreams(streams)
     watch = DisconnectWatch(request.receive, lambda: engine.abort_streams(streams))
     meta = ResponseMeta(request_id, int(time.time()), engine.model_name)
+    echo = None if prepared.echo_text is None else Echo(prepared.echo_text, prepared.params.logprobs)
     # Before the first await: the emitter frames every output of a streamed reply.
-    chunkers = _attach_framers(streams, meta, chat, api.include_usage) if api.stream else []
+    chunkers = _attach_framers(streams, meta, chat, api.include_usage, echo) if api.stream else []
     first = await reader.get()
     if first.error is not None and first.num_output_tokens == 0 and not first.text:
         watch.cancel()
@@ -134,17 +136,20 @@ async def _generate(request: Request, chat: bool) -> Response:
         on_sent = lambda out: engine.record_write(streams[out.index], out)  # noqa: E731
         return EventStreamResponse(chunks, watch, on_sent, rid_header)
     try:
-        return await _whole_body(engine, streams, reader, first, meta, chat, rid_header)
+        return await _whole_body(engine, streams, reader, first, meta, chat, rid_header, echo)
     finally:
         watch.cancel()
 
 
-def _attach_framers(streams: list[OutputStream], meta: ResponseMeta, chat: bool,
-                    include_usage: bool) -> list[ChatChunker] | list[CompletionChunker]:
+def _attach_framers(streams: list[OutputStream], meta: ResponseMeta, chat: bool, include_usage: bool,
+                    echo: Echo | None = None) -> list[ChatChunker] | list[CompletionChunker]:
     """Each choice's chunker, set as its stream's framer: the emitter turns each output into its
-    SSE event as it pushes it (`RequestOutput.sse`), in its one pass over the step."""
-    make = ChatChunker if chat else CompletionChunker
-    chunkers = [make(meta, include_usage, i) for i in range(len(streams))]
+    SSE event as it pushes it (`RequestOutput.sse`), in its one pass over the step. With `echo`
+    each completion choice's first chunk carries the prompt."""
+    if chat:
+        chunkers = [ChatChunker(meta, include_usage, i) for i in range(len(streams))]
+    else:
+        chunkers = [CompletionChunker(meta, include_usage, i, echo) for i in range(len(streams))]
     for stream, chunker in zip(streams, chunkers):
         stream.framer = chunker.sse
     return chunkers
@@ -189,7 +194,7 @@ async def _sse_chunks(
 
 async def _whole_body(
     engine: Engine, streams: list[OutputStream], reader: OutputStream | SampleStreams, first: RequestOutput,
-    meta: ResponseMeta, chat: bool, headers: dict[str, str],
+    meta: ResponseMeta, chat: bool, headers: dict[str, str], echo: Echo | None = None,
 ) -> Response:
     accs = [ResponseAccumulator(i) for i in range(len(streams))]
     num_left = len(streams)
@@ -204,7 +209,7 @@ async def _whole_body(
             if num_left == 0:
                 break
         out = await reader.get()
-    body = chat_body(meta, accs) if chat else completion_body(meta, accs)
+    body = chat_body(meta, accs) if chat else completion_body(meta, accs, echo)
     for acc in accs:
         engine.record_write(streams[acc.index], acc.last)
     return Response(body, media_type="application/json", headers=headers)

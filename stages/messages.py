@@ -148,6 +148,16 @@ class TokenLogprob:
     token_id: int
     logprob: float
     top: list[tuple[str, int, float]]  # (text, id, logprob) of the alternatives
+    rank: int | None = None  # prompt logprobs: PromptLogprob.rank
+
+
+@dataclass(slots=True)
+class PromptScores:
+    """A request's prompt logprobs as the emitter hands them out (with its first output)."""
+
+    first_token: str  # the text of prompt token 0: nothing comes before it, so it has no logprob
+    first_token_id: int
+    positions: list[TokenLogprob]  # prompt tokens 1.., each given the ones before it (rank set)
 
 
 @dataclass(slots=True)
@@ -168,6 +178,7 @@ class RequestOutput:
     # This output as SSE bytes, framed by the emitter when its stream has a framer (a streamed
     # HTTP reply); b"" otherwise.
     sse: bytes = b""
+    prompt_logprobs: PromptScores | None = None  # with the first output, when they were asked for
 
 
 @dataclass(slots=True)
