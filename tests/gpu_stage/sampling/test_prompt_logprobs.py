@@ -121,3 +121,28 @@ def test_zero_alternatives_and_a_one_token_prompt(hf, runner) -> None:
     assert [e.top for e in entries] == [[], [], []]
     _check(entries, _reference(hf, prompt), prompt, 0)
     assert by_id["one"].prompt_logprobs == []  # nothing before its only token
+
+
+def test_triton_backend_gives_the_torch_backends_prompt_logprobs(hf) -> None:
+    """The GPU path (Triton attention and ops; on a GPU with its CUDA graphs captured, which a step
+    with prompt rows must bypass; on CPU under the interpreter) scores as the torch path does."""
+    pytest.importorskip("triton")
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    state = hf.state_dict()
+    source = ModelSource("tiny", model_config(hf), lambda d, dt: ((k, v.to(d, dt)) for k, v in state.items()),
+                         _Tokenizer(), "tiny")
+    prompt = list(range(30, 47))
+    results = {}
+    for backend in ("torch", "triton"):
+        runner = ModelRunner.build(source, device, torch.float32, 32, BLOCK_SIZE, max_num_batched_tokens=32,
+                                   max_num_seqs=4, attention_backend=backend)
+        new = [NewRequestData("a", prompt, SamplingParams(temperature=0.0, prompt_logprobs=2)),
+               NewRequestData("b", [5, 6, 7], SamplingParams(temperature=0.0))]
+        runner.execute(StepBatch(0, new, [_chunk("a", prompt, 0, 9, [1, 2, 3, 4, 5]),
+                                          _chunk("b", [5, 6, 7], 0, 3, [6])]))
+        out = runner.execute(StepBatch(1, [], [_chunk("a", prompt, 9, 17, [1, 2, 3, 4, 5])])).sampled[0]
+        results[backend] = out.prompt_logprobs
+    torch_, triton_ = results["torch"], results["triton"]
+    assert [(e.token_id, e.rank, [t for t, _ in e.top]) for e in triton_] == \
+        [(e.token_id, e.rank, [t for t, _ in e.top]) for e in torch_]
+    assert [e.logprob for e in triton_] == pytest.approx([e.logprob for e in torch_], abs=1e-4)
