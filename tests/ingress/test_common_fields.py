@@ -3,24 +3,10 @@ priority, cache_salt."""
 from __future__ import annotations
 
 import pytest
+from endpoint_parsers import ENDPOINTS, LIMITS, chat, completion
 
 from ingress.errors import ApiError
 from ingress.limits import IngressLimits
-from ingress.schemas import parse_chat_request, parse_completion_request
-
-VOCAB = 1000
-LIMITS = IngressLimits()
-
-
-def _completion(fields: dict, limits: IngressLimits = LIMITS):
-    return parse_completion_request({"prompt": "hi", **fields}, limits, VOCAB)
-
-
-def _chat(fields: dict, limits: IngressLimits = LIMITS):
-    return parse_chat_request({"messages": [{"role": "user", "content": "hi"}], **fields}, limits, VOCAB)
-
-
-ENDPOINTS = pytest.mark.parametrize("parse", [_completion, _chat], ids=["completions", "chat"])
 
 UNSUPPORTED = [
     ("best_of", 2), ("best_of", True), ("best_of", 1.0),
@@ -48,9 +34,9 @@ def test_unsupported_parameters_are_refused_not_ignored(parse, key, value):
 @pytest.mark.parametrize("value", [True, "yes"])
 def test_echo_is_refused_on_chat_only(value):
     with pytest.raises(ApiError) as info:
-        _chat({"echo": value})
+        chat({"echo": value})
     assert (info.value.param, info.value.code) == ("echo", "unsupported_parameter")
-    assert _chat({"echo": False}) == _chat({})
+    assert chat({"echo": False}) == chat({})
 
 
 @ENDPOINTS

@@ -2,24 +2,10 @@
 from __future__ import annotations
 
 import pytest
+from endpoint_parsers import ENDPOINTS, LIMITS, chat, completion
 
 from ingress.errors import ApiError
 from ingress.limits import IngressLimits
-from ingress.schemas import parse_chat_request, parse_completion_request
-
-VOCAB = 1000
-LIMITS = IngressLimits()
-
-
-def _completion(fields: dict, limits: IngressLimits = LIMITS):
-    return parse_completion_request({"prompt": "hi", **fields}, limits, VOCAB)
-
-
-def _chat(fields: dict, limits: IngressLimits = LIMITS):
-    return parse_chat_request({"messages": [{"role": "user", "content": "hi"}], **fields}, limits, VOCAB)
-
-
-ENDPOINTS = pytest.mark.parametrize("parse", [_completion, _chat], ids=["completions", "chat"])
 
 
 def _error(parse, fields: dict, limits: IngressLimits = LIMITS) -> ApiError:
@@ -86,20 +72,20 @@ def test_prompt_logprobs_refused_with_streaming(parse):
 
 def test_max_logprobs_bounds_logprobs_and_top_logprobs():
     small = IngressLimits(max_logprobs=2)
-    assert _completion({"logprobs": 2}, small).params.logprobs == 2
-    assert _error(_completion, {"logprobs": 3}, small).param == "logprobs"
-    assert _chat({"logprobs": True, "top_logprobs": 2}, small).params.logprobs == 2
-    assert _error(_chat, {"logprobs": True, "top_logprobs": 3}, small).param == "top_logprobs"
+    assert completion({"logprobs": 2}, small).params.logprobs == 2
+    assert _error(completion, {"logprobs": 3}, small).param == "logprobs"
+    assert chat({"logprobs": True, "top_logprobs": 2}, small).params.logprobs == 2
+    assert _error(chat, {"logprobs": True, "top_logprobs": 3}, small).param == "top_logprobs"
     with pytest.raises(ValueError):
         IngressLimits(max_logprobs=-1)
 
 
 def test_echo_asks_for_the_prompt_logprobs_with_logprobs_only():
-    assert _completion({"echo": True}).echo is True
-    assert _completion({"echo": True}).params.prompt_logprobs is None
-    assert _completion({"echo": True, "logprobs": 3}).params.prompt_logprobs == 3
-    assert _completion({"echo": True, "logprobs": 3, "prompt_logprobs": 1}).params.prompt_logprobs == 1
+    assert completion({"echo": True}).echo is True
+    assert completion({"echo": True}).params.prompt_logprobs is None
+    assert completion({"echo": True, "logprobs": 3}).params.prompt_logprobs == 3
+    assert completion({"echo": True, "logprobs": 3, "prompt_logprobs": 1}).params.prompt_logprobs == 1
     # Streaming echo with logprobs is allowed (vLLM too): only an explicit prompt_logprobs is not.
-    assert _completion({"echo": True, "logprobs": 0, "stream": True}).params.prompt_logprobs == 0
-    assert _completion({}).echo is False
-    assert _error(_completion, {"echo": "yes"}).param == "echo"
+    assert completion({"echo": True, "logprobs": 0, "stream": True}).params.prompt_logprobs == 0
+    assert completion({}).echo is False
+    assert _error(completion, {"echo": "yes"}).param == "echo"

@@ -168,6 +168,8 @@ def test_good_chat_bodies_pass_schema_and_parser(body):
 # ---- request bodies: the ingress tests' bad ones fail both ------------------------------------------
 
 def _load(name: str):
+    if str(INGRESS_TESTS) not in sys.path:  # their helper modules (endpoint_parsers), as pytest would
+        sys.path.append(str(INGRESS_TESTS))
     spec = importlib.util.spec_from_file_location(f"_ingress_{name}", INGRESS_TESTS / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
