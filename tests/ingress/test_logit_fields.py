@@ -37,6 +37,8 @@ def test_logit_bias_becomes_sorted_pairs(parse):
     ({"5": "1"}, "logit_bias.5", "a number"),
     ({"5": True}, "logit_bias.5", "a number"),
     ({"5": 1, "05": 2}, "logit_bias.05", "twice"),
+    ({"9" * 5000: 1}, "logit_bias." + "9" * 40, "out of the vocabulary"),
+    ({"0000000000007": 1}, "logit_bias.0000000000007", "out of the vocabulary"),  # (many digits: not parsed)
 ])
 def test_logit_bias_errors_name_the_key(parse, bias, param, fragment):
     err = _error(parse, {"logit_bias": bias})
