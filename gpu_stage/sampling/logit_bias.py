@@ -1,6 +1,6 @@
 """OpenAI's logit_bias on the device: each biased row's (id, bias) pairs added to its logits.
 
-A request's pairs are put on the device once, when the runner admits it (BiasRow, kept in its
+A request's pairs are put on the device once, when the runner admits it (rows.BiasRow, kept in its
 SamplingState), through pinned memory and without waiting for the device. A step with biased rows
 then concatenates their pairs on the device, stages one row index per pair (a small pinned copy,
 not waited for) and scatters them into the logits in one `index_put`: no host sync, nothing per
@@ -13,31 +13,11 @@ Logprobs stay those of the model's own distribution (taken before any of this).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Sequence
 
 import torch
 
-from gpu_stage.sampling.rows import SamplingRow, device_ids
-
-
-@dataclass(frozen=True)
-class BiasRow:
-    """One request's logit_bias on the device: ids [n] int64 and biases [n] float32."""
-
-    ids: torch.Tensor
-    values: torch.Tensor
-
-    @staticmethod
-    def of(pairs: Sequence[tuple[int, float]], device: torch.device) -> BiasRow:
-        ids = device_ids([t for t, _ in pairs], device)
-        values = torch.tensor([b for _, b in pairs], dtype=torch.float32)
-        if device.type == "cuda":
-            values = values.pin_memory().to(device, non_blocking=True)
-        return BiasRow(ids, values)
-
-    def __len__(self) -> int:
-        return self.ids.shape[0]
+from gpu_stage.sampling.rows import BiasRow, SamplingRow, device_ids
 
 
 def apply_logit_bias(logits: torch.Tensor, rows: Sequence[SamplingRow]) -> torch.Tensor:

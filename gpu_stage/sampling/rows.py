@@ -1,19 +1,35 @@
 """A step's sampled rows: SamplingRow (one sequence's parameters, history and generator), their
-parameters as per-row lists, the flags that decide which sampling steps a batch needs, and the
-[R] tensors the sampler reads (SamplingTensors; the runner stages the same values in its pinned
-buffer, step_inputs.py). `device_ids` puts host ids on the device without waiting for it.
+parameters as per-row lists, a request's logit_bias on the device (BiasRow), the flags that
+decide which sampling steps a batch needs, and the [R] tensors the sampler reads
+(SamplingTensors; the runner stages the same values in its pinned buffer, step_inputs.py). `device_ids` puts host ids on the device without waiting for it.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple, Sequence
 
 import torch
 
 from stages.sampling import SamplingParams
 
-if TYPE_CHECKING:
-    from gpu_stage.sampling.logit_bias import BiasRow
+
+@dataclass(frozen=True)
+class BiasRow:
+    """One request's logit_bias on the device: ids [n] int64 and biases [n] float32."""
+
+    ids: torch.Tensor
+    values: torch.Tensor
+
+    @staticmethod
+    def of(pairs: Sequence[tuple[int, float]], device: torch.device) -> BiasRow:
+        ids = device_ids([t for t, _ in pairs], device)
+        values = torch.tensor([b for _, b in pairs], dtype=torch.float32)
+        if device.type == "cuda":
+            values = values.pin_memory().to(device, non_blocking=True)
+        return BiasRow(ids, values)
+
+    def __len__(self) -> int:
+        return self.ids.shape[0]
 
 
 @dataclass

@@ -4,7 +4,7 @@ step samples (SamplingRow).
 A request's parameters, its prompt and output ids (for penalties and min_tokens), and a private
 random generator (seeded by the request, else from the runner's seed), so that a seeded request
 draws the same tokens whatever else shares its batch; its PenaltyCache slot, filled the
-first time it samples; its logit_bias on the device (logit_bias.BiasRow), put there at admission;
+first time it samples; its logit_bias on the device (rows.BiasRow), put there at admission;
 and, when it asked for prompt logprobs, their progress (prompt_logprobs.PromptProgress).
 """
 from __future__ import annotations
@@ -15,10 +15,9 @@ from typing import Callable
 
 import torch
 
-from gpu_stage.sampling.logit_bias import BiasRow
 from gpu_stage.sampling.penalties import PenaltyCache
 from gpu_stage.sampling.prompt_logprobs import PromptLogprobsPass, PromptProgress, PromptRows, plan_prompt_rows
-from gpu_stage.sampling.rows import SamplingRow
+from gpu_stage.sampling.rows import BiasRow, SamplingRow
 from stages.messages import NewRequestData, StepBatch, StepResult
 from stages.sampling import SamplingParams
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from gpu_stage.sampling.logit_bias import BiasRow, apply_logit_bias
+from gpu_stage.sampling.logit_bias import apply_logit_bias
 from gpu_stage.sampling.penalties import PenaltyCache
-from gpu_stage.sampling.rows import SamplingRow
+from gpu_stage.sampling.rows import BiasRow, SamplingRow
 from gpu_stage.sampling.sampler import Sampler
 from gpu_stage.sampling.states import SamplingStates
 from stages.messages import NewRequestData, ScheduledChunk, StepBatch, StepResult
