@@ -27,6 +27,9 @@
 #               device pool of a quarter of the working set) with a 48 GiB host tier and without
 #               (recompute), and bench/kv_tier_restore.py (a 4,096-token prefix from host memory
 #               vs recomputed): OUTDIR/tiers_summary.json. Under 8 minutes.
+#   --spec:     instead, speculative decoding (issue 26, bench/spec_gpu.py): the verification step
+#               (k = 1..8) against a decode step at batch 1, 8, 64, then the draft_model ceiling (the
+#               target as its own draft) at batch 1, k = 4: OUTDIR/spec_gpu.json/.md. About 4 minutes.
 #   --long:     instead, long prompts (issue 22): a minute of back-to-back GEMMs (the sustained rate),
 #               attention over long cached contexts against torch's (bench/long_attention.py; skip
 #               with LONG_ATTENTION=0), then `ttft serve --max-model-len 131072` and
@@ -45,6 +48,7 @@ ABLATE=""
 TIERS=""
 LONG=""
 KV8=""
+SPEC=""
 TP=1
 ARGS=("$@")
 for ((i = 0; i < ${#ARGS[@]}; i++)); do
@@ -63,6 +67,7 @@ for ((i = 0; i < ${#ARGS[@]}; i++)); do
         --tiers) TIERS=1 ;;
         --long) LONG=1 ;;
         --kv8) KV8=1 ;;
+        --spec) SPEC=1 ;;
         *) OUTDIR="$arg" ;;
     esac
 done
@@ -85,6 +90,11 @@ cat "$OUTDIR/machine.txt"
 if [ -n "$KV8" ]; then  # issue 23: the 8-bit KV cache (replaces the default run)
     bash bench/kv_dtype_suite.sh "$OUTDIR" ${KV8_MODES:---suite}
     exit $?
+fi
+
+if [ -n "$SPEC" ]; then  # issue 26: speculative decoding's step costs and ceiling (replaces the default run)
+    timeout 480 python3 -m bench.spec_gpu --out "$OUTDIR" 2>&1 | tee "$OUTDIR/spec_gpu.log" | tail -20
+    exit "${PIPESTATUS[0]}"
 fi
 
 if [ -n "$BASELINE" ]; then

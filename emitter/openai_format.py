@@ -11,7 +11,9 @@ before the completion's: in the first chunk of each choice when streaming, as vL
 
 Usage counts come from the last RequestOutput, whose counters are cumulative. With n > 1 choices
 (each a sample with its own outputs, `RequestOutput.index`) every chunk carries its choice's index,
-and usage counts the prompt once and the completion tokens of every choice.
+and usage counts the prompt once and the completion tokens of every choice. A batch of prompts
+(completions) has n choices per prompt, prompt i's at indices i * n to i * n + n - 1; usage counts
+each prompt once.
 """
 from __future__ import annotations
 
@@ -37,6 +39,7 @@ class ResponseMeta:
     id: str  # "cmpl-..." or "chatcmpl-..."
     created: int  # Unix seconds
     model: str
+    num_prompts: int = 1  # a batch's choices come in groups of n, one group per prompt
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,16 +61,18 @@ def echoed(echo: Echo, text: str, logprobs: list[TokenLogprob] | None, prompt: P
     return echo.text + text, rest if body is None else joined(body, rest), offset
 
 
-def usage_dict(lasts: Sequence[RequestOutput]) -> dict[str, Any]:
-    """Usage from each choice's last output. The prompt is counted once; its cached tokens are
-    choice 0's (the other samples share its prompt blocks rather than hitting the cache)."""
-    first = lasts[0]
+def usage_dict(lasts: Sequence[RequestOutput], num_prompts: int = 1) -> dict[str, Any]:
+    """Usage from each choice's last output (in index order, n per prompt). Each prompt is counted
+    once; its cached tokens are its first choice's (the other samples share its prompt blocks
+    rather than hitting the cache)."""
+    firsts = lasts[::len(lasts) // num_prompts]
+    num_prompt = sum(out.num_prompt_tokens for out in firsts)
     num_output = sum(out.num_output_tokens for out in lasts)
     return {
-        "prompt_tokens": first.num_prompt_tokens,
+        "prompt_tokens": num_prompt,
         "completion_tokens": num_output,
-        "total_tokens": first.num_prompt_tokens + num_output,
-        "prompt_tokens_details": {"cached_tokens": first.num_cached_tokens},
+        "total_tokens": num_prompt + num_output,
+        "prompt_tokens_details": {"cached_tokens": sum(out.num_cached_tokens for out in firsts)},
     }
 
 
@@ -78,7 +83,7 @@ def _envelope(meta: ResponseMeta, obj: str, choices: list[dict[str, Any]]) -> di
 def usage_chunk(meta: ResponseMeta, lasts: Sequence[RequestOutput], chat: bool) -> bytes:
     """The last chunk when `stream_options.include_usage`: no choices, the usage of them all."""
     body = _envelope(meta, CHAT_CHUNK_OBJECT if chat else COMPLETION_OBJECT, [])
-    body["usage"] = usage_dict(lasts)
+    body["usage"] = usage_dict(lasts, meta.num_prompts)
     return orjson.dumps(body)
 
 
@@ -240,10 +245,13 @@ class ResponseAccumulator:
         return chat_body(meta, [self])
 
 
-def completion_body(meta: ResponseMeta, choices: Sequence[ResponseAccumulator], echo: Echo | None = None) -> bytes:
-    """The whole `/v1/completions` body: the choices in the order given (by index)."""
-    body = _envelope(meta, COMPLETION_OBJECT, [acc.completion_choice(echo) for acc in choices])
-    body["usage"] = usage_dict([acc.last for acc in choices])
+def completion_body(meta: ResponseMeta, choices: Sequence[ResponseAccumulator],
+                    echoes: Sequence[Echo] | None = None) -> bytes:
+    """The whole `/v1/completions` body: the choices in the order given (by index); `echoes`: each
+    choice's echo, by index (echo=true)."""
+    body = _envelope(meta, COMPLETION_OBJECT, [acc.completion_choice(echoes[acc.index] if echoes else None)
+                                               for acc in choices])
+    body["usage"] = usage_dict([acc.last for acc in choices], meta.num_prompts)
     return orjson.dumps(body)
 
 
@@ -252,5 +260,5 @@ def chat_body(meta: ResponseMeta, choices: Sequence[ResponseAccumulator]) -> byt
     body = _envelope(meta, CHAT_OBJECT, [acc.chat_choice() for acc in choices])
     if choices[0].prompt is not None:  # the prompt's: the same for every choice
         body["prompt_logprobs"] = vllm_prompt_logprobs(choices[0].prompt)
-    body["usage"] = usage_dict([acc.last for acc in choices])
+    body["usage"] = usage_dict([acc.last for acc in choices], meta.num_prompts)
     return orjson.dumps(body)

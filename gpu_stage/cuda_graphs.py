@@ -101,6 +101,8 @@ class CudaGraphRunner:
         """The smallest captured shape this step fits, or None (run it eagerly)."""
         num_seqs = len(chunks)
         width = self.inputs.max_blocks_per_seq
+        if any(c.num_draft for c in chunks):
+            return None  # verifying rows need logits at several positions per sequence: eager
         if all(len(c.token_ids) == 1 for c in chunks):
             i = bisect.bisect_left(self.decode_sizes, num_seqs)
             if i < len(self.decode_sizes):

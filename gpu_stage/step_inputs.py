@@ -153,10 +153,13 @@ class StepInputs:
         self.block_size = block_size
         self.max_num_tokens, self.max_num_seqs = max_num_tokens, max_num_seqs
         self.max_blocks_per_seq = round_width(max_blocks_per_seq)
-        # Sized for the largest step; a graph shape pads tokens to at most max(max_num_tokens, B);
-        # an eager step's logits rows are at most a sampled row per sequence plus a prompt row per token.
-        capacity = make_layout(max(max_num_tokens, max_num_seqs), max_num_seqs, self.max_blocks_per_seq,
-                               max_num_seqs + max_num_tokens, max_num_seqs, max_num_seqs, max_num_tokens).size
+        # Sized for the largest step; a graph shape pads tokens to at most max(max_num_tokens, B).
+        # Sampled rows: one per sequence, or one per token of a verifying row (speculative
+        # decoding), never more than the step's tokens; an eager step's logits rows add a prompt
+        # row per token at most (prompt logprobs).
+        num_tokens = max(max_num_tokens, max_num_seqs)
+        capacity = make_layout(num_tokens, max_num_seqs, self.max_blocks_per_seq, 2 * num_tokens, num_tokens,
+                               max_num_seqs, max_num_tokens).size
         cuda = self.device.type == "cuda"
         self._host = [torch.zeros(capacity, dtype=torch.int32, pin_memory=cuda) for _ in range(2 if cuda else 1)]
         self._events: list = [None] * len(self._host)

@@ -32,6 +32,7 @@ class Chunk(Protocol):  # stages.messages.ScheduledChunk satisfies it
     start_pos: int
     block_table: list[int]
     sample: bool
+    num_draft: int  # a verifying row: logits at its last num_draft + 1 positions
 
 
 @dataclass(frozen=True)
@@ -40,7 +41,8 @@ class GraphShape:
     every row. Prefill: one sequence of up to num_tokens tokens, logits for its last token. Mixed:
     up to num_seqs sequences (prefill chunks and decodes) of up to num_tokens tokens in all; the
     missing sequences are one-token pads on the null block (as decode's), the tokens left over
-    belong to no sequence (as prefill's); logits for every sequence's last token."""
+    belong to no sequence (as prefill's); logits for every sequence's last token. A step with verifying rows (draft tokens) fits none of
+    them: it runs eagerly."""
 
     num_tokens: int
     num_seqs: int
@@ -148,8 +150,9 @@ def plan_step(chunks: Sequence[Chunk], block_size: int, shape: GraphShape | None
         logits_rows = np.arange(lay_b)
     elif mixed:  # each sequence's last token, then each pad sequence's token
         logits_rows = np.concatenate([cu[1:] - 1, num_tokens + np.arange(num_pad_seqs)])
-    else:
-        logits_rows = np.array([cu[i + 1] - 1 for i, c in enumerate(chunks) if c.sample] or [0])
+    else:  # the last token of each sampled chunk; a verifying row's last num_draft + 1
+        logits_rows = np.array([r for i, c in enumerate(chunks) if c.sample
+                                for r in range(cu[i + 1] - 1 - c.num_draft, cu[i + 1])] or [0])
         if len(prompt_rows):
             logits_rows = np.concatenate([logits_rows, np.asarray(prompt_rows, np.int64)])
     layout = make_layout(lay_t, lay_b, lay_w, len(logits_rows), num_rows, num_feeds, len(prompt_rows))

@@ -60,7 +60,7 @@ def parse_chat_request(obj: dict, limits: IngressLimits, vocab_size: int) -> Cha
         stream=common.stream,
         include_usage=common.include_usage,
         add_generation_prompt=opt_bool(obj, "add_generation_prompt", True),
-        chat_template_kwargs=_parse_template_kwargs(obj),
+        chat_template_kwargs=parse_template_kwargs(obj),
         priority=common.priority,
         cache_salt=common.cache_salt,
         n=common.n,
@@ -162,7 +162,7 @@ def _join_parts(parts: list, where: str) -> str:
     return "\n".join(texts)
 
 
-def _parse_template_kwargs(obj: dict) -> dict:
+def parse_template_kwargs(obj: dict) -> dict:
     kwargs = opt_dict(obj, "chat_template_kwargs")
     if not kwargs:
         return {}

@@ -15,11 +15,14 @@ class IngressLimits:
     # Checked on the raw bytes, before orjson runs.
     max_body_bytes: int = option(8 * 1024 * 1024, "bytes of a request body; past it: 413")
     # Checked before tokenizing: a 10 MB prompt is refused in microseconds.
-    max_prompt_chars: int = option(1_000_000, "characters of prompt text (completions) or of all message "
-                                              "contents together (chat); past it: 400")
+    max_prompt_chars: int = option(1_000_000, "characters of prompt text (completions: of all the prompts of "
+                                              "a batch together) or of all message contents together (chat); "
+                                              "past it: 400")
     max_tokens_cap: int | None = option(None, "an explicit max_tokens above this is a 400 (default: only the "
                                               "context window limits it)")
     max_n: int = option(16, "parallel samples (choices) per request: `n` above it is a 400")
+    # Each prompt of a batch is a request of its own (with its n choices): admitted all or none.
+    max_batch_prompts: int = option(256, "prompts in one /v1/completions request (a batch); past it: 400")
     max_stop_strings: int = option(16, "stop strings per request; past it: 400")
     max_stop_string_chars: int = 1000
     max_stop_token_ids: int = 256
@@ -36,3 +39,5 @@ class IngressLimits:
             raise ValueError(f"max_n must be at least 1, got {self.max_n}")
         if self.max_logprobs < 0:
             raise ValueError(f"max_logprobs must be at least 0, got {self.max_logprobs}")
+        if self.max_batch_prompts < 1:
+            raise ValueError(f"max_batch_prompts must be at least 1, got {self.max_batch_prompts}")

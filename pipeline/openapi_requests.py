@@ -176,9 +176,12 @@ def completion_request(
     text = {"type": "string", "minLength": 1, "maxLength": limits.max_prompt_chars}
     ids = {"type": "array", "items": token_id(vocab_size), "minItems": 1, "maxItems": limits.max_prompt_chars}
     props = common_properties(model_name, limits, vocab_size, chat=False)
+    batch = {"minItems": 1, "maxItems": limits.max_batch_prompts}
     props["prompt"] = {
-        "oneOf": [text, ids, {"type": "array", "items": {"oneOf": [text, ids]}, "minItems": 1, "maxItems": 1}],
-        "description": "Text, token ids, or a batch of exactly one of those.",
+        "oneOf": [text, ids, {"type": "array", "items": text, **batch}, {"type": "array", "items": ids, **batch}],
+        "description": "Text, token ids, or a batch: texts or arrays of token ids (one kind per batch), each "
+                       "prompt its own request with its n choices, choice i * n + j being prompt i's j-th. "
+                       f"All the prompts together at most {limits.max_prompt_chars} characters (or ids).",
     }
     props["max_tokens"] = max_tokens_schema(limits, max_model_len, "max_tokens")
     props["max_tokens"]["description"] += f" Default {DEFAULT_MAX_TOKENS}."
@@ -226,11 +229,8 @@ def _message(limits: IngressLimits, roles: list[str], content_required: bool) ->
             "properties": props}
 
 
-def chat_request(
-    model_name: str, limits: IngressLimits, max_model_len: int, vocab_size: int | None
-) -> Schema:
-    props = common_properties(model_name, limits, vocab_size, chat=True)
-    props["messages"] = {
+def messages_schema(limits: IngressLimits) -> Schema:
+    return {
         "type": "array",
         "minItems": 1,
         "maxItems": limits.max_messages,
@@ -239,6 +239,21 @@ def chat_request(
         "description": f"All contents together at most {limits.max_prompt_chars} characters. "
                        "'developer' is treated as 'system'.",
     }
+
+
+def template_kwargs_schema() -> Schema:
+    return opt({
+        "type": "object",
+        "propertyNames": {"not": {"enum": sorted(RESERVED_TEMPLATE_KWARGS)}},
+        "description": "Extra template variables; the names the server sets are refused.",
+    })
+
+
+def chat_request(
+    model_name: str, limits: IngressLimits, max_model_len: int, vocab_size: int | None
+) -> Schema:
+    props = common_properties(model_name, limits, vocab_size, chat=True)
+    props["messages"] = messages_schema(limits)
     props["max_tokens"] = max_tokens_schema(limits, max_model_len, "max_tokens")
     props["max_tokens"]["description"] += " Default: the rest of the context window."
     props["max_completion_tokens"] = max_tokens_schema(limits, max_model_len, "max_completion_tokens")
@@ -247,11 +262,7 @@ def chat_request(
     props["top_logprobs"] = opt({"type": "integer", "minimum": 0, "maximum": limits.max_logprobs},
                                 "Alternatives per position; requires logprobs=true.")
     props["add_generation_prompt"] = opt({"type": "boolean"})
-    props["chat_template_kwargs"] = opt({
-        "type": "object",
-        "propertyNames": {"not": {"enum": sorted(RESERVED_TEMPLATE_KWARGS)}},
-        "description": "Extra template variables; the names the server sets are refused.",
-    })
+    props["chat_template_kwargs"] = template_kwargs_schema()
     return {
         "type": "object",
         "required": ["messages"],

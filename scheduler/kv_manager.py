@@ -72,6 +72,18 @@ class KVManager:
         req.block_ids.extend(new_ids)
         return True
 
+    def truncate(self, req: RequestState, num_total_tokens: int) -> int:
+        """Give back the blocks past those covering `num_total_tokens` positions (a verifying
+        row's rejected draft slots) -> how many. The table is replaced, not shrunk in place (see
+        the module's note); the blocks given back were never complete, so none is cached."""
+        num_keep = self.config.blocks_for(num_total_tokens)
+        extra = req.block_ids[num_keep:]
+        if extra:
+            assert req.num_hashed_blocks <= num_keep, req
+            self.pool.free(reversed(extra))
+            req.block_ids = req.block_ids[:num_keep]
+        return len(extra)
+
     def free(self, req: RequestState) -> None:
         """Give back every block the request holds, last block first: in the cached LRU a chain's
         tail is then evicted before its head, which other prompts are likelier to share."""

@@ -63,6 +63,10 @@ class ScheduledChunk:
     start_pos: int  # == num_computed_tokens (+ tokens of the step in flight) before the step
     block_table: list[int]  # covers positions [0, start_pos + len(token_ids))
     sample: bool  # the chunk reaches the last known token: sample the next one
+    # Speculative decoding: the last `num_draft` token_ids are guessed, not known (a verifying
+    # row: the model samples at each of the last num_draft + 1 positions and keeps the run of
+    # guesses it agrees with). PENDING_TOKEN guesses are the GPU stage's draft model's to make.
+    num_draft: int = 0
 
 
 _token_ids = attrgetter("token_ids")
@@ -111,6 +115,9 @@ class StepResult:
     step_id: int
     sampled: list[SampledToken]
     failed: dict[str, str] = field(default_factory=dict)  # request_id -> message: that request only
+    # Verifying rows: the tokens after `sampled`'s that the verification accepted, in order (the
+    # accepted guesses' successors: a row accepting a guesses emits 1 + a tokens).
+    spec: dict[str, list[SampledToken]] = field(default_factory=dict)
     error: str | None = None  # the whole step failed: the engine is broken
     duration_ns: int = 0
     # The GPU stage's clock (perf_counter ns; 0: not run there): the launch thread took the step,

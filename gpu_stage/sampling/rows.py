@@ -44,13 +44,21 @@ class SamplingRow:
     # Tokens sampled for it before this one, those of steps still in flight included (a decode
     # launched ahead of the previous step's result); None: len(output_token_ids). min_tokens reads it.
     num_output: int | None = None
+    # Its uniform, drawn already from its generator (speculative decoding's look-ahead, see
+    # SamplingState); None: draw_uniforms draws the next one.
+    uniform: float | None = None
     bias: BiasRow | None = None  # its logit_bias on the device (None: built from params when it has one)
+
+
+def draw_uniform(generator: torch.Generator | None) -> float:
+    return float(torch.rand((), generator=generator))
 
 
 def draw_uniforms(rows: list[SamplingRow]) -> list[float]:
     """One uniform per non-greedy row from the row's own generator (0.0 for greedy rows). The runner
     draws them while it stages the step, before the forward, so no host value is needed after it."""
-    return [0.0 if r.params.greedy else float(torch.rand((), generator=r.generator)) for r in rows]
+    return [0.0 if r.params.greedy else r.uniform if r.uniform is not None else draw_uniform(r.generator)
+            for r in rows]
 
 
 def row_parameters(rows: list[SamplingRow]) -> tuple[list[float], list[int], list[float], list[float]]:

@@ -28,6 +28,7 @@ class SamplerOutput:
     logprobs: list[float | None]
     top_logprobs: list[list[tuple[int, float]] | None]
     errors: dict[int, str] = field(default_factory=dict)  # row -> why it could not be sampled
+    extra: list[int] = field(default_factory=list)  # the ids that rode the copy (`start`'s `extra`)
 
 
 @dataclass
@@ -42,6 +43,7 @@ class PendingSample:
     num_rows: int
     logprob_ks: list[int | None]  # per row: None (no logprobs) or how many alternatives
     max_k: int
+    num_extra: int = 0  # int32 ids appended to the packed results (a draft model's guesses)
 
 
 class Sampler:
@@ -85,10 +87,11 @@ class Sampler:
         return self.finish(self.start(logits, rows, tensors))
 
     def start(self, logits: torch.Tensor, rows: list[SamplingRow],
-              tensors: SamplingTensors | None = None) -> PendingSample:
+              tensors: SamplingTensors | None = None, extra: torch.Tensor | None = None) -> PendingSample:
         """Queue the sampling of one token per row and the single device-to-host copy of the packed
         results (ids, ok flags and, when asked, logprobs); no host sync. `tensors`: the rows'
-        staged parameters (drawn and built here when None)."""
+        staged parameters (drawn and built here when None). `extra`: int32 ids on the device that
+        ride the same copy (SamplerOutput.extra)."""
         assert logits.shape[0] == len(rows)
         if tensors is None:
             tensors = SamplingTensors.build(rows, logits.device, logits.shape[1])
@@ -114,8 +117,11 @@ class Sampler:
             if max_k:
                 top_v, top_i = raw_logprobs.topk(max_k, dim=-1)  # [B, k]
                 parts += [top_i.to(torch.int32).reshape(-1), top_v.reshape(-1).view(torch.int32)]
+        num_extra = 0 if extra is None else extra.numel()
+        if num_extra:
+            parts.append(extra.reshape(-1).to(torch.int32))
         packed, event = self._copy_to_host(parts[0] if len(parts) == 1 else torch.cat(parts))
-        return PendingSample(token_ids, packed, event, num_rows, ks, max_k)
+        return PendingSample(token_ids, packed, event, num_rows, ks, max_k, num_extra)
 
     def _ids_and_ok(self, logits: torch.Tensor, t: SamplingTensors) -> torch.Tensor:
         """The drawn ids, then each row's ok flag (int32 [2R]): the Triton kernels, or torch."""
@@ -144,6 +150,9 @@ class Sampler:
         token_list: list[int] = packed[:num_rows].tolist()
         errors = {i: "logits are not finite: no token can be sampled"
                   for i, g in enumerate(packed[num_rows : 2 * num_rows].tolist()) if not g}
+        extra = packed[packed.shape[0] - pending.num_extra:].tolist() if pending.num_extra else []
+        if pending.num_extra:
+            packed = packed[: packed.shape[0] - pending.num_extra]
         lps: list[float | None] = [None] * num_rows
         tops: list[list[tuple[int, float]] | None] = [None] * num_rows
         if packed.shape[0] > 2 * num_rows:
@@ -155,7 +164,7 @@ class Sampler:
                 if k is not None:
                     lps[i] = chosen[i]
                     tops[i] = list(zip(top_i[i][:k], top_v[i][:k])) if k else []
-        return SamplerOutput(token_list, lps, tops, errors)
+        return SamplerOutput(token_list, lps, tops, errors, extra)
 
     def _copy_to_host(self, packed: torch.Tensor) -> tuple[torch.Tensor, object | None]:
         """The one device-to-host copy, into the next persistent pinned buffer; not waited for."""

@@ -10,7 +10,8 @@ and, when it asked for prompt logprobs, their progress (prompt_logprobs.PromptPr
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from collections import deque
+from dataclasses import dataclass, field
 from typing import Callable
 
 import torch
@@ -18,6 +19,7 @@ import torch
 from gpu_stage.sampling.penalties import PenaltyCache
 from gpu_stage.sampling.prompt_logprobs import PromptLogprobsPass, PromptProgress, PromptRows, plan_prompt_rows
 from gpu_stage.sampling.rows import BiasRow, SamplingRow
+from gpu_stage.spec.verify import verify_rows
 from stages.messages import NewRequestData, StepBatch, StepResult
 from stages.sampling import SamplingParams
 
@@ -30,6 +32,9 @@ class SamplingState:
     generator: torch.Generator
     # Rows sampled for it in launched steps: output_token_ids plus the steps still in flight.
     num_sampled: int = 0
+    # Uniforms drawn from `generator` for positions not emitted yet (a verifying row draws one per
+    # position it samples and uses up those of the tokens it emits: gpu_stage/spec/verify.py).
+    lookahead: deque[float] = field(default_factory=deque)
     bias: BiasRow | None = None  # its logit_bias on the device, put there once at admission
 
 
@@ -76,7 +81,8 @@ class SamplingStates:
     def sampling_rows(self, batch: StepBatch, result: StepResult, fault_injector: Callable[[str], None] | None
                       ) -> tuple[list[SamplingRow], list[int], list[str]]:
         """Rows to sample (requests known and not failed by the test hook `fault_injector`, which
-        `result.failed` then names), their chunk index and request id."""
+        `result.failed` then names), their chunk index and request id; a verifying chunk's
+        num_draft + 1 rows one after the other."""
         rows, chunk_index, request_ids = [], [], []
         for i, chunk in enumerate(batch.chunks):
             if not chunk.sample:
@@ -94,8 +100,18 @@ class SamplingStates:
             except Exception as exc:
                 result.failed[chunk.request_id] = f"{type(exc).__name__}: {exc}"
                 continue
+            if chunk.num_draft:  # a verifying row: num_draft + 1 rows; num_sampled moves when it is known
+                verifying = verify_rows(chunk, state.params, state.prompt_token_ids, state.output_token_ids,
+                                        state.generator, state.lookahead, state.num_sampled)
+                for row in verifying:
+                    row.bias = state.bias
+                rows += verifying
+                chunk_index += [i] * len(verifying)
+                request_ids += [chunk.request_id] * len(verifying)
+                continue
+            uniform = state.lookahead.popleft() if state.lookahead and not state.params.greedy else None
             rows.append(SamplingRow(state.params, state.prompt_token_ids, state.output_token_ids, state.generator,
-                                    slot, state.num_sampled, state.bias))
+                                    slot, state.num_sampled, uniform, state.bias))
             state.num_sampled += 1
             chunk_index.append(i)
             request_ids.append(chunk.request_id)

@@ -20,7 +20,7 @@ from ingress.schemas import (
 )
 
 VOCAB = 500
-LIMITS = IngressLimits(max_body_bytes=64 * 1024, max_prompt_chars=2000, max_tokens_cap=4096)
+LIMITS = IngressLimits(max_body_bytes=64 * 1024, max_prompt_chars=2000, max_tokens_cap=4096, max_batch_prompts=3)
 FUZZ = settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 # Any JSON value (plus what only an in-process caller could pass: NaN, inf, huge ints).
@@ -58,8 +58,9 @@ plausible = {
     "stream_options": st.fixed_dictionaries({}, optional={"include_usage": st.booleans() | st.none()}),
 }
 prompts = (json_values | st.text(max_size=30) | st.lists(st.integers(-2, VOCAB + 2), max_size=8)
-           | st.lists(st.text(max_size=5), max_size=2) | st.lists(st.lists(st.integers(0, VOCAB), max_size=3),
-                                                                  max_size=2))
+           | st.lists(st.text(max_size=5), max_size=4) | st.lists(st.lists(st.integers(0, VOCAB), max_size=3),
+                                                                  max_size=4)
+           | st.lists(st.text(max_size=900) | st.lists(st.integers(0, VOCAB), max_size=900), max_size=4))
 part = st.fixed_dictionaries({"type": st.sampled_from(["text", "image_url", 3]) | json_values},
                              optional={"text": st.text(max_size=10) | json_values})
 message = st.fixed_dictionaries(
@@ -120,9 +121,11 @@ def test_completion_bodies(body):
         _check_error(err)
         return
     _check_params(req)
-    prompt = req.prompt
-    assert (type(prompt) is str and 0 < len(prompt) <= 2000) or (
-        type(prompt) is list and prompt and all(type(t) is int and 0 <= t < VOCAB for t in prompt))
+    assert 1 <= len(req.prompts) <= LIMITS.max_batch_prompts and len({type(p) for p in req.prompts}) == 1
+    assert sum(map(len, req.prompts)) <= 2000  # the batch shares the prompt limit
+    for prompt in req.prompts:
+        assert (type(prompt) is str and 0 < len(prompt)) or (
+            type(prompt) is list and prompt and all(type(t) is int and 0 <= t < VOCAB for t in prompt))
 
 
 @FUZZ
