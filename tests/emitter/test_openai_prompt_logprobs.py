@@ -46,7 +46,7 @@ def test_whole_completion_with_echo_logprobs_and_prompt_logprobs() -> None:
     acc = ResponseAccumulator()
     acc.add(_out(" d", logprobs=[TokenLogprob(" d", 16, -0.1, [(" d", 16, -0.1)])], prompt=SCORES))
     acc.add(_out("!", "stop", logprobs=[TokenLogprob("!", 17, -0.3, [("?", 18, -0.2)])]))
-    body = orjson.loads(completion_body(META, [acc], Echo("ab c", 1)))
+    body = orjson.loads(completion_body(META, [acc], [Echo("ab c", 1)]))
     # (The openai package types token_logprobs as numbers, yet OpenAI's own echo and vLLM's send
     # null for the first token: its client does not validate replies.)
     choice = body["choices"][0]
@@ -56,7 +56,7 @@ def test_whole_completion_with_echo_logprobs_and_prompt_logprobs() -> None:
     assert choice["logprobs"]["token_logprobs"][0] is None and choice["logprobs"]["top_logprobs"][4] == {"?": -0.2, "!": -0.3}
     assert choice["prompt_logprobs"] == vllm_prompt_logprobs(SCORES)
     # echo without logprobs: the text only
-    assert orjson.loads(completion_body(META, [acc], Echo("ab c", None)))["choices"][0]["logprobs"] is None
+    assert orjson.loads(completion_body(META, [acc], [Echo("ab c", None)]))["choices"][0]["logprobs"] is None
     chat = orjson.loads(chat_body(META, [acc]))
     assert chat["prompt_logprobs"] == vllm_prompt_logprobs(SCORES) and "prompt_logprobs" not in chat["choices"][0]
 

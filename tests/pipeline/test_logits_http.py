@@ -94,6 +94,13 @@ async def test_echo_text_and_logprobs_whole_and_streamed(reference) -> None:
         assert all(len(top) <= 3 for top in lp["top_logprobs"][1:])
         assert lp["text_offset"] == sorted(lp["text_offset"]) and lp["text_offset"][0] == 0
         assert body["choices"][0]["text"].startswith("<s>")  # token ids echoed as their text
+        # A batch: each choice echoes its own prompt, with its own prompt logprobs.
+        batch = await _post(client, "/v1/completions", {"prompt": ["ab", "cdef"], "max_tokens": 1, "n": 2,
+                                                        "echo": True, "logprobs": 0, "temperature": 0})
+        assert [c["text"][:len(p)] for c, p in zip(batch["choices"], ["ab", "ab", "cdef", "cdef"])] == \
+            ["ab", "ab", "cdef", "cdef"]
+        assert [len(c["prompt_logprobs"]) for c in batch["choices"]] == [3, 3, 5, 5]  # BOS + the bytes
+        assert [len(c["logprobs"]["tokens"]) for c in batch["choices"]] == [4, 4, 6, 6]
         # Streamed: the first chunk carries the prompt (and its logprobs), as vLLM sends it.
         reply = await client.post("/v1/completions", json={**short, "echo": True, "logprobs": 1, "stream": True})
         events = [orjson.loads(line[6:]) for line in reply.text.split("\n") if line.startswith("data: {")]

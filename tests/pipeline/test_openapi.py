@@ -366,7 +366,7 @@ def test_echo_and_prompt_logprobs_bodies_match_response_schemas():
     outs[0].prompt_logprobs = scores
     for out in outs:
         acc.add(out)
-    body = orjson.loads(completion_body(meta, [acc], Echo("h", 1)))
+    body = orjson.loads(completion_body(meta, [acc], [Echo("h", 1)]))
     assert body["choices"][0]["logprobs"]["token_logprobs"][0] is None and body["choices"][0]["prompt_logprobs"]
     validator(doc, "Completion").validate(body)
     chat = orjson.loads(acc.chat_body(meta))
