@@ -31,8 +31,9 @@ def reference() -> torch.Tensor:
 
 @asynccontextmanager
 async def served():
-    """The app on an in-process engine: 32-token steps, 16-token prefill chunks."""
-    config = EngineConfig(model="dummy:tiny", max_num_batched_tokens=32, long_prefill_threshold=16,
+    """The app on an in-process engine (the CPU path, float32, on any host: the values are checked
+    against transformers on CPU): 32-token steps, 16-token prefill chunks."""
+    config = EngineConfig(model="dummy:tiny", device="cpu", max_num_batched_tokens=32, long_prefill_threshold=16,
                           max_model_len=256, num_kv_blocks=64)
     async with Engine(config) as engine:
         transport = httpx.ASGITransport(app=create_app(engine))
