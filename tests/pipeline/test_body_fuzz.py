@@ -42,7 +42,7 @@ CONTENT_TYPES = ("text/plain", "application/x-www-form-urlencoded", "multipart/f
 
 
 # Values near the rules of the logit fields (the vocabulary is dummy:tiny's 512), so that most of
-# them reach the device: ids in and out of it, biases in and out of [-100, 100], echo with logprobs.
+# them reach the device: ids in and out of it, biases in and out of [-100, 100], counts past the limit.
 PLAUSIBLE = {
     "logit_bias": lambda rng: {rng.choice(["0", "1", "300", "511", "512", "05", "-1", "x", ""]):
                                rng.choice([-100, -100.5, 0, 3.5, 100, 1e9, "1", None]) for _ in range(rng.randint(1, 3))},
