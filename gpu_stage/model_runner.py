@@ -6,7 +6,9 @@ the host never holds the device up between steps: `launch` queues a step's work 
 and returns at once; `complete` waits for its sampled ids (the step's one host sync) and turns
 them into a StepResult. The GpuStage launches step N+1 before it completes step N; a decode of
 step N+1 built before step N was sampled (PENDING_TOKEN) reads its input from step N's sampled
-ids on the device. `execute` is both halves at once. An exception in the forward propagates (the
+ids on the device. `execute` is both halves at once. A step that scores prompt positions for a
+request asking for prompt logprobs runs eagerly, and their results ride its first sampled token
+(sampling/prompt_logprobs.py). An exception in the forward propagates (the
 step failed: the engine is broken); a failure while sampling one request only fails that request.
 
 A step, on CPU and GPU alike: the sampled rows are looked up and their uniforms drawn first; the
@@ -33,6 +35,7 @@ from gpu_stage.kv.cache import KvCache
 from gpu_stage.kv_tiers.transfer import KvTransfer, NoTransfer
 from gpu_stage.loaders.model_source import ModelSource
 from gpu_stage.runner_builder import RunnerParts, build_parts
+from gpu_stage.sampling.prompt_logprobs import PromptLogprobsPass
 from gpu_stage.sampling.rows import SamplingRow, SamplingTensors, device_ids, draw_uniforms
 from gpu_stage.sampling.sampler import PendingSample, SamplerOutput
 from gpu_stage.sampling.states import SamplingStates
@@ -56,6 +59,7 @@ class LaunchedStep:
     outputs: list[tuple[SamplerOutput, list[int]]]  # sampled already (a row-by-row retry)
     started_ns: int
     copies_done: list = field(default_factory=list)  # events of tier copies reported with it
+    prompt: PromptLogprobsPass | None = None  # its prompt logprobs, on their way to the host
     # Verifying rows (speculative decoding): request id -> its draft tokens, in order.
     verifying: dict[str, list[int]] = field(default_factory=dict)
     guesses: Guesses | None = None  # the draft model's, for the verifying rows' PENDING_TOKEN slots
@@ -129,7 +133,8 @@ class ModelRunner:
         if batch.chunks:
             rows, logit_rows, request_ids = self.states.sampling_rows(batch, launched.result,
                                                                       self.request_fault_injector)
-            shape = self.graphs.shape_for(batch.chunks) if self.graphs is not None else None
+            prompt = self.states.prompt_rows(batch)  # None unless a request asked for prompt logprobs
+            shape = self.graphs.shape_for(batch.chunks) if self.graphs is not None and prompt is None else None
             feed = self._feed(batch)
             if self.draft is not None:  # its KV follows the step; its guesses fill the draft slots
                 launched.guesses = self.draft.guess(batch.chunks, self.states)
@@ -137,16 +142,23 @@ class ModelRunner:
                     assert feed is None, "a step built ahead never carries draft slots"
                     feed = launched.guesses.feed
             staged = self.inputs.stage(batch.chunks, rows, draw_uniforms(rows), self.config.vocab_size, shape,
-                                       feed=feed)
+                                       feed=feed, prompt=prompt)
             if self.parallel is not None:
                 self.parallel.steps.send(staged, shape)  # every rank runs this step on its shard
-            logits = self.graphs.replay(shape) if shape is not None else self._forward(staged, self.kv_cache)
+            if shape is not None:
+                logits = self.graphs.replay(shape)
+            else:
+                if prompt is not None:
+                    launched.prompt = PromptLogprobsPass(prompt, staged.prompt_targets)
+                logits = self._forward(staged, self.kv_cache, launched.prompt)
             launched.rows, launched.request_ids = rows, request_ids
             if rows:
                 if shape is None or not shape.logits_per_seq:  # logits has one row per sampled position
                     logit_rows = logits_rows(batch.chunks, logit_rows)
                 launched.verifying = {c.request_id: c.token_ids[-c.num_draft:] for c in batch.chunks if c.num_draft}
                 self._start_sampling(logits, logit_rows, staged.sampling, launched)
+            if launched.prompt is not None:
+                launched.prompt.start_copy()
         self._last_sampled = None
         if launched.pending is not None or launched.outputs:
             rows_of = {rid: j for j, rid in enumerate(launched.request_ids)}
@@ -187,6 +199,9 @@ class ModelRunner:
                 for request_id in request_ids:
                     result.failed[request_id] = f"sampling failed: {type(exc).__name__}: {exc}"
                 outputs = []
+        prompt = self.states.prompt  # (empty unless a live request asked for prompt logprobs)
+        if launched.prompt is not None:
+            self.states.record_prompt_logprobs(launched.prompt, result)
         verifying = launched.verifying
         if launched.guesses is not None and outputs and outputs[0][0].extra:  # the draft's, off the copy
             extra = outputs[0][0].extra
@@ -206,6 +221,8 @@ class ModelRunner:
                     runs.setdefault(request_id, []).append(token)
                     continue
                 rows[j].output_token_ids.append(token_id)
+                if prompt and (progress := prompt.get(request_id)) is not None:
+                    token.prompt_logprobs = progress.take()  # with its first token, once
                 result.sampled.append(token)
         for request_id, run in runs.items():
             if request_id not in result.failed:
@@ -253,8 +270,8 @@ class ModelRunner:
         warm_launch_thread(self.model, self.attention_backend, self.dtype, self.device, self.max_num_batched_tokens,
                            self.max_num_seqs)
 
-    def _forward(self, staged: StagedStep, kv_cache: KvCache) -> torch.Tensor:
-        return forward_step(self.model, staged, kv_cache)
+    def _forward(self, staged: StagedStep, kv_cache: KvCache, prompt: PromptLogprobsPass | None = None) -> torch.Tensor:
+        return forward_step(self.model, staged, kv_cache, None if prompt is None else prompt.add)
 
     def _check_limits(self, batch: StepBatch) -> None:
         """The scheduler's promises; checked before any state changes (buffers rely on them)."""

@@ -10,8 +10,9 @@ from dataclasses import dataclass
 
 from ingress.common_fields import COMMON_UNSUPPORTED, parse_common
 from ingress.errors import bad_request
-from ingress.field_checks import check_token_ids, type_error
+from ingress.field_checks import check_token_ids, opt_bool, type_error
 from ingress.limits import IngressLimits
+from ingress.logit_fields import parse_prompt_logprobs
 from ingress.sampling_fields import parse_logprobs_count, parse_max_tokens, parse_sampling
 from stages.sampling import SamplingParams
 
@@ -29,6 +30,7 @@ class CompletionRequest:
     priority: int = 0
     cache_salt: str | None = None
     n: int = 1  # choices: parallel samples of each prompt
+    echo: bool = False  # the prompt's text (and, with logprobs, its logprobs) before the completion
 
     @property
     def prompt(self) -> str | list[int]:
@@ -44,7 +46,12 @@ def parse_completion_request(obj: dict, limits: IngressLimits, vocab_size: int) 
         if limits.max_tokens_cap is not None:
             max_tokens = min(max_tokens, limits.max_tokens_cap)
     logprobs = parse_logprobs_count(obj, "logprobs", limits)
-    params = parse_sampling(obj, limits, vocab_size, max_tokens, logprobs)
+    echo = opt_bool(obj, "echo", False)
+    # vLLM: echo with logprobs asks for the prompt's logprobs too, with as many alternatives.
+    prompt_logprobs = parse_prompt_logprobs(obj, limits, common.stream)
+    if prompt_logprobs is None and echo:
+        prompt_logprobs = logprobs
+    params = parse_sampling(obj, limits, vocab_size, max_tokens, logprobs, prompt_logprobs)
     prompts = parse_prompts(obj.get("prompt"), limits, vocab_size)
     return CompletionRequest(
         model=common.model,
@@ -56,6 +63,7 @@ def parse_completion_request(obj: dict, limits: IngressLimits, vocab_size: int) 
         priority=common.priority,
         cache_salt=common.cache_salt,
         n=common.n,
+        echo=echo,
     )
 
 

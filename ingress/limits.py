@@ -28,12 +28,16 @@ class IngressLimits:
     max_stop_token_ids: int = 256
     # OpenAI's own bound. Higher temperatures only flatten the distribution into noise.
     max_temperature: float = 2.0
-    # Alternatives per position: completions `logprobs`, chat `top_logprobs` (OpenAI allows 20 on chat).
-    max_logprobs: int = 20
+    # Alternatives per position: completions `logprobs`, chat `top_logprobs` (OpenAI allows 20 on
+    # chat), `prompt_logprobs`. vLLM's flag and default.
+    max_logprobs: int = option(20, "logprobs, top_logprobs and prompt_logprobs above this are a 400")
+    max_logit_bias: int = 1024  # logit_bias entries: the sampler scatters each one every step
     max_messages: int = 4096
 
     def __post_init__(self) -> None:
         if self.max_n < 1:
             raise ValueError(f"max_n must be at least 1, got {self.max_n}")
+        if self.max_logprobs < 0:
+            raise ValueError(f"max_logprobs must be at least 0, got {self.max_logprobs}")
         if self.max_batch_prompts < 1:
             raise ValueError(f"max_batch_prompts must be at least 1, got {self.max_batch_prompts}")

@@ -42,6 +42,7 @@ class PreparedRequest:
     api: CompletionRequest | ChatCompletionRequest
     prompts_token_ids: list[list[int]]  # one prompt, or a batch's (completions), each its own request
     params: SamplingParams  # max_tokens filled in (the same for every prompt of a batch)
+    echo_texts: list[str] | None = None  # completions' echo: each prompt as text (token ids decoded)
 
     @property
     def prompt_token_ids(self) -> list[int]:
@@ -85,7 +86,11 @@ class IngressStage:
         else:
             prompts = [list(ids) for ids in req.prompts]
             trace.mark("tokenized")
-        return self._finish(req, prompts, trace)
+        prepared = self._finish(req, prompts, trace)
+        if req.echo:  # each prompt's text as given, or its ids decoded (off the loop when long)
+            prepared.echo_texts = list(req.prompts) if isinstance(req.prompt, str) else await self._run_text(
+                sum(map(len, prompts)), self._decode_all, prompts)
+        return prepared
 
     async def prepare_chat(self, body: bytes, trace: RequestTrace) -> PreparedRequest:
         req: ChatCompletionRequest = self._parse(body, trace, parse_chat_request)
@@ -134,6 +139,14 @@ class IngressStage:
 
     def _encode_texts(self, texts: list[str]) -> list[list[int]]:
         return [self.tokenizer.encode(text, add_special_tokens=True) for text in texts]
+
+    def _decode_all(self, prompts: list[list[int]]) -> list[str]:
+        return [self.tokenizer.decode(ids, skip_special_tokens=False) for ids in prompts]
+
+    async def _run_text(self, size: int, fn, arg) -> list[str]:
+        if size > self.offload_chars:
+            return await asyncio.get_running_loop().run_in_executor(self._pool, fn, arg)
+        return fn(arg)
 
     def _encode_chat(self, req: ChatCompletionRequest) -> list[int]:
         text = self._render(req.messages, req.add_generation_prompt, req.chat_template_kwargs)

@@ -185,8 +185,9 @@ class Engine:
             deadline_ns = time.perf_counter_ns() + int(self.config.request_timeout_s * 1e9)
             self._deadlines[request_id] = deadline_ns
         stream = OutputStream(request_id, trace, self.config.stream_buffer_items)
-        emitter = RequestEmitter(request_id, self.tokenizer, params,
-                                 num_prompt_tokens=len(prompt_token_ids), index=index)
+        first = prompt_token_ids[0] if params.prompt_logprobs is not None else None
+        emitter = RequestEmitter(request_id, self.tokenizer, params, num_prompt_tokens=len(prompt_token_ids),
+                                 index=index, first_prompt_token=first)
         self._active[request_id] = stream
         self.emitter_stage.register(stream, emitter)
         trace.mark("queued")

@@ -23,6 +23,7 @@ from starlette.responses import Response
 from emitter.openai_format import (
     ChatChunker,
     CompletionChunker,
+    Echo,
     ResponseAccumulator,
     ResponseMeta,
     chat_body,
@@ -33,6 +34,7 @@ from emitter.output_stream import OutputStream
 from emitter.sample_streams import SampleStreams
 from emitter.sse import SSE_DONE, sse_error, sse_event
 from ingress.errors import ApiError, bad_request, model_not_found, payload_too_large
+from ingress.stage import PreparedRequest
 from pipeline.asgi_stream import DisconnectWatch, EventStreamResponse
 from pipeline.engine import Engine
 from pipeline.json_response import error_response, json_response
@@ -130,8 +132,9 @@ async def _generate(request: Request, chat: bool) -> Response:
     reader = streams[0] if len(streams) == 1 else SampleStreams(streams)
     watch = DisconnectWatch(request.receive, lambda: engine.abort_streams(streams))
     meta = ResponseMeta(request_id, int(time.time()), engine.model_name, num_prompts=len(prepared.prompts_token_ids))
+    echoes = _echoes(prepared, len(streams))
     # Before the first await: the emitter frames every output of a streamed reply.
-    chunkers = _attach_framers(streams, meta, chat, api.include_usage) if api.stream else []
+    chunkers = _attach_framers(streams, meta, chat, api.include_usage, echoes) if api.stream else []
     first = await reader.get()
     if first.error is not None and first.num_output_tokens == 0 and not first.text:
         watch.cancel()
@@ -142,7 +145,7 @@ async def _generate(request: Request, chat: bool) -> Response:
         on_sent = lambda out: engine.record_write(streams[out.index], out)  # noqa: E731
         return EventStreamResponse(chunks, watch, on_sent, rid_header)
     try:
-        return await _whole_body(engine, streams, reader, first, meta, chat, rid_header)
+        return await _whole_body(engine, streams, reader, first, meta, chat, rid_header, echoes)
     finally:
         watch.cancel()
 
@@ -155,12 +158,25 @@ def _error_reply(out: RequestOutput, status: int, headers: dict[str, str]) -> Re
     return error_response(ApiError(status, out.error, type=kind), headers)
 
 
-def _attach_framers(streams: list[OutputStream], meta: ResponseMeta, chat: bool,
-                    include_usage: bool) -> list[ChatChunker] | list[CompletionChunker]:
+def _echoes(prepared: PreparedRequest, num_choices: int) -> list[Echo] | None:
+    """Each choice's echo (echo=true): its prompt's text, n choices per prompt of a batch."""
+    texts = prepared.echo_texts
+    if texts is None:
+        return None
+    per_prompt = num_choices // len(texts)
+    return [Echo(texts[i // per_prompt], prepared.params.logprobs) for i in range(num_choices)]
+
+
+def _attach_framers(streams: list[OutputStream], meta: ResponseMeta, chat: bool, include_usage: bool,
+                    echoes: list[Echo] | None = None) -> list[ChatChunker] | list[CompletionChunker]:
     """Each choice's chunker, set as its stream's framer: the emitter turns each output into its
-    SSE event as it pushes it (`RequestOutput.sse`), in its one pass over the step."""
-    make = ChatChunker if chat else CompletionChunker
-    chunkers = [make(meta, include_usage, i) for i in range(len(streams))]
+    SSE event as it pushes it (`RequestOutput.sse`), in its one pass over the step. With `echoes`
+    each completion choice's first chunk carries its prompt."""
+    if chat:
+        chunkers = [ChatChunker(meta, include_usage, i) for i in range(len(streams))]
+    else:
+        chunkers = [CompletionChunker(meta, include_usage, i, echoes[i] if echoes else None)
+                    for i in range(len(streams))]
     for stream, chunker in zip(streams, chunkers):
         stream.framer = chunker.sse
     return chunkers
@@ -205,7 +221,7 @@ async def _sse_chunks(
 
 async def _whole_body(
     engine: Engine, streams: list[OutputStream], reader: OutputStream | SampleStreams, first: RequestOutput,
-    meta: ResponseMeta, chat: bool, headers: dict[str, str],
+    meta: ResponseMeta, chat: bool, headers: dict[str, str], echoes: list[Echo] | None = None,
 ) -> Response:
     accs = [ResponseAccumulator(i) for i in range(len(streams))]
     num_left = len(streams)
@@ -220,7 +236,7 @@ async def _whole_body(
             if num_left == 0:
                 break
         out = await reader.get()
-    body = chat_body(meta, accs) if chat else completion_body(meta, accs)
+    body = chat_body(meta, accs) if chat else completion_body(meta, accs, echoes)
     for acc in accs:
         engine.record_write(streams[acc.index], acc.last)
     return Response(body, media_type="application/json", headers=headers)

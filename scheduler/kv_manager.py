@@ -26,7 +26,10 @@ class KVManager:
         self.num_hit_tokens = 0  # of those, served from the cache
 
     def update_hashes(self, req: RequestState) -> None:
-        if self.enable_caching:
+        """Hash the request's new full blocks. A request asking for prompt logprobs gets none: it
+        never hits the cache (or the tiers below it), since every prompt position it scores must
+        be computed (vLLM skips the cache for it too), and its blocks are not shared either."""
+        if self.enable_caching and req.params.prompt_logprobs is None:
             extend_block_hashes(
                 req.block_hashes, req.all_token_ids, self.block_size, req.request.cache_salt)
 

@@ -121,9 +121,12 @@ class StepResults:
             if reason is not None:
                 self.retire(req, reason, None)
         # event()'s TokenEvent, inline (one per request per step).
-        return TokenEvent(req.request_id, [token_id], req.finish_reason,
-                          None if params.logprobs is None else [token], req.num_prompt_tokens,
-                          num_output, req.num_cached_tokens, req.error)
+        event = TokenEvent(req.request_id, [token_id], req.finish_reason,
+                           None if params.logprobs is None else [token], req.num_prompt_tokens,
+                           num_output, req.num_cached_tokens, req.error)
+        if token.prompt_logprobs is not None:  # (the first token of a request that asked for them)
+            event.prompt_logprobs = token.prompt_logprobs
+        return event
 
     def _apply_verified(self, req: RequestState, num_draft: int, first: SampledToken,
                         accepted: list[SampledToken]) -> TokenEvent:

@@ -90,11 +90,24 @@ class StepBatch:
 
 
 @dataclass(slots=True)
+class PromptLogprob:
+    """One prompt position's score (prompt_logprobs): the prompt token there given those before it."""
+
+    token_id: int
+    logprob: float
+    rank: int  # how many tokens were at least as likely there, itself included (1: the most likely)
+    top: list[tuple[int, float]]  # the k most likely tokens there (id, logprob), most likely first
+
+
+@dataclass(slots=True)
 class SampledToken:
     request_id: str
     token_id: int
     logprob: float | None = None  # of the sampled token, when logprobs were asked for
     top_logprobs: list[tuple[int, float]] | None = None
+    # With the first token of a request that asked for prompt_logprobs: prompt positions 1.. (the
+    # first prompt token has nothing before it), computed in its prefill.
+    prompt_logprobs: list[PromptLogprob] | None = None
 
 
 @dataclass(slots=True)
@@ -127,6 +140,7 @@ class TokenEvent:
     num_cached_tokens: int = 0
     error: str | None = None
     error_status: int = 500  # the HTTP status of `error`: 400 for a request refused at admission
+    prompt_logprobs: list[PromptLogprob] | None = None  # with the first token (SampledToken's)
 
 
 @dataclass(slots=True)
@@ -141,6 +155,16 @@ class TokenLogprob:
     token_id: int
     logprob: float
     top: list[tuple[str, int, float]]  # (text, id, logprob) of the alternatives
+    rank: int | None = None  # prompt logprobs: PromptLogprob.rank
+
+
+@dataclass(slots=True)
+class PromptScores:
+    """A request's prompt logprobs as the emitter hands them out (with its first output)."""
+
+    first_token: str  # the text of prompt token 0: nothing comes before it, so it has no logprob
+    first_token_id: int
+    positions: list[TokenLogprob]  # prompt tokens 1.., each given the ones before it (rank set)
 
 
 @dataclass(slots=True)
@@ -161,6 +185,7 @@ class RequestOutput:
     # This output as SSE bytes, framed by the emitter when its stream has a framer (a streamed
     # HTTP reply); b"" otherwise.
     sse: bytes = b""
+    prompt_logprobs: PromptScores | None = None  # with the first output, when they were asked for
 
 
 @dataclass(slots=True)

@@ -1,16 +1,35 @@
 """A step's sampled rows: SamplingRow (one sequence's parameters, history and generator), their
-parameters as per-row lists, the flags that decide which sampling steps a batch needs, and the
-[R] tensors the sampler reads (SamplingTensors; the runner stages the same values in its pinned
-buffer, step_inputs.py). `device_ids` puts host ids on the device without waiting for it.
+parameters as per-row lists, a request's logit_bias on the device (BiasRow), the flags that
+decide which sampling steps a batch needs, and the [R] tensors the sampler reads
+(SamplingTensors; the runner stages the same values in its pinned buffer, step_inputs.py). `device_ids` puts host ids on the device without waiting for it.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import NamedTuple, Sequence
 
 import torch
 
 from stages.sampling import SamplingParams
+
+
+@dataclass(frozen=True)
+class BiasRow:
+    """One request's logit_bias on the device: ids [n] int64 and biases [n] float32."""
+
+    ids: torch.Tensor
+    values: torch.Tensor
+
+    @staticmethod
+    def of(pairs: Sequence[tuple[int, float]], device: torch.device) -> BiasRow:
+        ids = device_ids([t for t, _ in pairs], device)
+        values = torch.tensor([b for _, b in pairs], dtype=torch.float32)
+        if device.type == "cuda":
+            values = values.pin_memory().to(device, non_blocking=True)
+        return BiasRow(ids, values)
+
+    def __len__(self) -> int:
+        return self.ids.shape[0]
 
 
 @dataclass
@@ -28,6 +47,7 @@ class SamplingRow:
     # Its uniform, drawn already from its generator (speculative decoding's look-ahead, see
     # SamplingState); None: draw_uniforms draws the next one.
     uniform: float | None = None
+    bias: BiasRow | None = None  # its logit_bias on the device (None: built from params when it has one)
 
 
 def draw_uniform(generator: torch.Generator | None) -> float:
@@ -71,6 +91,7 @@ class SamplingFlags(NamedTuple):
     need_penalties: bool
     need_repetition: bool
     max_top_k: int  # the largest top_k that limits a row (0: none)
+    need_logit_bias: bool = False
 
     @staticmethod
     def of(rows: list[SamplingRow], vocab: int) -> SamplingFlags:
@@ -84,6 +105,7 @@ class SamplingFlags(NamedTuple):
             any(r.params.needs_penalties for r in rows),
             any(r.params.repetition_penalty != 1.0 for r in rows),
             max(top_ks, default=0),
+            any(r.params.logit_bias for r in rows),
         )
 
 

@@ -1,7 +1,7 @@
 """Sampler: logits of the sampled rows of a step -> one token per row, vectorised over the batch.
 
 Order of processing (as vLLM): logprobs are taken from the raw model log-softmax; then min_tokens
-bans the stop ids, the repetition penalty (HF semantics, over prompt + output) and the frequency /
+bans the stop ids, logit_bias adds its biases (logit_bias.py), the repetition penalty (HF semantics, over prompt + output) and the frequency /
 presence penalties (over output) edit the logits; temperature 0 takes the argmax; otherwise
 temperature, top_k, top_p and min_p shape the distribution (`truncation_mask`) and the token is
 drawn by inverse CDF, in vocabulary order, with ONE uniform from the request's own generator. Each
@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from gpu_stage.sampling import torch_draw
+from gpu_stage.sampling.logit_bias import apply_logit_bias
 from gpu_stage.sampling.penalties import PenaltyCache, apply_penalties
 from gpu_stage.sampling.rows import SamplingRow, SamplingTensors, device_ids
 
@@ -98,6 +99,8 @@ class Sampler:
         ks = [r.params.logprobs for r in rows]
         raw_logprobs = torch.log_softmax(logits, dim=-1) if any(k is not None for k in ks) else None
         logits = self._ban_stop_ids(logits, rows)
+        if tensors.flags.need_logit_bias:
+            logits = apply_logit_bias(logits, rows)
         if tensors.flags.need_penalties:
             if self.penalties is not None and all(r.penalty_slot for r in rows if r.params.needs_penalties):
                 logits = self.penalties.apply(logits, tensors)

@@ -38,6 +38,7 @@ SAMPLING_FIELDS = [
     "skip_special_tokens", "include_stop_str_in_output", "logprobs", "top_logprobs", "n", "stream",
     "stream_options", "priority", "cache_salt", "model", "best_of", "echo", "suffix", "logit_bias", "tools",
     "tool_choice", "response_format", "add_generation_prompt", "chat_template_kwargs", "guided_json",
+    "prompt_logprobs",
 ]
 plausible = {
     "temperature": st.floats(-1, 3) | st.integers(-1, 3),
@@ -49,6 +50,11 @@ plausible = {
     "stop_token_ids": st.lists(st.integers(-2, VOCAB + 2), max_size=5),
     "logprobs": st.booleans() | st.integers(-1, 22),
     "top_logprobs": st.integers(-1, 22),
+    "prompt_logprobs": st.integers(-1, 22),
+    "echo": st.booleans(),
+    "logit_bias": st.dictionaries(st.sampled_from(["0", "5", "05", str(VOCAB - 1), str(VOCAB), "-1", "+3", " 7",
+                                                   "x", "\u0663"]),
+                                  st.floats(-120, 120) | st.integers(-101, 101) | json_values, max_size=4),
     "stream_options": st.fixed_dictionaries({}, optional={"include_usage": st.booleans() | st.none()}),
 }
 prompts = (json_values | st.text(max_size=30) | st.lists(st.integers(-2, VOCAB + 2), max_size=8)
@@ -96,6 +102,11 @@ def _check_params(req: CompletionRequest | ChatCompletionRequest) -> None:
     assert all(type(t) is int and 0 <= t < VOCAB for t in p.stop_token_ids)
     assert p.logprobs is None or 0 <= p.logprobs <= LIMITS.max_logprobs
     assert p.seed is None or type(p.seed) is int
+    assert p.prompt_logprobs is None or 0 <= p.prompt_logprobs <= LIMITS.max_logprobs
+    assert p.prompt_logprobs is None or not (req.stream and p.prompt_logprobs != p.logprobs)
+    ids = [t for t, _ in p.logit_bias]
+    assert ids == sorted(set(ids)) and all(0 <= t < VOCAB for t in ids)
+    assert all(type(b) is float and -100 <= b <= 100 for _, b in p.logit_bias)
     for flag in (p.ignore_eos, p.skip_special_tokens, p.include_stop_str_in_output, req.stream, req.include_usage):
         assert type(flag) is bool
     assert req.include_usage is False or req.stream is True

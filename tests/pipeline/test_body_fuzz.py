@@ -31,7 +31,7 @@ FIELDS = ("prompt", "messages", "max_tokens", "max_completion_tokens", "temperat
           "seed", "presence_penalty", "frequency_penalty", "repetition_penalty", "ignore_eos", "model",
           "priority", "cache_salt", "echo", "best_of", "logit_bias", "user", "response_format", "tools",
           "chat_template_kwargs", "add_generation_prompt", "min_tokens", "no_such_field", "tokens",
-          "add_special_tokens", "return_token_strs", "continue_final_message")
+          "add_special_tokens", "return_token_strs", "continue_final_message", "prompt_logprobs")
 RAW_NUMBERS = (b"1e999", b"-1e999", str(2**200).encode(), b"1" + b"0" * 400, b"1e-999", b"-0", b"0.0",
                b"-1", b"9223372036854775808", b"-9223372036854775809", b"NaN", b"Infinity", b"-Infinity",
                b"1.5", b"16", b"0", b"2", b"1E3", b"0x10", b"+1", b".5", b"01")
@@ -39,6 +39,16 @@ BAD_UTF8 = (b"\xff", b"\xc0\xaf", b"\xed\xa0\x80", b"\xe2\x82", b"\xf4\x90\x80\x
             b"\\udc00\\ud800", b"\\u0000", b"<s></s><pad>", b"\\n\\r\\t")
 CONTENT_TYPES = ("text/plain", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x", "",
                  "application/json; charset=latin-1", "application/xml", "*/*", "application/json, text/html")
+
+
+# Values near the rules of the logit fields (the vocabulary is dummy:tiny's 512), so that most of
+# them reach the device: ids in and out of it, biases in and out of [-100, 100], counts past the limit.
+PLAUSIBLE = {
+    "logit_bias": lambda rng: {rng.choice(["0", "1", "300", "511", "512", "05", "-1", "x", ""]):
+                               rng.choice([-100, -100.5, 0, 3.5, 100, 1e9, "1", None]) for _ in range(rng.randint(1, 3))},
+    "prompt_logprobs": lambda rng: rng.choice([0, 1, 5, 20, 21, -1, True]),
+    "echo": lambda rng: rng.choice([True, False, 1]),
+}
 
 
 def valid_body(rng: random.Random, route: str) -> dict:
@@ -106,7 +116,7 @@ def example(rng: random.Random, i: int) -> tuple[str, str, bytes, dict[str, str]
         label = "truncated"
     elif kind in (2, 3, 4):
         field = rng.choice(FIELDS)
-        body[field] = random_json(rng)
+        body[field] = random_json(rng) if kind != 4 or field not in PLAUSIBLE else PLAUSIBLE[field](rng)
         raw, label = orjson.dumps(body), f"field {field}"
     elif kind == 5:
         depth = rng.choice([2, 100, 1000, 1022, 1023, 1024, 1025, 5000, 100_000])

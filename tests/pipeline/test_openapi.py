@@ -20,7 +20,7 @@ import orjson
 import pytest
 from openapi_spec_validator import validate as validate_openapi
 
-from emitter.openai_format import ChatChunker, CompletionChunker, ResponseAccumulator, ResponseMeta
+from emitter.openai_format import ChatChunker, CompletionChunker, Echo, ResponseAccumulator, ResponseMeta, completion_body
 from ingress.chat_template import ChatTemplate
 from ingress.dummy_tokenizer import DUMMY_CHAT_TEMPLATE, DummyTokenizer
 from ingress.errors import ApiError, bad_request, overloaded, payload_too_large, unauthorized
@@ -29,7 +29,7 @@ from ingress.schemas import parse_chat_request, parse_completion_request
 from ingress.stage import IngressStage
 from ingress.tokenize_schema import parse_detokenize_request, parse_tokenize_request
 from pipeline.openapi import build_openapi, openapi_json
-from stages.messages import RequestOutput, TokenLogprob
+from stages.messages import PromptScores, RequestOutput, TokenLogprob
 from stages.trace import RequestTrace
 
 MODEL = "dummy:tiny"
@@ -128,6 +128,9 @@ GOOD_COMPLETIONS = [
     {"prompt": "x", "stop": "a", "stop_token_ids": [0, 999], "skip_special_tokens": False,
      "include_stop_str_in_output": True, "n": 1},
     {"prompt": "x", "n": 16, "seed": 2**64 - 1, "stream": True},
+    {"prompt": "x", "logit_bias": {"0": -100, "7": 2.5, "99": 100}, "prompt_logprobs": 20, "echo": True,
+     "logprobs": 0},
+    {"prompt": "x", "echo": True, "logprobs": 3, "stream": True, "prompt_logprobs": None},
     {"prompt": "x", "best_of": 1, "echo": False, "suffix": "", "logit_bias": {}, "tools": [],
      "tool_choice": "none", "functions": [], "function_call": "none", "response_format": {"type": "text"},
      "modalities": ["text"], "use_beam_search": False, "allowed_token_ids": [], "bad_words": [],
@@ -149,6 +152,7 @@ GOOD_CHATS = [
     {"messages": [USER], "logprobs": True},
     {"messages": [USER], "n": 3, "logprobs": True, "n_unknown": 1},
     {"messages": [USER], "logprobs": False, "top_logprobs": None},
+    {"messages": [USER], "logit_bias": {"5": 1}, "prompt_logprobs": 0, "echo": False, "stream": False},
     {"messages": [USER], "add_generation_prompt": False, "chat_template_kwargs": {"enable_thinking": False}},
     {"messages": [USER], "continue_final_message": False, "documents": [], "chat_template": None},
     {"messages": [USER], "stream": True, "stream_options": {}, "model": MODEL},
@@ -175,6 +179,8 @@ def test_good_chat_bodies_pass_schema_and_parser(body):
 # ---- request bodies: the ingress tests' bad ones fail both ------------------------------------------
 
 def _load(name: str):
+    if str(INGRESS_TESTS) not in sys.path:  # their helper modules (endpoint_parsers), as pytest would
+        sys.path.append(str(INGRESS_TESTS))
     spec = importlib.util.spec_from_file_location(f"_ingress_{name}", INGRESS_TESTS / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
@@ -236,6 +242,9 @@ def _bad_cases():
         {"stream": False, "stream_options": {}}, {"stream": True, "stream_options": {"include_usage": 1}},
         {"stream": "yes"}, {"model": 5}, {"priority": 2**63}, {"cache_salt": ""}, {"cache_salt": "s" * 1025},
         {"top_k": 2**64}, {"min_tokens": -1},
+        {"logit_bias": {"1000": 1}}, {"logit_bias": {"-1": 1}}, {"logit_bias": {"5": 100.5}}, {"logit_bias": []},
+        {"logit_bias": {"5": "1"}}, {"logit_bias": {"5": 1, "05": 1}}, {"prompt_logprobs": 21},
+        {"prompt_logprobs": -1}, {"prompt_logprobs": 1, "stream": True}, {"echo": "yes"},
     ]
     for fields in extra:
         cases.append(("completions", IngressLimits(), {"prompt": "hi", **fields}))
@@ -346,6 +355,28 @@ def test_emitter_bodies_match_response_schemas(with_logprobs):
         error.validate(orjson.loads(err.to_body()))
     assert not error.is_valid({"error": {"message": "x"}})
     assert not validator(doc, "Completion").is_valid({"object": "text_completion"})
+
+
+def test_echo_and_prompt_logprobs_bodies_match_response_schemas():
+    doc = build_openapi(MODEL, IngressLimits(), MAX_MODEL_LEN, VOCAB)
+    meta = ResponseMeta("cmpl-1", 1700000000, MODEL)
+    scores = PromptScores("<s>", 0, [TokenLogprob("h", 107, -3.5, [("a", 100, -0.5)], rank=9)])
+    acc = ResponseAccumulator()
+    outs = _outputs(True)
+    outs[0].prompt_logprobs = scores
+    for out in outs:
+        acc.add(out)
+    body = orjson.loads(completion_body(meta, [acc], [Echo("h", 1)]))
+    assert body["choices"][0]["logprobs"]["token_logprobs"][0] is None and body["choices"][0]["prompt_logprobs"]
+    validator(doc, "Completion").validate(body)
+    chat = orjson.loads(acc.chat_body(meta))
+    assert chat["prompt_logprobs"][1]["107"]["rank"] == 9
+    validator(doc, "ChatCompletion").validate(chat)
+    chunker = CompletionChunker(meta, echo=Echo("h", 1))
+    for out in outs:
+        validator(doc, "CompletionChunk").validate(orjson.loads(chunker.chunk(out)))
+    assert not validator(doc, "Completion").is_valid({**body, "choices": [{**body["choices"][0],
+                                                                          "prompt_logprobs": [{"5": {"logprob": 1}}]}]})
 
 
 # ---- the route ---------------------------------------------------------------------------------------
