@@ -27,6 +27,12 @@
 #               device pool of a quarter of the working set) with a 48 GiB host tier and without
 #               (recompute), and bench/kv_tier_restore.py (a 4,096-token prefix from host memory
 #               vs recomputed): OUTDIR/tiers_summary.json. Under 8 minutes.
+#   --spec:     instead, speculative decoding (issue 26): first the verification CUDA graphs' GPU
+#               tests (tests/gpu_stage/spec/test_verify_graphs_gpu.py: OUTDIR/spec_gpu_tests.log,
+#               ~1 minute), then bench/spec_gpu.py: the verification step (k = 1..8, its graph and
+#               eager) against a decode step at batch 1, 8, 64, the verify-only ceiling (batch 1,
+#               k = 4, every draft accepted, drafting free), then the draft_model ceiling (the target
+#               as its own draft) at batch 1, k = 4: OUTDIR/spec_gpu.json/.md. About 6 minutes.
 #   --long:     instead, long prompts (issue 22): the long-context attention's GPU tests
 #               (OUTDIR/long_tests.log), a minute of back-to-back GEMMs (the sustained rate),
 #               attention over long cached contexts: the Triton kernel, the long-context path and
@@ -49,6 +55,7 @@ ABLATE=""
 TIERS=""
 LONG=""
 KV8=""
+SPEC=""
 TP=1
 ARGS=("$@")
 for ((i = 0; i < ${#ARGS[@]}; i++)); do
@@ -67,6 +74,7 @@ for ((i = 0; i < ${#ARGS[@]}; i++)); do
         --tiers) TIERS=1 ;;
         --long) LONG=1 ;;
         --kv8) KV8=1 ;;
+        --spec) SPEC=1 ;;
         *) OUTDIR="$arg" ;;
     esac
 done
@@ -89,6 +97,18 @@ cat "$OUTDIR/machine.txt"
 if [ -n "$KV8" ]; then  # issue 23: the 8-bit KV cache (replaces the default run)
     bash bench/kv_dtype_suite.sh "$OUTDIR" ${KV8_MODES:---suite}
     exit $?
+fi
+
+if [ -n "$SPEC" ]; then  # issue 26: speculative decoding's step costs and ceiling (replaces the default run)
+    echo "== verification CUDA graphs: GPU tests"
+    timeout 240 python3 -m pytest -p no:cacheprovider -q -m gpu tests/gpu_stage/spec/test_verify_graphs_gpu.py \
+        2>&1 | tee "$OUTDIR/spec_gpu_tests.log" | tail -15
+    tests_rc="${PIPESTATUS[0]}"
+    timeout 540 python3 -m bench.spec_gpu --out "$OUTDIR" 2>&1 | tee "$OUTDIR/spec_gpu.log" | tail -24
+    bench_rc="${PIPESTATUS[0]}"
+    echo "spec GPU tests rc=$tests_rc, bench.spec_gpu rc=$bench_rc"
+    [ "$tests_rc" = 0 ] && exit "$bench_rc"
+    exit "$tests_rc"
 fi
 
 if [ -n "$BASELINE" ]; then

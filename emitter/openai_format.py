@@ -5,9 +5,15 @@ remembers what the next chunk needs (the chat role delta goes first; completion 
 offsets continue across chunks). Non-streaming: an accumulator gathers the outputs and builds the
 whole body at the end. Field names follow the OpenAI API (`openai` package types).
 
+Completions' `echo` puts the prompt's text (and, with logprobs, its logprobs: openai_prompt_logprobs)
+before the completion's: in the first chunk of each choice when streaming, as vLLM does.
+`prompt_logprobs` (vLLM's) go on each completion choice and on the chat body, non-streaming only.
+
 Usage counts come from the last RequestOutput, whose counters are cumulative. With n > 1 choices
 (each a sample with its own outputs, `RequestOutput.index`) every chunk carries its choice's index,
-and usage counts the prompt once and the completion tokens of every choice.
+and usage counts the prompt once and the completion tokens of every choice. A batch of prompts
+(completions) has n choices per prompt, prompt i's at indices i * n to i * n + n - 1; usage counts
+each prompt once.
 """
 from __future__ import annotations
 
@@ -17,8 +23,9 @@ from typing import Any, Sequence
 import orjson
 
 from emitter.openai_logprobs import chat_logprobs, completion_logprobs
+from emitter.openai_prompt_logprobs import echo_logprobs, joined, vllm_prompt_logprobs
 from emitter.sse import sse_event
-from stages.messages import RequestOutput, TokenLogprob
+from stages.messages import PromptScores, RequestOutput, TokenLogprob
 
 COMPLETION_OBJECT = "text_completion"
 CHAT_OBJECT = "chat.completion"
@@ -32,18 +39,40 @@ class ResponseMeta:
     id: str  # "cmpl-..." or "chatcmpl-..."
     created: int  # Unix seconds
     model: str
+    num_prompts: int = 1  # a batch's choices come in groups of n, one group per prompt
 
 
-def usage_dict(lasts: Sequence[RequestOutput]) -> dict[str, Any]:
-    """Usage from each choice's last output. The prompt is counted once; its cached tokens are
-    choice 0's (the other samples share its prompt blocks rather than hitting the cache)."""
-    first = lasts[0]
+@dataclass(frozen=True, slots=True)
+class Echo:
+    """Completions' echo: the prompt's text, and the logprobs count asked for (None: none)."""
+
+    text: str
+    num_top: int | None
+
+
+def echoed(echo: Echo, text: str, logprobs: list[TokenLogprob] | None, prompt: PromptScores | None,
+           text_offset: int = 0) -> tuple[str, dict[str, Any] | None, int]:
+    """The echoed prompt before a completion's (first) text and logprobs -> (text, logprobs object,
+    the text offset after it)."""
+    if echo.num_top is None:
+        return echo.text + text, None, text_offset
+    body, offset = echo_logprobs(prompt, echo.num_top) if prompt is not None else (None, text_offset)
+    rest, offset = completion_logprobs(logprobs or [], offset)
+    return echo.text + text, rest if body is None else joined(body, rest), offset
+
+
+def usage_dict(lasts: Sequence[RequestOutput], num_prompts: int = 1) -> dict[str, Any]:
+    """Usage from each choice's last output (in index order, n per prompt). Each prompt is counted
+    once; its cached tokens are its first choice's (the other samples share its prompt blocks
+    rather than hitting the cache)."""
+    firsts = lasts[::len(lasts) // num_prompts]
+    num_prompt = sum(out.num_prompt_tokens for out in firsts)
     num_output = sum(out.num_output_tokens for out in lasts)
     return {
-        "prompt_tokens": first.num_prompt_tokens,
+        "prompt_tokens": num_prompt,
         "completion_tokens": num_output,
-        "total_tokens": first.num_prompt_tokens + num_output,
-        "prompt_tokens_details": {"cached_tokens": first.num_cached_tokens},
+        "total_tokens": num_prompt + num_output,
+        "prompt_tokens_details": {"cached_tokens": sum(out.num_cached_tokens for out in firsts)},
     }
 
 
@@ -54,7 +83,7 @@ def _envelope(meta: ResponseMeta, obj: str, choices: list[dict[str, Any]]) -> di
 def usage_chunk(meta: ResponseMeta, lasts: Sequence[RequestOutput], chat: bool) -> bytes:
     """The last chunk when `stream_options.include_usage`: no choices, the usage of them all."""
     body = _envelope(meta, CHAT_CHUNK_OBJECT if chat else COMPLETION_OBJECT, [])
-    body["usage"] = usage_dict(lasts)
+    body["usage"] = usage_dict(lasts, meta.num_prompts)
     return orjson.dumps(body)
 
 
@@ -72,13 +101,15 @@ def _split_template(body: dict[str, Any]) -> tuple[bytes, bytes] | None:
 class CompletionChunker:
     """`/v1/completions` streaming chunks for one choice of a request."""
 
-    __slots__ = ("meta", "include_usage", "index", "_text_offset", "_template")
+    __slots__ = ("meta", "include_usage", "index", "_text_offset", "_template", "_echo")
 
-    def __init__(self, meta: ResponseMeta, include_usage: bool = False, index: int = 0) -> None:
+    def __init__(self, meta: ResponseMeta, include_usage: bool = False, index: int = 0,
+                 echo: Echo | None = None) -> None:
         self.meta = meta
         self.include_usage = include_usage  # then every chunk carries "usage": null
         self.index = index
         self._text_offset = 0
+        self._echo = echo  # goes with the first chunk
         body = _envelope(meta, COMPLETION_OBJECT,
                          [{"index": index, "text": _HOLE, "logprobs": None, "finish_reason": None}])
         if include_usage:
@@ -86,13 +117,17 @@ class CompletionChunker:
         self._template = _split_template(body)  # the chunk of an unfinished step, no logprobs
 
     def chunk(self, out: RequestOutput) -> bytes:
-        if out.finish_reason is None and out.logprobs is None and self._template is not None:
+        echo = self._echo
+        if out.finish_reason is None and out.logprobs is None and echo is None and self._template is not None:
             head, tail = self._template
             return head + orjson.dumps(out.text) + tail
-        logprobs = None
-        if out.logprobs is not None:
+        text, logprobs = out.text, None
+        if echo is not None:
+            self._echo = None
+            text, logprobs, self._text_offset = echoed(echo, text, out.logprobs, out.prompt_logprobs)
+        elif out.logprobs is not None:
             logprobs, self._text_offset = completion_logprobs(out.logprobs, self._text_offset)
-        choice = {"index": self.index, "text": out.text, "logprobs": logprobs, "finish_reason": out.finish_reason}
+        choice = {"index": self.index, "text": text, "logprobs": logprobs, "finish_reason": out.finish_reason}
         body = _envelope(self.meta, COMPLETION_OBJECT, [choice])
         if self.include_usage:
             body["usage"] = None
@@ -155,16 +190,19 @@ class ChatChunker:
 class ResponseAccumulator:
     """Gathers one choice's outputs for a non-streaming body (completion or chat)."""
 
-    __slots__ = ("index", "_texts", "_logprobs", "_last")
+    __slots__ = ("index", "_texts", "_logprobs", "_last", "prompt")
 
     def __init__(self, index: int = 0) -> None:
         self.index = index
         self._texts: list[str] = []
         self._logprobs: list[TokenLogprob] | None = None
         self._last: RequestOutput | None = None
+        self.prompt: PromptScores | None = None  # its prompt logprobs, when they were asked for
 
     def add(self, out: RequestOutput) -> None:
         self._texts.append(out.text)
+        if out.prompt_logprobs is not None:
+            self.prompt = out.prompt_logprobs
         if out.logprobs is not None:
             if self._logprobs is None:
                 self._logprobs = []
@@ -180,10 +218,16 @@ class ResponseAccumulator:
         assert self._last is not None, "no output accumulated"
         return self._last
 
-    def completion_choice(self) -> dict[str, Any]:
-        logprobs = None if self._logprobs is None else completion_logprobs(self._logprobs)[0]
-        return {"index": self.index, "text": self.text, "logprobs": logprobs,
-                "finish_reason": self.last.finish_reason}
+    def completion_choice(self, echo: Echo | None = None) -> dict[str, Any]:
+        if echo is not None:
+            text, logprobs, _ = echoed(echo, self.text, self._logprobs, self.prompt)
+        else:
+            text = self.text
+            logprobs = None if self._logprobs is None else completion_logprobs(self._logprobs)[0]
+        choice = {"index": self.index, "text": text, "logprobs": logprobs, "finish_reason": self.last.finish_reason}
+        if self.prompt is not None:
+            choice["prompt_logprobs"] = vllm_prompt_logprobs(self.prompt)
+        return choice
 
     def chat_choice(self) -> dict[str, Any]:
         logprobs = None if self._logprobs is None else chat_logprobs(self._logprobs)
@@ -201,15 +245,20 @@ class ResponseAccumulator:
         return chat_body(meta, [self])
 
 
-def completion_body(meta: ResponseMeta, choices: Sequence[ResponseAccumulator]) -> bytes:
-    """The whole `/v1/completions` body: the choices in the order given (by index)."""
-    body = _envelope(meta, COMPLETION_OBJECT, [acc.completion_choice() for acc in choices])
-    body["usage"] = usage_dict([acc.last for acc in choices])
+def completion_body(meta: ResponseMeta, choices: Sequence[ResponseAccumulator],
+                    echoes: Sequence[Echo] | None = None) -> bytes:
+    """The whole `/v1/completions` body: the choices in the order given (by index); `echoes`: each
+    choice's echo, by index (echo=true)."""
+    body = _envelope(meta, COMPLETION_OBJECT, [acc.completion_choice(echoes[acc.index] if echoes else None)
+                                               for acc in choices])
+    body["usage"] = usage_dict([acc.last for acc in choices], meta.num_prompts)
     return orjson.dumps(body)
 
 
 def chat_body(meta: ResponseMeta, choices: Sequence[ResponseAccumulator]) -> bytes:
     """The whole `/v1/chat/completions` body: the choices in the order given (by index)."""
     body = _envelope(meta, CHAT_OBJECT, [acc.chat_choice() for acc in choices])
-    body["usage"] = usage_dict([acc.last for acc in choices])
+    if choices[0].prompt is not None:  # the prompt's: the same for every choice
+        body["prompt_logprobs"] = vllm_prompt_logprobs(choices[0].prompt)
+    body["usage"] = usage_dict([acc.last for acc in choices], meta.num_prompts)
     return orjson.dumps(body)

@@ -34,6 +34,7 @@ def merge_outputs(a: RequestOutput, b: RequestOutput) -> RequestOutput:
         error_status=b.error_status,
         index=b.index,
         sse=a.sse + b.sse if a.sse and b.sse else b"",  # two events are the same as one merged
+        prompt_logprobs=a.prompt_logprobs or b.prompt_logprobs,
     )
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 from emitter.detokenizer import IncrementalDetokenizer
 from emitter.stop_matcher import StopMatcher
 from ingress.tokenizer import Tokenizer
-from stages.messages import RequestOutput, SampledToken, TokenEvent, TokenLogprob
+from stages.messages import PromptLogprob, PromptScores, RequestOutput, SampledToken, TokenEvent, TokenLogprob
 from stages.sampling import SamplingParams
 
 
@@ -25,12 +25,13 @@ class RequestEmitter:
 
     __slots__ = ("request_id", "index", "params", "_tokenizer", "_detok", "_stop", "_stop_token_ids",
                  "num_prompt_tokens", "num_cached_tokens", "num_output_tokens", "stopped_by_string", "finished",
-                 "finish_reason", "_held_ids", "_plain")  # as OutputStream's
+                 "finish_reason", "_held_ids", "_plain", "_first_prompt_token")  # as OutputStream's
 
     def __init__(
         self, request_id: str, tokenizer: Tokenizer, params: SamplingParams, num_prompt_tokens: int = 0,
-        index: int = 0,
+        index: int = 0, first_prompt_token: int | None = None,
     ) -> None:
+        """`first_prompt_token`: prompt token 0, for a request that asked for prompt logprobs."""
         self.request_id = request_id
         self.index = index  # its choice among the n samples of one request
         self.params = params
@@ -51,7 +52,8 @@ class RequestEmitter:
         self._held_ids: list[int] = []  # ids of steps that produced no flush yet
         # No stop strings, no logprobs: a step's single token needs no matcher and no logprob
         # text, which is the common case on_event handles first.
-        self._plain = self._stop is None and params.logprobs is None
+        self._plain = self._stop is None and params.logprobs is None and params.prompt_logprobs is None
+        self._first_prompt_token = first_prompt_token
 
     @property
     def stop_string(self) -> str | None:
@@ -109,9 +111,10 @@ class RequestEmitter:
                     parts.append(self._stop.flush())
 
         logprobs = self._logprobs(ev.logprobs, num_taken)
+        prompt = None if ev.prompt_logprobs is None else self._prompt_scores(ev.prompt_logprobs)
         text = "".join(parts)
         taken = self._held_ids + list(token_ids[:num_taken])
-        if not text and finish_reason is None and not logprobs and ev.error is None:
+        if not text and finish_reason is None and not logprobs and ev.error is None and prompt is None:
             # Nothing to show yet (a special token, half a character, held-back text): the ids ride
             # with the next flush, so the stream's token ids are always complete.
             self._held_ids = taken
@@ -129,6 +132,7 @@ class RequestEmitter:
             error=ev.error,
             error_status=ev.error_status,
             index=self.index,
+            prompt_logprobs=prompt,
         )
 
     def _plain_token(self, token_id: int, error_status: int) -> RequestOutput | None:
@@ -163,6 +167,13 @@ class RequestEmitter:
             logprob=s.logprob,
             top=[(self.token_text(tid), tid, lp) for tid, lp in top],
         )
+
+    def _prompt_scores(self, scores: list[PromptLogprob]) -> PromptScores:
+        first = self._first_prompt_token if self._first_prompt_token is not None else 0
+        text = self.token_text
+        positions = [TokenLogprob(text(s.token_id), s.token_id, s.logprob,
+                                  [(text(tid), tid, lp) for tid, lp in s.top], s.rank) for s in scores]
+        return PromptScores(text(first), first, positions)
 
     def token_text(self, token_id: int) -> str:
         """One token's own text, for logprobs: a partial character shows as U+FFFD."""

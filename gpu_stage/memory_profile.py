@@ -3,8 +3,9 @@ card once the weights, the activations of the largest step, the CUDA graph pool 
 outside torch's allocator (CUDA context, library handles, other processes) are accounted for.
 
 The largest step is max_num_batched_tokens tokens spread over max_num_seqs sampled sequences (the
-lm_head and the sampler's sort scale with the sampled rows, everything else with the tokens), run
-once through the model and the sampler against a temporary pool just big enough for it.
+lm_head and the sampler's sort scale with the sampled rows, everything else with the tokens), the
+first of them also scoring its prompt (prompt logprobs: an lm_head slice of up to PROMPT_SLICE_ROWS
+rows), run once through the model and the sampler against a temporary pool just big enough for it.
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import torch
 from gpu_stage.kv.cache import KvCache, blocks_for_memory
 from gpu_stage.kv.format import KvFormat
 from gpu_stage.model.llama import LlamaForCausalLM
+from gpu_stage.sampling.prompt_logprobs import PromptLogprobsPass, PromptProgress, plan_prompt_rows
 from gpu_stage.sampling.rows import SamplingRow, draw_uniforms
 from gpu_stage.sampling.sampler import Sampler
 from gpu_stage.step_inputs import StepInputs, forward_step
@@ -87,10 +89,15 @@ def profile_num_blocks(model: LlamaForCausalLM, inputs: StepInputs, sampler: Sam
     gen = torch.Generator().manual_seed(0)
     rows = [SamplingRow(SamplingParams(temperature=1.0, top_p=0.9, top_k=50, logprobs=5), [], [], gen)] * num_seqs
 
+    # The first sequence also asks for prompt logprobs: their lm_head slice is part of the peak.
+    prompt = plan_prompt_rows(chunks[:1], {chunks[0].request_id: PromptProgress(5, chunks[0].token_ids)})
+
     def run() -> None:
         with torch.inference_mode():
-            staged = inputs.stage(chunks, rows, draw_uniforms(rows), config.vocab_size)
-            sampler(forward_step(model, staged, temporary), rows, staged.sampling)
+            staged = inputs.stage(chunks, rows, draw_uniforms(rows), config.vocab_size, prompt=prompt)
+            scores = PromptLogprobsPass(prompt, staged.prompt_targets) if prompt is not None else None
+            logits = forward_step(model, staged, temporary, scores.add if scores is not None else None)
+            sampler(logits, rows, staged.sampling)
 
     profile = profile_step(run, temporary.num_bytes, utilization, graph_reserve_bytes, device)
     del temporary

@@ -6,7 +6,9 @@ the host never holds the device up between steps: `launch` queues a step's work 
 and returns at once; `complete` waits for its sampled ids (the step's one host sync) and turns
 them into a StepResult. The GpuStage launches step N+1 before it completes step N; a decode of
 step N+1 built before step N was sampled (PENDING_TOKEN) reads its input from step N's sampled
-ids on the device. `execute` is both halves at once. An exception in the forward propagates (the
+ids on the device. `execute` is both halves at once. A step that scores prompt positions for a
+request asking for prompt logprobs runs eagerly, and their results ride its first sampled token
+(sampling/prompt_logprobs.py). An exception in the forward propagates (the
 step failed: the engine is broken); a failure while sampling one request only fails that request.
 
 A step, on CPU and GPU alike: the sampled rows are looked up and their uniforms drawn first; the
@@ -25,7 +27,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import Callable
 
 import torch
 
@@ -33,13 +35,16 @@ from gpu_stage.kv.cache import KvCache
 from gpu_stage.kv_tiers.transfer import KvTransfer, NoTransfer
 from gpu_stage.loaders.model_source import ModelSource
 from gpu_stage.runner_builder import RunnerParts, build_parts
+from gpu_stage.sampling.prompt_logprobs import PromptLogprobsPass
 from gpu_stage.sampling.rows import SamplingRow, SamplingTensors, device_ids, draw_uniforms
 from gpu_stage.sampling.sampler import PendingSample, SamplerOutput
 from gpu_stage.sampling.states import SamplingStates
+from gpu_stage.spec.draft_model import DraftModel, Guesses
+from gpu_stage.spec.verify import consume, logits_rows, num_accepted
 from gpu_stage.step_inputs import StagedStep, forward_step
 from gpu_stage.warm_up import warm_launch_thread
 from stages.messages import (
-    PENDING_TOKEN, KvTransferOps, SampledToken, ScheduledChunk, StepBatch, StepResult,
+    PENDING_TOKEN, KvTransferOps, SampledToken, StepBatch, StepResult,
 )
 
 
@@ -54,6 +59,10 @@ class LaunchedStep:
     outputs: list[tuple[SamplerOutput, list[int]]]  # sampled already (a row-by-row retry)
     started_ns: int
     copies_done: list = field(default_factory=list)  # events of tier copies reported with it
+    prompt: PromptLogprobsPass | None = None  # its prompt logprobs, on their way to the host
+    # Verifying rows (speculative decoding): request id -> its draft tokens, in order.
+    verifying: dict[str, list[int]] = field(default_factory=dict)
+    guesses: Guesses | None = None  # the draft model's, for the verifying rows' PENDING_TOKEN slots
 
 
 class ModelRunner:
@@ -86,6 +95,9 @@ class ModelRunner:
         self.request_fault_injector: Callable[[str], None] | None = None
         # Copies between the device pool and the host KV tier (pipeline/build_tiers.py sets one).
         self.kv_transfer: KvTransfer | NoTransfer = NoTransfer()
+        # Speculative decoding's draft_model method: the draft that fills the verifying rows'
+        # PENDING_TOKEN draft slots (gpu_stage/spec/draft_model.py; pipeline/build.py sets one).
+        self.draft: DraftModel | None = None
 
     @classmethod
     def build(cls, source: ModelSource, device: torch.device | str, dtype: torch.dtype, num_blocks: int | None,
@@ -114,24 +126,40 @@ class ModelRunner:
             copies_done.append(self.kv_transfer.run(batch.kv_ops))  # queued before the forward
         for request_id in batch.finished_ids:
             self.states.release(request_id)
+            if self.draft is not None:
+                self.draft.release(request_id)
         for new in batch.new_requests:
             self.states.admit(new)
         launched = LaunchedStep(StepResult(batch.step_id, [], started_ns=t0), [], [], None, [], t0, copies_done)
         if batch.chunks:
             rows, logit_rows, request_ids = self.states.sampling_rows(batch, launched.result,
                                                                       self.request_fault_injector)
-            shape = self.graphs.shape_for(batch.chunks) if self.graphs is not None else None
+            prompt = self.states.prompt_rows(batch)  # None unless a request asked for prompt logprobs
+            shape = self.graphs.shape_for(batch.chunks) if self.graphs is not None and prompt is None else None
+            feed = self._feed(batch)
+            if self.draft is not None:  # its KV follows the step; its guesses fill the draft slots
+                launched.guesses = self.draft.guess(batch.chunks, self.states)
+                if launched.guesses is not None:
+                    assert feed is None, "a step built ahead never carries draft slots"
+                    feed = launched.guesses.feed
             staged = self.inputs.stage(batch.chunks, rows, draw_uniforms(rows), self.config.vocab_size, shape,
-                                       feed=self._feed(batch))
+                                       feed=feed, prompt=prompt)
             if self.parallel is not None:
                 self.parallel.steps.send(staged, shape)  # every rank runs this step on its shard
-            logits = self.graphs.replay(shape) if shape is not None else self._forward(staged, self.kv_cache)
+            if shape is not None:
+                logits = self.graphs.replay(shape)
+            else:
+                if prompt is not None:
+                    launched.prompt = PromptLogprobsPass(prompt, staged.prompt_targets)
+                logits = self._forward(staged, self.kv_cache, launched.prompt)
             launched.rows, launched.request_ids = rows, request_ids
             if rows:
-                if shape is None or not shape.logits_per_seq:  # logits has one row per sampled chunk
-                    rank = _sampled_rank(batch.chunks)
-                    logit_rows = [rank[i] for i in logit_rows]
+                if shape is None or not shape.logits_per_seq:  # logits has one row per sampled position
+                    logit_rows = logits_rows(batch.chunks, logit_rows)
+                launched.verifying = {c.request_id: c.token_ids[-c.num_draft:] for c in batch.chunks if c.num_draft}
                 self._start_sampling(logits, logit_rows, staged.sampling, launched)
+            if launched.prompt is not None:
+                launched.prompt.start_copy()
         self._last_sampled = None
         if launched.pending is not None or launched.outputs:
             rows_of = {rid: j for j, rid in enumerate(launched.request_ids)}
@@ -172,6 +200,16 @@ class ModelRunner:
                 for request_id in request_ids:
                     result.failed[request_id] = f"sampling failed: {type(exc).__name__}: {exc}"
                 outputs = []
+        prompt = self.states.prompt  # (empty unless a live request asked for prompt logprobs)
+        if launched.prompt is not None:
+            self.states.record_prompt_logprobs(launched.prompt, result)
+        verifying = launched.verifying
+        if launched.guesses is not None and outputs and outputs[0][0].extra:  # the draft's, off the copy
+            extra = outputs[0][0].extra
+            for request_id, at in launched.guesses.order:
+                verifying[request_id] = [extra[i] for i in at]
+        # (Guesses lost with a row-by-row retry stay PENDING_TOKEN: none is accepted, which is exact.)
+        runs: dict[str, list[SampledToken]] = {}  # a verifying row's samples, position by position
         for out, group in outputs:
             for k, j in enumerate(group):
                 request_id = request_ids[j]
@@ -179,14 +217,37 @@ class ModelRunner:
                     result.failed[request_id] = out.errors[k]
                     continue
                 token_id = out.token_ids[k]
+                token = SampledToken(request_id, token_id, out.logprobs[k], out.top_logprobs[k])
+                if verifying and request_id in verifying:
+                    runs.setdefault(request_id, []).append(token)
+                    continue
                 rows[j].output_token_ids.append(token_id)
-                result.sampled.append(SampledToken(request_id, token_id, out.logprobs[k], out.top_logprobs[k]))
+                if prompt and (progress := prompt.get(request_id)) is not None:
+                    token.prompt_logprobs = progress.take()  # with its first token, once
+                result.sampled.append(token)
+        for request_id, run in runs.items():
+            if request_id not in result.failed:
+                self._accept(request_id, run, verifying[request_id], result)
         for copies in launched.copies_done:
             if copies is not None:
                 copies.synchronize()  # the scheduler reads "step done" as "copies done"
         result.synced_ns = time.perf_counter_ns()
         result.duration_ns = result.synced_ns - launched.started_ns
         return result
+
+    def _accept(self, request_id: str, run: list[SampledToken], drafts: list[int], result: StepResult) -> None:
+        """A verifying row's samples -> the tokens it emits: the accepted guesses' samples and
+        the one after them (gpu_stage/spec/verify.py); its state moves by as many."""
+        emitted = run[: num_accepted([t.token_id for t in run], drafts) + 1]
+        state = self.states.requests.get(request_id)
+        if state is not None:
+            state.output_token_ids.extend(t.token_id for t in emitted)
+            state.num_sampled += len(emitted)
+            if not state.params.greedy:
+                consume(state.lookahead, len(emitted))
+        result.sampled.append(emitted[0])
+        if len(emitted) > 1:
+            result.spec[request_id] = emitted[1:]
 
     def _feed(self, batch: StepBatch) -> tuple[list[int], list[int], torch.Tensor] | None:
         """Where the PENDING_TOKEN inputs of this step come from: the rows of the previous step's
@@ -210,8 +271,8 @@ class ModelRunner:
         warm_launch_thread(self.model, self.attention_backend, self.dtype, self.device, self.max_num_batched_tokens,
                            self.max_num_seqs, self.long_context)
 
-    def _forward(self, staged: StagedStep, kv_cache: KvCache) -> torch.Tensor:
-        return forward_step(self.model, staged, kv_cache)
+    def _forward(self, staged: StagedStep, kv_cache: KvCache, prompt: PromptLogprobsPass | None = None) -> torch.Tensor:
+        return forward_step(self.model, staged, kv_cache, None if prompt is None else prompt.add)
 
     def _check_limits(self, batch: StepBatch) -> None:
         """The scheduler's promises; checked before any state changes (buffers rely on them)."""
@@ -234,8 +295,9 @@ class ModelRunner:
             logits = logits[: len(rows)]
         else:  # a failed request or an unsampled chunk in between: gather (rare)
             logits = logits[device_ids(logit_rows, logits.device)]
+        extra = launched.guesses.ids if launched.guesses is not None else None
         try:
-            launched.pending = self.sampler.start(logits, rows, tensors)
+            launched.pending = self.sampler.start(logits, rows, tensors, extra)
         except Exception:
             # Find the culprit: sample each row alone, waiting for each (rare); only the rows that
             # still fail are failed. No pending ids: the next step feeds none from this one.
@@ -245,12 +307,3 @@ class ModelRunner:
                     launched.outputs.append((self.sampler(logits[j : j + 1], rows[j : j + 1], one), [j]))
                 except Exception as exc:
                     launched.result.failed[request_ids[j]] = f"sampling failed: {type(exc).__name__}: {exc}"
-
-
-def _sampled_rank(chunks: Sequence[ScheduledChunk]) -> list[int]:
-    """Chunk index -> its row among the sampled chunks (the eager path's logits rows)."""
-    rank, n = [], 0
-    for chunk in chunks:
-        rank.append(n)
-        n += chunk.sample
-    return rank

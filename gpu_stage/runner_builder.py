@@ -27,7 +27,7 @@ from gpu_stage.attention.long_context import LongContextAttention
 from gpu_stage.compile_watch import WATCH
 from gpu_stage.cpu_malloc import keep_freed_memory
 from gpu_stage.cuda_graphs import (MIXED_SEQ_BUCKETS, MIXED_TOKEN_BUCKETS, PREFILL_BUCKETS, CudaGraphRunner,
-                                   decode_buckets)
+                                   decode_buckets, verify_reserve_bytes)
 from gpu_stage.kernels import triton_available
 from gpu_stage.kv.cache import KvCache
 from gpu_stage.kv.format import resolve_kv_format
@@ -82,6 +82,7 @@ def build_parts(
     mixed_graph_seqs: Sequence[int] = MIXED_SEQ_BUCKETS,
     kv_cache_dtype: str = "auto",  # --kv-cache-dtype (gpu_stage/kv/format.py)
     parallel: TensorParallel | None = None,  # this rank's shard; None: the whole model
+    verify_graph_tokens: int = 0,  # speculation's k: verification graphs for it (0: none)
     long_context_attention: str = "auto",  # --long-context-attention (attention/long_backend.py)
 ) -> RunnerParts:
     device = resolve_device(device)
@@ -107,8 +108,10 @@ def build_parts(
     if num_blocks is None:
         if not cuda:
             raise ValueError("num_blocks is required on CPU (the memory profile is CUDA only)")
+        reserve = graph_reserve_bytes + verify_reserve_bytes(max_num_seqs, max_num_batched_tokens,
+                                                             verify_graph_tokens, config.vocab_size)
         num_blocks = profile_num_blocks(model, inputs, sampler, dtype, kv_format, gpu_memory_utilization,
-                                        graph_reserve_bytes if use_graphs else 0)
+                                        reserve if use_graphs else 0)
         num_blocks = agree_num_blocks(parallel, num_blocks)
     kv_cache = KvCache(config, num_blocks, block_size, device, dtype, kv_format)
     if use_graphs:
@@ -118,7 +121,7 @@ def build_parts(
     graphs = None
     if use_graphs:
         graphs = CudaGraphRunner(model, kv_cache, inputs, max_num_seqs, max_num_batched_tokens, max_model_len,
-                                 prefill_graph_sizes, mixed_graph_tokens, mixed_graph_seqs)
+                                 prefill_graph_sizes, mixed_graph_tokens, mixed_graph_seqs, verify_graph_tokens)
         graphs.capture()
     if cuda:
         WATCH.arm()

@@ -27,6 +27,7 @@ import numpy as np
 import torch
 
 from gpu_stage.attention.metadata import AttentionMetadata, SampledRows, locate_rows
+from gpu_stage.sampling.prompt_logprobs import PROMPT_SLICE_ROWS, PromptRows
 from gpu_stage.sampling.rows import SamplingFlags, SamplingRow, SamplingTensors, penalty_parameters, row_parameters
 from gpu_stage.step_layout import Chunk, GraphShape, Layout, StepPlan, make_layout, plan_step, round_width
 
@@ -45,11 +46,28 @@ class StagedStep:
     num_real_tokens: int
     num_real_seqs: int
     host: torch.Tensor | None = None  # the packed host buffer (what tensor parallelism broadcasts)
+    num_prompt_rows: int = 0  # the last rows of logits_indices: prompt positions (prompt logprobs)
+    prompt_targets: torch.Tensor | None = None  # [P] their next prompt tokens, on the device
 
 
-def forward_step(model: torch.nn.Module, staged: StagedStep, kv_cache) -> torch.Tensor:
-    """The model (LlamaForCausalLM) on a staged step and a KV pool -> logits [S, vocab]."""
-    return model(staged.input_ids, staged.positions, kv_cache, staged.meta, staged.logits_indices)
+def forward_step(model: torch.nn.Module, staged: StagedStep, kv_cache,
+                 on_prompt_logits: Callable[[int, torch.Tensor], None] | None = None) -> torch.Tensor:
+    """The model (LlamaForCausalLM) on a staged step and a KV pool -> logits [S, vocab] of the
+    sampled rows. A step with prompt rows runs the lm_head on those a slice at a time, handing
+    each slice's logits to `on_prompt_logits(first prompt row, logits)` (None: a tensor-parallel
+    worker, which makes the same lm_head calls for their gather and drops the results)."""
+    args = staged.input_ids, staged.positions, kv_cache, staged.meta, staged.logits_indices
+    num_prompt_rows = staged.num_prompt_rows
+    if not num_prompt_rows:
+        return model(*args)
+    h = model.hidden_states(*args)  # [S + P, hidden]
+    num_sampled = h.shape[0] - num_prompt_rows
+    logits = model.compute_logits(h[:num_sampled])
+    for start in range(0, num_prompt_rows, PROMPT_SLICE_ROWS):
+        part = model.compute_logits(h[num_sampled + start : num_sampled + start + PROMPT_SLICE_ROWS])
+        if on_prompt_logits is not None:
+            on_prompt_logits(start, part)
+    return logits
 
 
 def pack_tokens(seg: Segment, chunks: Sequence[Chunk], plan: StepPlan, block_size: int,
@@ -136,8 +154,12 @@ class StepInputs:
         self.max_num_tokens, self.max_num_seqs = max_num_tokens, max_num_seqs
         self.max_blocks_per_seq = round_width(max_blocks_per_seq)
         # Sized for the largest step; a graph shape pads tokens to at most max(max_num_tokens, B).
-        capacity = make_layout(max(max_num_tokens, max_num_seqs), max_num_seqs, self.max_blocks_per_seq,
-                               max_num_seqs, max_num_seqs, max_num_seqs).size
+        # Sampled rows: one per sequence, or one per token of a verifying row (speculative
+        # decoding), never more than the step's tokens; an eager step's logits rows add a prompt
+        # row per token at most (prompt logprobs).
+        num_tokens = max(max_num_tokens, max_num_seqs)
+        capacity = make_layout(num_tokens, max_num_seqs, self.max_blocks_per_seq, 2 * num_tokens, num_tokens,
+                               max_num_seqs, max_num_tokens).size
         cuda = self.device.type == "cuda"
         self._host = [torch.zeros(capacity, dtype=torch.int32, pin_memory=cuda) for _ in range(2 if cuda else 1)]
         self._events: list = [None] * len(self._host)
@@ -147,14 +169,15 @@ class StepInputs:
 
     def stage(self, chunks: Sequence[Chunk], rows: Sequence[SamplingRow] = (), uniforms: Sequence[float] = (),
               vocab_size: int = 0, shape: GraphShape | None = None, max_seq_len_hint: int | None = None,
-              feed: Feed | None = None) -> StagedStep:
+              feed: Feed | None = None, prompt: PromptRows | None = None) -> StagedStep:
         """Pack, copy once, return device views. `rows`/`uniforms`: the sampled rows' parameters
         (see sampling.rows.draw_uniforms). `max_seq_len_hint` replaces the metadata's max_seq_len
         (graphs: the longest context the graph must serve, so its plan depends on the bucket only).
         `feed`: (token indices, rows of the ids tensor, the previous step's sampled ids on the
-        device) for inputs that are PENDING_TOKEN; a pending input with no feed reads token 0."""
+        device) for inputs that are PENDING_TOKEN; a pending input with no feed reads token 0.
+        `prompt`: rows scored for prompt logprobs (an eager step's; prompt_logprobs.py)."""
         num_feeds = len(feed[0]) if feed else 0
-        plan = plan_step(chunks, self.block_size, shape, len(rows), num_feeds)
+        plan = plan_step(chunks, self.block_size, shape, len(rows), num_feeds, prompt.token_rows if prompt else ())
         layout = plan.layout
         assert layout.size <= self.capacity, "step larger than the limits the buffers were sized for"
         host = self._next_host()
@@ -165,6 +188,8 @@ class StepInputs:
         if num_feeds:
             seg("feed_dst")[:] = feed[0]
             seg("feed_src")[:] = feed[1]
+        if prompt is not None:
+            seg("prompt_targets")[:] = prompt.targets
         view = partial(layout.view, self._copy(host, layout.size))
         if num_feeds:
             input_ids = view("input_ids")
@@ -172,7 +197,8 @@ class StepInputs:
         meta = self._metadata(view, plan, shape, max_seq_len_hint, sampled_lens)
         sampling = sampling_tensors(view, flags) if rows else None
         return StagedStep(view("input_ids"), view("positions"), view("logits_indices"), meta, sampling,
-                          layout, plan.num_tokens, plan.num_seqs, host)
+                          layout, plan.num_tokens, plan.num_seqs, host, plan.num_prompt_rows,
+                          view("prompt_targets") if prompt is not None else None)
 
     def _metadata(self, view: Callable[[str], torch.Tensor], plan: StepPlan, shape: GraphShape | None,
                   max_seq_len_hint: int | None, sampled_lens: np.ndarray | None) -> AttentionMetadata:

@@ -5,8 +5,10 @@ Packed, int32, 16-byte aligned segments (floats stored as their bits):
     input_ids [T] | positions [T] | slot_mapping [T] | cu_seqlens_q [B+1] | seq_lens [B] |
     logits_indices [S] | block_tables [B, W] | sampled_seq, sampled_seq_lens [S] | sampled_cu [S+1] |
     sampling: greedy, temperature, top_k, top_p, min_p, uniform, penalty_slot, repetition,
-    frequency, presence [R each] | feed_dst, feed_src [F each]
-The offsets are a function of (T, B, W, S, R) alone (the feed segments come last). A CUDA graph
+    frequency, presence [R each] | feed_dst, feed_src [F each] | prompt_targets [P]
+The offsets are a function of (T, B, W, S, R) alone (the feed and prompt segments come last).
+An eager step with prompt logprobs (P rows) lists their token rows after the sampled rows in
+logits_indices (S counts both) and each row's next prompt token in prompt_targets. A CUDA graph
 captured for a bucket therefore reads the same device addresses at every replay of that bucket:
 staging a step with the bucket's `GraphShape` (rows padded up to it, block tables W_max wide) lands
 it exactly where the graph looks.
@@ -30,6 +32,7 @@ class Chunk(Protocol):  # stages.messages.ScheduledChunk satisfies it
     start_pos: int
     block_table: list[int]
     sample: bool
+    num_draft: int  # a verifying row: logits at its last num_draft + 1 positions
 
 
 @dataclass(frozen=True)
@@ -38,13 +41,17 @@ class GraphShape:
     every row. Prefill: one sequence of up to num_tokens tokens, logits for its last token. Mixed:
     up to num_seqs sequences (prefill chunks and decodes) of up to num_tokens tokens in all; the
     missing sequences are one-token pads on the null block (as decode's), the tokens left over
-    belong to no sequence (as prefill's); logits for every sequence's last token."""
+    belong to no sequence (as prefill's); logits for every sequence's last token. Verify (speculative
+    decoding, a mixed shape with `verify`): up to num_seqs rows of up to k + 1 tokens each
+    (num_tokens = num_seqs * (k + 1)), padded as a mixed shape; logits for every token (a
+    verifying row's k + 1 positions), in the eager step's order, then the pads'."""
 
     num_tokens: int
     num_seqs: int
     width: int  # block-table columns
     decode: bool
     mixed: bool = False
+    verify: bool = False  # with mixed: every token is a logits row
 
     @property
     def pad_slot(self) -> int:
@@ -52,8 +59,9 @@ class GraphShape:
 
     @property
     def logits_per_seq(self) -> bool:
-        """Logits row i is sequence i's (decode, mixed); else one row per sampled chunk."""
-        return self.decode or self.mixed
+        """Logits row i is sequence i's (decode, mixed); else one row per sampled chunk, a verifying
+        row's k + 1 in order (eager, prefill and verify shapes)."""
+        return (self.decode or self.mixed) and not self.verify
 
 
 @dataclass(frozen=True)
@@ -68,12 +76,12 @@ class Layout:
 
 
 def make_layout(num_tokens: int, num_seqs: int, width: int, num_logits: int, num_rows: int,
-                num_feeds: int = 0) -> Layout:
+                num_feeds: int = 0, num_prompt_rows: int = 0) -> Layout:
     sizes = [("input_ids", num_tokens), ("positions", num_tokens), ("slot_mapping", num_tokens),
              ("cu_seqlens_q", num_seqs + 1), ("seq_lens", num_seqs), ("logits_indices", num_logits),
              ("block_tables", num_seqs * width), ("sampled_seq", num_logits), ("sampled_seq_lens", num_logits),
              ("sampled_cu", num_logits + 1)] + [(name, num_rows) for name in SAMPLING_SEGMENTS] + [
-             ("feed_dst", num_feeds), ("feed_src", num_feeds)]
+             ("feed_dst", num_feeds), ("feed_src", num_feeds), ("prompt_targets", num_prompt_rows)]
     offsets, pos = {}, 0
     for name, n in sizes:
         offsets[name] = (pos, n)
@@ -106,6 +114,7 @@ class StepPlan:
     width: int  # W of the layout
     logits_rows: np.ndarray  # [S] the token rows whose logits the model computes
     layout: Layout
+    num_prompt_rows: int = 0  # the last of logits_rows: prompt positions (prompt logprobs)
 
     @property
     def num_seqs(self) -> int:
@@ -117,8 +126,10 @@ class StepPlan:
 
 
 def plan_step(chunks: Sequence[Chunk], block_size: int, shape: GraphShape | None, num_rows: int,
-              num_feeds: int) -> StepPlan:
-    """The step's lengths, its layout's shape (the step's own, or `shape` padded), and its logits rows."""
+              num_feeds: int, prompt_rows: Sequence[int] = ()) -> StepPlan:
+    """The step's lengths, its layout's shape (the step's own, or `shape` padded), and its logits
+    rows: the sampled ones, then `prompt_rows` (token rows of an eager step, for prompt logprobs)."""
+    assert shape is None or not prompt_rows, "prompt logprobs run eagerly"
     num_seqs = len(chunks)
     q_lens = np.fromiter((len(c.token_ids) for c in chunks), np.int64, num_seqs)
     starts = np.fromiter((c.start_pos for c in chunks), np.int64, num_seqs)
@@ -141,9 +152,22 @@ def plan_step(chunks: Sequence[Chunk], block_size: int, shape: GraphShape | None
     np.cumsum(q_lens, out=cu[1:])
     if shape is not None and shape.decode:
         logits_rows = np.arange(lay_b)
+    elif shape is not None and shape.verify:  # the eager step's rows, then the rest: every token a row
+        rows = eager_logits_rows(chunks, cu)
+        logits_rows = np.concatenate([rows, np.arange(len(rows), lay_t)])
     elif mixed:  # each sequence's last token, then each pad sequence's token
         logits_rows = np.concatenate([cu[1:] - 1, num_tokens + np.arange(num_pad_seqs)])
     else:
-        logits_rows = np.array([cu[i + 1] - 1 for i, c in enumerate(chunks) if c.sample] or [0])
-    layout = make_layout(lay_t, lay_b, lay_w, len(logits_rows), num_rows, num_feeds)
-    return StepPlan(q_lens, starts, seq_lens, widths, cu, num_tokens, lay_t, lay_b, lay_w, logits_rows, layout)
+        logits_rows = eager_logits_rows(chunks, cu)
+        if len(prompt_rows):
+            logits_rows = np.concatenate([logits_rows, np.asarray(prompt_rows, np.int64)])
+    layout = make_layout(lay_t, lay_b, lay_w, len(logits_rows), num_rows, num_feeds, len(prompt_rows))
+    return StepPlan(q_lens, starts, seq_lens, widths, cu, num_tokens, lay_t, lay_b, lay_w, logits_rows, layout,
+                    len(prompt_rows))
+
+
+def eager_logits_rows(chunks: Sequence[Chunk], cu: np.ndarray) -> np.ndarray:
+    """The last token of each sampled chunk; a verifying row's last num_draft + 1 (row 0 when
+    nothing is sampled: a placeholder)."""
+    return np.array([r for i, c in enumerate(chunks) if c.sample
+                     for r in range(cu[i + 1] - 1 - c.num_draft, cu[i + 1])] or [0], np.int64)

@@ -12,6 +12,7 @@ from ingress.common_fields import CHAT_UNSUPPORTED, parse_common
 from ingress.errors import bad_request
 from ingress.field_checks import describe, opt_bool, opt_dict, type_error
 from ingress.limits import IngressLimits
+from ingress.logit_fields import parse_prompt_logprobs
 from ingress.sampling_fields import parse_logprobs_count, parse_max_tokens, parse_sampling
 from stages.sampling import SamplingParams
 
@@ -48,7 +49,8 @@ def parse_chat_request(obj: dict, limits: IngressLimits, vocab_size: int) -> Cha
     max_completion_tokens = parse_max_tokens(obj, "max_completion_tokens", limits)
     if max_completion_tokens is not None:
         max_tokens = max_completion_tokens
-    params = parse_sampling(obj, limits, vocab_size, max_tokens, _parse_logprobs(obj, limits))
+    params = parse_sampling(obj, limits, vocab_size, max_tokens, _parse_logprobs(obj, limits),
+                            parse_prompt_logprobs(obj, limits, common.stream))
     messages = parse_messages(obj.get("messages"), limits)
     return ChatCompletionRequest(
         model=common.model,
@@ -58,7 +60,7 @@ def parse_chat_request(obj: dict, limits: IngressLimits, vocab_size: int) -> Cha
         stream=common.stream,
         include_usage=common.include_usage,
         add_generation_prompt=opt_bool(obj, "add_generation_prompt", True),
-        chat_template_kwargs=_parse_template_kwargs(obj),
+        chat_template_kwargs=parse_template_kwargs(obj),
         priority=common.priority,
         cache_salt=common.cache_salt,
         n=common.n,
@@ -160,7 +162,7 @@ def _join_parts(parts: list, where: str) -> str:
     return "\n".join(texts)
 
 
-def _parse_template_kwargs(obj: dict) -> dict:
+def parse_template_kwargs(obj: dict) -> dict:
     kwargs = opt_dict(obj, "chat_template_kwargs")
     if not kwargs:
         return {}

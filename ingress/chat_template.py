@@ -4,9 +4,12 @@ Templates come from model files, so they are untrusted code: they run in Jinja's
 sandbox, and unlike the stock sandbox (which quietly renders a blocked attribute as empty text)
 any reach for internals such as `''.__class__` raises, so a hostile template fails loudly.
 Every failure, at compile or render time, surfaces as a ValueError the caller answers with a 400.
+`--chat-template` (vLLM's flag) replaces the model's template with a file's, or with the template
+itself written on the command line; it runs in the same sandbox.
 """
 from __future__ import annotations
 
+import codecs
 import json
 from datetime import datetime
 from typing import Any
@@ -23,6 +26,33 @@ DEFAULT_CHAT_TEMPLATE = (
     "{% endfor %}"
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
 )
+
+
+# What a template has and a file path does not (vLLM's test): a value without any of these that
+# cannot be read is a mistyped path, not a template.
+_TEMPLATE_CHARS = "{}\n"
+
+
+def load_chat_template(value: str) -> str:
+    """The template source `--chat-template` names: the file's text, or (as vLLM reads it) the value
+    itself when it is no readable file but looks like a template, its escapes (\\n) decoded.
+    Raises ValueError for an unreadable path or a template that does not compile."""
+    try:
+        with open(value, encoding="utf-8") as f:
+            source = f.read()
+    except (OSError, UnicodeDecodeError) as exc:
+        if not any(c in value for c in _TEMPLATE_CHARS):
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            raise ValueError(f"--chat-template {value!r} looks like a file path, but it cannot be read: "
+                             f"{reason}") from None
+        source = codecs.decode(value, "unicode_escape")
+    if not source.strip():
+        raise ValueError(f"--chat-template {value!r} is empty")
+    try:
+        ChatTemplate(source)  # compiled now: a syntax error refuses to start, it does not wait for a request
+    except ValueError as exc:
+        raise ValueError(f"--chat-template {value!r}: {exc}") from None
+    return source
 
 
 class _StrictSandbox(ImmutableSandboxedEnvironment):
@@ -79,7 +109,8 @@ class ChatTemplate:
         try:
             self._template = _environment().from_string(self.source)
         except TemplateError as e:
-            raise ValueError(f"invalid chat template: {e}") from e
+            line = getattr(e, "lineno", None)
+            raise ValueError(f"invalid chat template: {e}" + (f" (line {line})" if line else "")) from e
 
     def render(self, messages: list[dict], add_generation_prompt: bool = True, **extra: Any) -> str:
         """The prompt text for `messages` (dicts with role/content...). `extra` reaches the template

@@ -37,9 +37,7 @@ class UnsupportedTable:
 
 COMMON_UNSUPPORTED = UnsupportedTable((
     ("best_of", lambda v: type(v) is int and v == 1, " (only best_of=1)"),
-    ("echo", lambda v: v is False, " (only echo=false)"),
     ("suffix", lambda v: v == "", ""),
-    ("logit_bias", lambda v: v == {}, ""),
     ("tools", lambda v: v == [], ""),
     ("tool_choice", lambda v: v == "none", " (only \"none\")"),
     ("functions", lambda v: v == [], ""),
@@ -49,7 +47,6 @@ COMMON_UNSUPPORTED = UnsupportedTable((
     ("audio", _never, ""),
     # vLLM extensions that would change the output if honoured.
     ("use_beam_search", lambda v: v is False, ""),
-    ("prompt_logprobs", _never, ""),
     ("guided_json", _never, ""),
     ("guided_regex", _never, ""),
     ("guided_choice", _never, ""),
@@ -62,6 +59,7 @@ COMMON_UNSUPPORTED = UnsupportedTable((
 ))
 
 CHAT_UNSUPPORTED = COMMON_UNSUPPORTED.extended(
+    ("echo", lambda v: v is False, " (only echo=false on chat; /v1/completions echoes the prompt)"),
     ("continue_final_message", lambda v: v is False, " (only false)"),
     ("chat_template", _never, " (the server's template is used)"),
     ("documents", lambda v: v == [], ""),

@@ -18,6 +18,7 @@ from ingress.field_checks import (
     type_error,
 )
 from ingress.limits import IngressLimits
+from ingress.logit_fields import parse_logit_bias
 from stages.sampling import SamplingParams
 
 # Below this a temperature is greedy. Dividing logits by 1e-300 overflows to inf and the softmax to
@@ -31,9 +32,11 @@ def parse_sampling(
     vocab_size: int,
     max_tokens: int | None,
     logprobs: int | None,
+    prompt_logprobs: int | None = None,
 ) -> SamplingParams:
     """SamplingParams from the shared fields. With max_tokens None (chat, absent) the params carry
-    the dataclass default as a placeholder: the caller fills it from the context window."""
+    the dataclass default as a placeholder: the caller fills it from the context window. The
+    endpoint decides `logprobs` and `prompt_logprobs` (completions' echo asks for the latter)."""
     temperature = opt_float(obj, "temperature", 1.0, 0.0, limits.max_temperature)
     if temperature < SAMPLING_EPS:
         temperature = 0.0
@@ -64,6 +67,8 @@ def parse_sampling(
         skip_special_tokens=opt_bool(obj, "skip_special_tokens", True),
         include_stop_str_in_output=opt_bool(obj, "include_stop_str_in_output", False),
         min_tokens=min_tokens,
+        logit_bias=parse_logit_bias(obj, limits, vocab_size),
+        prompt_logprobs=prompt_logprobs,
     )
     if max_tokens is not None:
         kwargs["max_tokens"] = max_tokens

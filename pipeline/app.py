@@ -26,6 +26,7 @@ from pipeline.metrics_kv import debug_kv
 from pipeline.openai_routes import chat_completions, completions, list_models
 from pipeline.openapi import openapi_json
 from pipeline.perfetto import traces_to_perfetto
+from pipeline.tokenize_routes import detokenize, tokenize
 from pipeline.profiler import ProfilerError
 
 log = logging.getLogger("ttft.app")
@@ -118,6 +119,8 @@ def create_app(engine: Engine, api_key: str | None = None, protect_metrics: bool
         Route("/v1/completions", completions, methods=["POST"]),
         Route("/v1/chat/completions", chat_completions, methods=["POST"]),
         Route("/v1/models", list_models, methods=["GET"]),
+        Route("/tokenize", tokenize, methods=["POST"]),
+        Route("/detokenize", detokenize, methods=["POST"]),
         Route("/health", health, methods=["GET"]),
         Route("/live", live, methods=["GET"]),
         Route("/openapi.json", openapi_json, methods=["GET"]),

@@ -19,16 +19,18 @@ from gpu_stage.loaders.model_source import ModelSource
 from gpu_stage.model_runner import ModelRunner
 from gpu_stage.parallel import worker
 from gpu_stage.parallel.driver import TensorParallelDriver
-from ingress.chat_template import ChatTemplate
+from ingress.chat_template import ChatTemplate, load_chat_template
 from ingress.tokenizer import Tokenizer
 from pipeline.build_parallel import (ParallelStartupError, cpu_threads_per_rank, kv_shard_config, runner_spec,
                                      start_tensor_parallel)
+from pipeline.build_spec import attach_draft, resolve_speculative
 from pipeline.build_tiers import BuiltTiers, build_tiers
 from pipeline.config import EngineConfig
 from pipeline.faults import install_faults
 from scheduler.config import SchedulerConfig
 from scheduler.scheduler import Scheduler
 from stages.options import fill
+from stages.speculative import SpeculativeConfig
 
 log = logging.getLogger("ttft.build")
 
@@ -76,15 +78,21 @@ def resolve_max_model_len(requested: int | None, model_len: int, pool_tokens: in
 
 
 def build_model(cfg: EngineConfig) -> BuiltModel:
+    template = _chat_template_override(cfg)  # before the weights load: a bad file refuses at once
     source, device, dtype, runner_args = plan_runner(cfg)
     if cfg.tensor_parallel_size == 1:
-        return _build_rest(cfg, source, ModelRunner.build(source, device=device, dtype=dtype, **runner_args), None)
+        runner = ModelRunner.build(source, device=device, dtype=dtype, **runner_args)
+        try:
+            attach_draft(cfg, speculative(cfg), source, runner, dtype, runner_args)
+        except ValueError as exc:
+            raise StartupError(str(exc)) from None
+        return _build_rest(cfg, source, runner, None, template)
     try:
         parallel = start_tensor_parallel(cfg, source, device.type, cfg.resolved_dtype(), runner_args)
     except ParallelStartupError as exc:
         raise StartupError(str(exc)) from exc
     try:
-        return _build_rest(cfg, source, parallel.runner, parallel)
+        return _build_rest(cfg, source, parallel.runner, parallel, template)
     except BaseException:
         parallel.close(timeout_s=0.0)
         raise
@@ -96,8 +104,16 @@ def run_worker_rank(cfg: EngineConfig) -> int:
     return worker.main(runner_spec(cfg, device.type, cfg.resolved_dtype(), runner_args), source)
 
 
+def speculative(cfg: EngineConfig) -> SpeculativeConfig | None:
+    try:
+        return resolve_speculative(cfg)
+    except ValueError as exc:
+        raise StartupError(str(exc)) from None
+
+
 def plan_runner(cfg: EngineConfig) -> tuple[ModelSource, torch.device, torch.dtype, dict]:
     """The model source, device, dtype and ModelRunner.build arguments (the same on every rank)."""
+    spec = speculative(cfg)
     cfg.resolve_budgets()
     device = torch.device(cfg.resolved_device())
     if (threads := cpu_threads_per_rank(cfg, device.type)) is not None:
@@ -135,12 +151,22 @@ def plan_runner(cfg: EngineConfig) -> tuple[ModelSource, torch.device, torch.dty
         gpu_memory_utilization=cfg.gpu_memory_utilization,
         max_model_len=cfg.max_model_len or source.config.max_position_embeddings,
         kv_cache_dtype=cfg.kv_cache_dtype, long_context_attention=cfg.long_context_attention,
+        verify_graph_tokens=spec.k if spec is not None else 0,  # verification graphs for its k (cuda_graphs.py)
     )
     return source, device, dtype, runner_args
 
 
+def _chat_template_override(cfg: EngineConfig) -> str | None:
+    if cfg.chat_template is None:
+        return None
+    try:
+        return load_chat_template(cfg.chat_template)
+    except ValueError as exc:
+        raise StartupError(str(exc)) from exc
+
+
 def _build_rest(cfg: EngineConfig, source: ModelSource, runner: ModelRunner,
-                parallel: TensorParallelDriver | None) -> BuiltModel:
+                parallel: TensorParallelDriver | None, template_override: str | None) -> BuiltModel:
     """Everything after the runner: context window, fault hooks, tiers, scheduler, template."""
     log.info(runner.kv_cache.summary())
     num_blocks = runner.kv_cache.num_blocks
@@ -155,10 +181,10 @@ def _build_rest(cfg: EngineConfig, source: ModelSource, runner: ModelRunner,
     tok = source.tokenizer
     scheduler = Scheduler(fill(
         SchedulerConfig, cfg, SCHEDULER_RENAMES, num_blocks=num_blocks, max_model_len=max_model_len,
-        eos_token_ids=frozenset(tok.eos_token_ids),
+        eos_token_ids=frozenset(tok.eos_token_ids), speculative=speculative(cfg),
         prefill_context_weight=source.config.attention_weight() if cfg.context_aware_chunks else 0.0,
     ), tiers=tiers.config, disk_blocks=tiers.disk_blocks)
     template = ChatTemplate(
-        tok.chat_template, bos_token=getattr(tok, "bos_token", None), eos_token=getattr(tok, "eos_token", None)
+        template_override or tok.chat_template, bos_token=getattr(tok, "bos_token", None), eos_token=getattr(tok, "eos_token", None)
     )
     return BuiltModel(source, runner, scheduler, tok, template, max_model_len, num_blocks, tiers, parallel)

@@ -20,6 +20,12 @@ class ServeOptions:
     api_key: str | None = option(None, "bearer token for every inference route (or TTFT_API_KEY)")
     protect_metrics: bool = option(False, "/metrics needs the API key too", action="store_true")
     log_level: str = option("info", "logging level: debug, info, warning, error")
+    # TLS, with vLLM's names and uvicorn's meaning (pipeline/tls.py checks them before start-up).
+    ssl_keyfile: str | None = option(None, "TLS: the server's private key (PEM, unencrypted)")
+    ssl_certfile: str | None = option(None, "TLS: the server's certificate chain (PEM); serve https")
+    ssl_ca_certs: str | None = option(None, "TLS: CA certificates that client certificates must chain to")
+    ssl_cert_reqs: int = option(0, "TLS: client certificates 0 not asked for, 1 optional, 2 required "
+                                   "(Python's ssl.CERT_* numbers)")
 
 
 def add_serve_arguments(p: argparse.ArgumentParser) -> None:
@@ -51,17 +57,19 @@ def main(argv: list[str] | None = None) -> int:
         from pipeline.build import StartupError, run_worker_rank
         from pipeline.build_parallel import is_worker_rank
         from pipeline.server import serve
+        from pipeline.tls import tls_settings
 
         try:
             if is_worker_rank(config := config_from_args(args)):  # torchrun's other ranks
                 return run_worker_rank(config)
             opts = from_args(ServeOptions, args)
+            tls = tls_settings(opts.ssl_keyfile, opts.ssl_certfile, opts.ssl_ca_certs, opts.ssl_cert_reqs)
             api_key = resolve_api_key(opts.api_key)
             if api_key is not None:
                 check_api_key(api_key)
             args.api_key = opts.api_key = None  # the key lives only in the middleware from here on
             return serve(config, opts.host, opts.port, opts.uds, opts.log_level,
-                         api_key=api_key, protect_metrics=opts.protect_metrics)
+                         api_key=api_key, protect_metrics=opts.protect_metrics, tls=tls)
         except (StartupError, ValueError) as exc:
             print(f"ttft: cannot start: {exc}", file=sys.stderr)
             return 2

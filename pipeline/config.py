@@ -18,6 +18,9 @@ class EngineConfig:
     model: str | None = option(None, "a .gguf file, a Hugging Face directory or dummy:<preset> "
                                      "(default: the packaged SmolLM2-135M-Instruct)")
     served_model_name: str | None = option(None, "the name the API reports")
+    # vLLM's flag: a file, or the template itself (what has braces or a newline and is no file).
+    chat_template: str | None = option(None, "a Jinja chat template file replacing the model's (sandboxed as "
+                                             "the model's is)")
     seed: int = option(0, "seed of dummy weights")  # dummy weights are a function of (preset, seed)
     device: str = option("auto", "where the model runs (auto: cuda when there is one)",
                          choices=("auto", "cpu", "cuda"))
@@ -78,6 +81,11 @@ class EngineConfig:
     async_scheduling: bool | None = option(
         None, "build the next decode step just before the running one ends, its inputs fed on the "
               "device (default: on a GPU)")
+    # Speculative decoding (stages/speculative.py): vLLM's JSON, checked at start-up.
+    speculative_config: str | None = option(
+        None, 'speculative decoding as JSON, vLLM\'s fields: {"method": "ngram", "num_speculative_tokens": 4, '
+              '"prompt_lookup_max": 4, "prompt_lookup_min": 2} or {"method": "draft_model", "model": "...", '
+              '"num_speculative_tokens": 4}; "disable_by_batch_size": N')
     enable_prefix_caching: bool = option(True, "reuse the KV of prompt prefixes across requests")
     shadow: bool = option(True, "admit without arrival-time KV reservation", flag="--no-shadow",
                           action="store_false")

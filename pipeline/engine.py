@@ -27,7 +27,7 @@ from pipeline.config import EngineConfig
 from pipeline.health import EngineHealth
 from pipeline.metrics import EngineMetrics
 from pipeline.profiler import TorchProfiler
-from pipeline.samples import Sample, fan_out
+from pipeline.samples import Sample, fan_out, split_prompts
 from pipeline.wiring import PipelineStages, wire_stages
 from stages.messages import Abort, GenerateRequest, RequestOutput
 from stages.sampling import SamplingParams
@@ -137,21 +137,45 @@ class Engine:
     ) -> list[OutputStream]:
         """Admit the n samples (choices) of a prepared request, all or none: stream i holds
         choice i. Raises ApiError (503 overloaded / not ready, 400 a duplicate id) at once."""
+        return self.submit_batch(request_id, [prompt_token_ids], params, trace, n, priority, cache_salt)
+
+    def submit_batch(
+        self,
+        request_id: str,
+        prompts: list[list[int]],
+        params: SamplingParams,
+        trace: RequestTrace,
+        n: int = 1,
+        priority: int = 0,
+        cache_salt: str | None = None,
+    ) -> list[OutputStream]:
+        """Admit every prompt of a batch, each with its n samples, all or none: stream k holds
+        choice k (sample j of prompt i is choice i * n + j). Raises ApiError at once as
+        submit_samples does, and 400 for a batch that could never fit the server's capacity."""
         if not self.health.ready:
             raise overloaded(1, f"the server is {self.health.state}: not accepting requests")
-        samples = fan_out(request_id, params, trace, n)
-        for sample in samples:
-            if sample.request_id in self._active:
-                raise bad_request(f"request id {sample.request_id!r} is already in use", "X-Request-Id")
+        groups = [(ids, fan_out(rid, params, prompt_trace, n))
+                  for ids, (rid, prompt_trace) in zip(prompts, split_prompts(request_id, trace, prompts))]
+        for _, samples in groups:
+            for sample in samples:
+                if sample.request_id in self._active:
+                    raise bad_request(f"request id {sample.request_id!r} is already in use", "X-Request-Id")
         cfg = self.config
         capacity = cfg.max_num_seqs + cfg.max_queued
-        if n > capacity:
-            raise bad_request(f"'n' is {n}; this server runs and queues at most {capacity} sequences", "n")
-        if len(self._active) + n > capacity:
+        num_seqs = len(prompts) * n
+        if num_seqs > capacity:
+            if len(prompts) == 1:
+                raise bad_request(f"'n' is {n}; this server runs and queues at most {capacity} sequences", "n")
+            raise bad_request(f"'prompt' holds {len(prompts)} prompts of {n} choices each: {num_seqs} sequences; "
+                              f"this server runs and queues at most {capacity}", "prompt")
+        if len(self._active) + num_seqs > capacity:
             self.metrics.count_outcome("rejected_overload")
             raise overloaded(1, "the server is at capacity (running and queued requests)")
-        return [self._submit_one(sample, i, prompt_token_ids, priority, cache_salt)
-                for i, sample in enumerate(samples)]
+        streams: list[OutputStream] = []
+        for ids, samples in groups:
+            for sample in samples:
+                streams.append(self._submit_one(sample, len(streams), ids, priority, cache_salt))
+        return streams
 
     def _submit_one(self, sample: Sample, index: int, prompt_token_ids: list[int], priority: int,
                     cache_salt: str | None) -> OutputStream:
@@ -161,8 +185,9 @@ class Engine:
             deadline_ns = time.perf_counter_ns() + int(self.config.request_timeout_s * 1e9)
             self._deadlines[request_id] = deadline_ns
         stream = OutputStream(request_id, trace, self.config.stream_buffer_items)
-        emitter = RequestEmitter(request_id, self.tokenizer, params,
-                                 num_prompt_tokens=len(prompt_token_ids), index=index)
+        first = prompt_token_ids[0] if params.prompt_logprobs is not None else None
+        emitter = RequestEmitter(request_id, self.tokenizer, params, num_prompt_tokens=len(prompt_token_ids),
+                                 index=index, first_prompt_token=first)
         self._active[request_id] = stream
         self.emitter_stage.register(stream, emitter)
         trace.mark("queued")

@@ -4,8 +4,8 @@ Queue depths, KV blocks, request states, the scheduler's and the emitter's runni
 prefix-cache lookups, preemptions), the KV tiers, and the leak checks. Every series carries the
 `model_name` label (pipeline/metric_families.py). The collector reads the engine through
 GaugedEngine, which names what it reads (pipeline/engine.py's Engine is one). Each section is one
-function of what it reads; a new source of counters (speculative decoding's, say) is one more
-section in `collect`.
+function of what it reads; a new source of counters (speculative decoding's: metrics_spec.py) is
+one more section in `collect`.
 """
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from prometheus_client.core import Metric
 from pipeline.health import EngineHealth
 from pipeline.metric_families import ModelFamilies
 from pipeline.metrics_kv import kv_cache_metrics
+from pipeline.metrics_spec import spec_metrics
 from pipeline.metrics_tiers import tier_metrics
 from scheduler.invariants import SchedulerStats
 
@@ -56,6 +57,7 @@ class EngineGauges:
         yield from scheduler_metrics(st, fam)
         yield from token_metrics(e.emitter_stage, fam)
         yield from tier_metrics(e.built.scheduler.tiers, fam)
+        yield from spec_metrics(e.built.scheduler.drafts, fam)
         yield from kv_cache_metrics(e.built.runner.kv_cache, fam)
         yield from liveness_metrics(e, fam)
 

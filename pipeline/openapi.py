@@ -19,6 +19,7 @@ from pipeline.json_response import error_response
 from pipeline.openai_routes import MAX_REQUEST_ID_CHARS
 from pipeline.openapi_requests import Schema, chat_request, completion_request
 from pipeline.openapi_responses import response_schemas
+from pipeline.openapi_tokenize import detokenize_request, tokenize_request, tokenize_responses
 
 OPENAPI_VERSION = "3.1.0"
 
@@ -98,6 +99,18 @@ def _generate_operation(op_id: str, summary: str, body: str, result: str, chunk:
     }
 
 
+def _json_operation(op_id: str, summary: str, body: str, result: str) -> dict[str, Any]:
+    return {
+        "operationId": op_id,
+        "summary": summary,
+        "requestBody": {"required": True, "content": _json(_ref(body))},
+        "responses": {
+            "200": {"description": summary, "content": _json(_ref(result))},
+            **{status: _error(status) for status in ("400", "401", "404", "413", "500", "503")},
+        },
+    }
+
+
 def build_openapi(
     model_name: str,
     limits: IngressLimits,
@@ -112,6 +125,9 @@ def build_openapi(
     schemas = response_schemas()
     schemas["CompletionRequest"] = completion_request(model_name, limits, max_model_len, vocab_size)
     schemas["ChatCompletionRequest"] = chat_request(model_name, limits, max_model_len, vocab_size)
+    schemas["TokenizeRequest"] = tokenize_request(model_name, limits)
+    schemas["DetokenizeRequest"] = detokenize_request(model_name, limits, vocab_size)
+    schemas.update(tokenize_responses())
     open_op: dict[str, Any] = {"security": []} if auth_required else {}
     models_unauth = {"401": _error("401")}
     metrics_op: dict[str, Any] = {
@@ -136,6 +152,12 @@ def build_openapi(
             "/v1/chat/completions": {"post": _generate_operation(
                 "createChatCompletion", "Chat completion", "ChatCompletionRequest", "ChatCompletion",
                 "ChatCompletionChunk")},
+            "/tokenize": {"post": _json_operation(
+                "tokenize", "The token ids of a text or of a chat (rendered by the chat template)",
+                "TokenizeRequest", "TokenizeResponse")},
+            "/detokenize": {"post": _json_operation(
+                "detokenize", "The text of token ids (special tokens included)", "DetokenizeRequest",
+                "DetokenizeResponse")},
             "/v1/models": {"get": {
                 "operationId": "listModels", "summary": "The served model",
                 "responses": {"200": {"description": "One model", "content": _json(_ref("ModelList"))},

@@ -66,9 +66,7 @@ def _unsupported(chat: bool) -> dict[str, Schema]:
     # Mirrors COMMON_UNSUPPORTED / CHAT_UNSUPPORTED: each accepts null and its inert value only.
     rows: dict[str, Schema] = {
         "best_of": {"enum": [1, None]},
-        "echo": {"enum": [False, None]},
         "suffix": {"enum": ["", None]},
-        "logit_bias": {"type": ["object", "null"], "maxProperties": 0},
         "tools": EMPTY_ARRAY,
         "tool_choice": {"enum": ["none", None]},
         "functions": EMPTY_ARRAY,
@@ -78,7 +76,6 @@ def _unsupported(chat: bool) -> dict[str, Schema]:
         "modalities": opt({"type": "array", "items": {"const": "text"}, "minItems": 1, "maxItems": 1}),
         "audio": NULL_ONLY,
         "use_beam_search": {"enum": [False, None]},
-        "prompt_logprobs": NULL_ONLY,
         "guided_json": NULL_ONLY,
         "guided_regex": NULL_ONLY,
         "guided_choice": NULL_ONLY,
@@ -91,6 +88,7 @@ def _unsupported(chat: bool) -> dict[str, Schema]:
     }
     if chat:
         rows.update({
+            "echo": {"enum": [False, None]},
             "continue_final_message": {"enum": [False, None]},
             "chat_template": NULL_ONLY,
             "documents": EMPTY_ARRAY,
@@ -98,6 +96,24 @@ def _unsupported(chat: bool) -> dict[str, Schema]:
     for schema in rows.values():
         schema.setdefault("description", "Not supported: only the inert value shown (or null) is accepted.")
     return rows
+
+
+def _logit_bias(limits: IngressLimits, vocab_size: int | None) -> Schema:
+    # Keys: decimal ids without leading zeros (so no two keys name one id) and, when the vocabulary
+    # is known, with fewer digits than its largest id, so that every key the schema allows is in it
+    # (the server accepts every id below vocab_size: a narrower schema, never a wider one).
+    digits = "[0-9]*" if vocab_size is None else "[0-9]{0,%d}" % max(0, len(str(vocab_size - 1)) - 2)
+    return opt({"type": "object", "maxProperties": limits.max_logit_bias,
+                "propertyNames": {"pattern": f"^(0|[1-9]{digits})$"},
+                "additionalProperties": {"type": "number", "minimum": -100, "maximum": 100}},
+               "Token id (a decimal string) -> a bias in [-100, 100] added to its logit before sampling; "
+               "ids outside the vocabulary are a 400.")
+
+
+PROMPT_LOGPROBS_NEEDS_NO_STREAM: Schema = {
+    "if": {"required": ["prompt_logprobs"], "properties": {"prompt_logprobs": {"type": "integer"}}},
+    "then": {"properties": {"stream": {"enum": [False, None]}}},
+}
 
 
 def _stop(limits: IngressLimits) -> Schema:
@@ -139,6 +155,10 @@ def common_properties(
         "include_stop_str_in_output": opt({"type": "boolean"}),
         "min_tokens": opt({"type": "integer", "minimum": 0, "maximum": UINT64_MAX},
                           "At most max_tokens (when max_tokens is given; not expressible in the schema)."),
+        "logit_bias": _logit_bias(limits, vocab_size),
+        "prompt_logprobs": opt({"type": "integer", "minimum": 0, "maximum": limits.max_logprobs},
+                               "vLLM's: each prompt token's logprob and rank, plus this many alternatives "
+                               "per position. Not with stream=true."),
     }
     props.update(_unsupported(chat))
     return props
@@ -156,14 +176,19 @@ def completion_request(
     text = {"type": "string", "minLength": 1, "maxLength": limits.max_prompt_chars}
     ids = {"type": "array", "items": token_id(vocab_size), "minItems": 1, "maxItems": limits.max_prompt_chars}
     props = common_properties(model_name, limits, vocab_size, chat=False)
+    batch = {"minItems": 1, "maxItems": limits.max_batch_prompts}
     props["prompt"] = {
-        "oneOf": [text, ids, {"type": "array", "items": {"oneOf": [text, ids]}, "minItems": 1, "maxItems": 1}],
-        "description": "Text, token ids, or a batch of exactly one of those.",
+        "oneOf": [text, ids, {"type": "array", "items": text, **batch}, {"type": "array", "items": ids, **batch}],
+        "description": "Text, token ids, or a batch: texts or arrays of token ids (one kind per batch), each "
+                       "prompt its own request with its n choices, choice i * n + j being prompt i's j-th. "
+                       f"All the prompts together at most {limits.max_prompt_chars} characters (or ids).",
     }
     props["max_tokens"] = max_tokens_schema(limits, max_model_len, "max_tokens")
     props["max_tokens"]["description"] += f" Default {DEFAULT_MAX_TOKENS}."
     props["logprobs"] = opt({"type": "integer", "minimum": 0, "maximum": limits.max_logprobs},
                             "Alternatives to report per position.")
+    props["echo"] = opt({"type": "boolean"}, "The prompt's text (and with logprobs, its logprobs) before the "
+                                             "completion; streamed: in each choice's first chunk.")
     default_max = DEFAULT_MAX_TOKENS if limits.max_tokens_cap is None else min(DEFAULT_MAX_TOKENS,
                                                                               limits.max_tokens_cap)
     return {
@@ -173,6 +198,7 @@ def completion_request(
         "additionalProperties": True,
         "allOf": [
             STREAM_OPTIONS_NEEDS_STREAM,
+            PROMPT_LOGPROBS_NEEDS_NO_STREAM,
             {  # without max_tokens the default applies, and min_tokens may not exceed it
                 "if": {"properties": {"max_tokens": {"type": "null"}}},
                 "then": {"properties": {"min_tokens": {"maximum": default_max}}},
@@ -203,11 +229,8 @@ def _message(limits: IngressLimits, roles: list[str], content_required: bool) ->
             "properties": props}
 
 
-def chat_request(
-    model_name: str, limits: IngressLimits, max_model_len: int, vocab_size: int | None
-) -> Schema:
-    props = common_properties(model_name, limits, vocab_size, chat=True)
-    props["messages"] = {
+def messages_schema(limits: IngressLimits) -> Schema:
+    return {
         "type": "array",
         "minItems": 1,
         "maxItems": limits.max_messages,
@@ -216,6 +239,21 @@ def chat_request(
         "description": f"All contents together at most {limits.max_prompt_chars} characters. "
                        "'developer' is treated as 'system'.",
     }
+
+
+def template_kwargs_schema() -> Schema:
+    return opt({
+        "type": "object",
+        "propertyNames": {"not": {"enum": sorted(RESERVED_TEMPLATE_KWARGS)}},
+        "description": "Extra template variables; the names the server sets are refused.",
+    })
+
+
+def chat_request(
+    model_name: str, limits: IngressLimits, max_model_len: int, vocab_size: int | None
+) -> Schema:
+    props = common_properties(model_name, limits, vocab_size, chat=True)
+    props["messages"] = messages_schema(limits)
     props["max_tokens"] = max_tokens_schema(limits, max_model_len, "max_tokens")
     props["max_tokens"]["description"] += " Default: the rest of the context window."
     props["max_completion_tokens"] = max_tokens_schema(limits, max_model_len, "max_completion_tokens")
@@ -224,11 +262,7 @@ def chat_request(
     props["top_logprobs"] = opt({"type": "integer", "minimum": 0, "maximum": limits.max_logprobs},
                                 "Alternatives per position; requires logprobs=true.")
     props["add_generation_prompt"] = opt({"type": "boolean"})
-    props["chat_template_kwargs"] = opt({
-        "type": "object",
-        "propertyNames": {"not": {"enum": sorted(RESERVED_TEMPLATE_KWARGS)}},
-        "description": "Extra template variables; the names the server sets are refused.",
-    })
+    props["chat_template_kwargs"] = template_kwargs_schema()
     return {
         "type": "object",
         "required": ["messages"],
@@ -236,6 +270,7 @@ def chat_request(
         "additionalProperties": True,
         "allOf": [
             STREAM_OPTIONS_NEEDS_STREAM,
+            PROMPT_LOGPROBS_NEEDS_NO_STREAM,
             {
                 "if": {"required": ["top_logprobs"], "properties": {"top_logprobs": {"type": "integer"}}},
                 "then": {"required": ["logprobs"], "properties": {"logprobs": {"const": True}}},

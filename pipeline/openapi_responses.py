@@ -32,15 +32,21 @@ def response_schemas() -> dict[str, Schema]:
         "type": "array", "items": {"type": "object", "required": [*token, "top_logprobs"],
                                    "properties": {**token, "top_logprobs": {"type": "array", "items": alternative}}},
     }}}
+    # (null for the first token of an echoed prompt: nothing comes before it)
     completion_logprobs = {"type": ["object", "null"], "properties": {
         "tokens": {"type": "array", "items": {"type": "string"}},
-        "token_logprobs": {"type": "array", "items": {"type": "number"}},
-        "top_logprobs": {"type": "array", "items": {"type": "object",
+        "token_logprobs": {"type": "array", "items": {"type": ["number", "null"]}},
+        "top_logprobs": {"type": "array", "items": {"type": ["object", "null"],
                                                     "additionalProperties": {"type": "number"}}},
         "text_offset": {"type": "array", "items": {"type": "integer"}},
     }}
+    scored = {"type": "object", "required": ["logprob", "rank", "decoded_token"], "properties": {
+        "logprob": {"type": "number"}, "rank": {"type": "integer", "minimum": 1}, "decoded_token": {"type": "string"}}}
+    prompt_logprobs = {"type": "array", "description": "vLLM's: null for the first prompt token, then a dict "
+                       "per position keyed by token id: the prompt token, then the top alternatives.",
+                       "items": {"type": ["object", "null"], "additionalProperties": scored}}
 
-    def envelope(obj: str, choice: Schema, with_usage: bool) -> Schema:
+    def envelope(obj: str, choice: Schema, with_usage: bool, optional: Schema | None = None) -> Schema:
         props: Schema = {
             "id": {"type": "string"}, "object": {"const": obj}, "created": {"type": "integer"},
             "model": {"type": "string"},
@@ -55,11 +61,11 @@ def response_schemas() -> dict[str, Schema]:
             required.append("usage")
         else:
             props["usage"] = {"anyOf": [usage, {"type": "null"}]}
-        return {"type": "object", "required": required, "properties": props}
+        return {"type": "object", "required": required, "properties": {**props, **(optional or {})}}
 
-    def choice(extra: Schema, logprobs: Schema) -> Schema:
+    def choice(extra: Schema, logprobs: Schema, optional: Schema | None = None) -> Schema:
         props = {"index": {"type": "integer", "minimum": 0}, **extra, "logprobs": logprobs,
-                 "finish_reason": finish}
+                 "finish_reason": finish, **(optional or {})}
         return {"type": "object", "required": ["index", *extra, "finish_reason"], "properties": props}
 
     message = {"type": "object", "required": ["role", "content"],
@@ -75,9 +81,10 @@ def response_schemas() -> dict[str, Schema]:
             }},
         },
         "Usage": usage,
-        "Completion": envelope("text_completion", choice({"text": {"type": "string"}}, completion_logprobs),
-                               True),
-        "ChatCompletion": envelope("chat.completion", choice({"message": message}, chat_logprobs), True),
+        "Completion": envelope("text_completion", choice({"text": {"type": "string"}}, completion_logprobs,
+                                                         {"prompt_logprobs": prompt_logprobs}), True),
+        "ChatCompletion": envelope("chat.completion", choice({"message": message}, chat_logprobs), True,
+                                   {"prompt_logprobs": prompt_logprobs}),
         "CompletionChunk": envelope("text_completion", choice({"text": {"type": "string"}},
                                                               completion_logprobs), False),
         "ChatCompletionChunk": envelope("chat.completion.chunk", choice({"delta": delta}, chat_logprobs),

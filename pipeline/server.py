@@ -83,9 +83,10 @@ class TtftServer(uvicorn.Server):
 
 def serve(
     config: EngineConfig, host: str, port: int, uds: str | None, log_level: str = "info",
-    api_key: str | None = None, protect_metrics: bool = False,
+    api_key: str | None = None, protect_metrics: bool = False, tls: dict | None = None,
 ) -> int:
-    """Blocks until the server stops; returns the process exit status."""
+    """Blocks until the server stops; returns the process exit status. `tls`: uvicorn's ssl_*
+    arguments, checked (pipeline/tls.py)."""
     engine = Engine(config)
     app = create_app(engine, api_key, protect_metrics)
     uv_config = uvicorn.Config(
@@ -103,6 +104,7 @@ def serve(
         # A backstop for connection floods; requests past --max-connections get our own JSON 503
         # from RequestCapMiddleware first.
         limit_concurrency=2 * config.max_connections + 16,
+        **(tls or {}),
     )
     server = TtftServer(uv_config, engine, config.shutdown_grace_s)
     engine.on_fatal = server.fail

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from stages.speculative import SpeculativeConfig
+
 PREFILL_BACKLOG_STEPS = 4  # lanes: the default of SchedulerConfig.prefill_backlog_steps
 
 
@@ -61,6 +63,8 @@ class SchedulerConfig:
     max_reservation_bypasses: int = 64
     # Output-length prediction before any request finished (capped by max_tokens).
     prior_output_tokens: int = 256
+    # Speculative decoding (scheduler/spec/): decode rows carry draft tokens. None: off.
+    speculative: SpeculativeConfig | None = None
 
     def __post_init__(self) -> None:
         def need(ok: bool, what: str) -> None:
@@ -93,6 +97,14 @@ class SchedulerConfig:
              f"max_reservation_bypasses must be >= 0, got {self.max_reservation_bypasses}")
         need(self.prior_output_tokens >= 1,
              f"prior_output_tokens must be >= 1, got {self.prior_output_tokens}")
+        # A verifying row's next step needs the tokens it accepted: it is never built ahead.
+        need(self.speculative is None or not self.async_scheduling,
+             "speculative decoding needs async_scheduling off")
+
+    @property
+    def num_speculative_slots(self) -> int:
+        """KV positions a decode row may take beyond its own: its draft tokens."""
+        return 0 if self.speculative is None else self.speculative.num_speculative_tokens
 
     @property
     def num_usable_blocks(self) -> int:

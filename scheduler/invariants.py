@@ -100,9 +100,11 @@ def check_scheduler(s: SchedulerState) -> None:
         assert len(req.block_ids) == config.blocks_for(covered), req
         # A decode built ahead covers the position of the token its step in flight samples: at
         # most one token is not known yet, and only while the latest step in flight is ahead.
-        unknown = covered - req.num_tokens
+        # A verifying row covers its draft tokens' positions too (guesses, not known tokens).
+        unknown = covered - req.num_tokens - req.num_draft_in_flight
         assert 0 <= req.num_computed_tokens <= covered and unknown <= 1, req
         assert unknown < 1 or req.in_flight[-1][2], req
+        assert not req.num_draft_in_flight or len(req.in_flight) == 1, req
         assert req.num_in_flight_tokens == sum(n for _, n, _ in req.in_flight), req
         assert len(req.in_flight) <= MAX_STEPS_IN_FLIGHT, req
         assert req.in_flight_step == (req.in_flight[-1][0] if req.in_flight else None), req

@@ -26,7 +26,10 @@ class KVManager:
         self.num_hit_tokens = 0  # of those, served from the cache
 
     def update_hashes(self, req: RequestState) -> None:
-        if self.enable_caching:
+        """Hash the request's new full blocks. A request asking for prompt logprobs gets none: it
+        never hits the cache (or the tiers below it), since every prompt position it scores must
+        be computed (vLLM skips the cache for it too), and its blocks are not shared either."""
+        if self.enable_caching and req.params.prompt_logprobs is None:
             extend_block_hashes(
                 req.block_hashes, req.all_token_ids, self.block_size, req.request.cache_salt)
 
@@ -68,6 +71,18 @@ class KVManager:
             return False
         req.block_ids.extend(new_ids)
         return True
+
+    def truncate(self, req: RequestState, num_total_tokens: int) -> int:
+        """Give back the blocks past those covering `num_total_tokens` positions (a verifying
+        row's rejected draft slots) -> how many. The table is replaced, not shrunk in place (see
+        the module's note); the blocks given back were never complete, so none is cached."""
+        num_keep = self.config.blocks_for(num_total_tokens)
+        extra = req.block_ids[num_keep:]
+        if extra:
+            assert req.num_hashed_blocks <= num_keep, req
+            self.pool.free(reversed(extra))
+            req.block_ids = req.block_ids[:num_keep]
+        return len(extra)
 
     def free(self, req: RequestState) -> None:
         """Give back every block the request holds, last block first: in the cached LRU a chain's

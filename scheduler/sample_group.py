@@ -34,6 +34,8 @@ def link(req: RequestState, requests: dict[str, RequestState], block_size: int) 
     num_shared = (req.num_prompt_tokens - 1) // block_size
     if leader is None or num_shared == 0 or leader.sample_leader is not None:
         return
+    if req.params.prompt_logprobs is not None:
+        return  # it scores every prompt position itself: nothing of its prompt may come from others
     prompt, leader_prompt = req.request.prompt_token_ids, leader.request.prompt_token_ids
     if (prompt is not leader_prompt and prompt != leader_prompt) or (
             leader.request.cache_salt != req.request.cache_salt):

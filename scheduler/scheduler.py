@@ -33,6 +33,7 @@ from scheduler.predictor import OutputLengthPredictor
 from scheduler.request_state import RequestState, RequestStatus, is_decode
 from scheduler.sample_group import is_held, link
 from scheduler.shadow import ShadowAdmission
+from scheduler.spec.drafts import SpecDrafts
 from scheduler.step_builder import StepBuilder
 from scheduler.step_placement import StepPlacement
 from scheduler.step_results import StepResults
@@ -62,14 +63,18 @@ class Scheduler:
         self._tiers_on = self.tiers.enabled  # (the one-pass decode step queues no tier copies)
         self.placement = StepPlacement(config, self.kv, self.shadow, self.policy, self.tiers,
                                        self.running, self.waiting)
+        # Speculative decoding: decode rows get draft tokens after the walk (scheduler/spec/).
+        self.drafts = SpecDrafts(config, config.speculative, self.kv, self.shadow, self.placement.grow
+                                 ) if config.speculative is not None else None
         self.results = StepResults(config, self.kv, self.shadow, self.tiers, self.predictor,
-                                   self.requests, self.running, self.waiting)
+                                   self.requests, self.running, self.waiting, self.drafts)
         self._next_arrival = 0
         self._next_step_id = 0
         self._steps_in_flight: dict[int, bool] = {}  # step id -> whether it is decodes only
         # Steady decode steps in one pass (decode_step.py), for the policies whose order then
         # is arrival order; off: every step walks the policy's order (the tests compare both).
-        self._decode_fast_path = getattr(self.policy, "decodes_in_arrival_order", False)
+        self._decode_fast_path = (getattr(self.policy, "decodes_in_arrival_order", False)
+                                  and self.drafts is None)
 
     # -- arrivals and aborts -----------------------------------------------------------------
     def add_request(self, req: GenerateRequest) -> str | None:
@@ -165,6 +170,8 @@ class Scheduler:
                 continue  # blocks just taken back by preemption go to the running batch, not the queue
             elif not place.try_admit(req, step) and self.policy.blocks_queue(req):
                 admitting = False  # admit nobody behind it; running requests still get served
+        if self.drafts is not None and step.chunks:
+            self.drafts.attach(step, self.requests, len(self.running))
         self.shadow.enforce(self.waiting, self.running)
         if not step.chunks:
             return None

@@ -60,6 +60,7 @@ class ShadowAdmission:
         # The last sampled token is never computed, so it needs no KV slot.
         num_positions = min(req.num_tokens + num_remaining - 1,
                             req.num_prompt_tokens + req.params.max_tokens - 1)
+        num_positions += self.config.num_speculative_slots  # a verifying row's draft slots, past its end
         num_busy_hits = sum(self.pool.ref_counts[b] > 0 for b in hits)
         # A sample group's follower shares its leader's prompt blocks: the leader's claim has them.
         num_busy_hits = max(num_busy_hits, num_blocks_from_leader(req))
@@ -153,6 +154,13 @@ class ShadowAdmission:
         take = min(num_taken, req.num_reserved_blocks)
         req.num_reserved_blocks -= take
         self.num_reserved -= take
+
+    def refund(self, req: RequestState, num_blocks: int) -> None:
+        """`req` gave `num_blocks` back to the pool (its rejected draft slots' blocks): its claim
+        grows again by them, which the pool now holds for it (claims stay <= allocatable)."""
+        if req.has_reservation and num_blocks > 0:
+            req.num_reserved_blocks += num_blocks
+            self.num_reserved += num_blocks
 
     def protect_hits(self, req: RequestState, num_blocks: int) -> None:
         """Blocks fetched from a lower KV tier for a request already holding a claim are now cached

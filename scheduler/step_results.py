@@ -23,6 +23,7 @@ from scheduler.kv_tiers.no_tiers import NoTiers
 from scheduler.predictor import OutputLengthPredictor
 from scheduler.request_state import RequestState, RequestStatus
 from scheduler.shadow import ShadowAdmission
+from scheduler.spec.drafts import SpecDrafts
 from stages.messages import SampledToken, StepBatch, StepResult, TokenEvent
 from stages.trace import RequestTrace
 
@@ -42,7 +43,7 @@ class StepResults:
     def __init__(self, config: SchedulerConfig, kv: KVManager, shadow: ShadowAdmission,
                  tiers: KvTierManager | NoTiers, predictor: OutputLengthPredictor,
                  requests: dict[str, RequestState], running: list[RequestState],
-                 waiting: deque[RequestState]) -> None:
+                 waiting: deque[RequestState], drafts: SpecDrafts | None = None) -> None:
         self._block_size = config.block_size
         self._caching = config.enable_prefix_caching
         self._eos_token_ids = config.eos_token_ids
@@ -55,6 +56,7 @@ class StepResults:
         self.running = running
         self.waiting = waiting
         self.finished_ids: list[str] = []  # ended since the last batch, known to the GPU stage
+        self.drafts = drafts  # speculative decoding: verifying rows roll back their rejected slots
 
     def take_finished_ids(self) -> list[str]:
         """The ids that ended since the last call (they ride the next batch)."""
@@ -86,6 +88,9 @@ class StepResults:
                 self.retire(req, "error", failure)
                 events.append(self.event(req, [], None))
                 continue
+            if chunk.num_draft:
+                events.append(self._apply_verified(req, chunk.num_draft, token, result.spec.get(req.request_id, [])))
+                continue
             # Advance the computed tokens (inline: once per request per step).
             before = req.num_computed_tokens
             after = req.num_computed_tokens = before + len(chunk.token_ids)
@@ -116,9 +121,36 @@ class StepResults:
             if reason is not None:
                 self.retire(req, reason, None)
         # event()'s TokenEvent, inline (one per request per step).
-        return TokenEvent(req.request_id, [token_id], req.finish_reason,
-                          None if params.logprobs is None else [token], req.num_prompt_tokens,
-                          num_output, req.num_cached_tokens, req.error)
+        event = TokenEvent(req.request_id, [token_id], req.finish_reason,
+                           None if params.logprobs is None else [token], req.num_prompt_tokens,
+                           num_output, req.num_cached_tokens, req.error)
+        if token.prompt_logprobs is not None:  # (the first token of a request that asked for them)
+            event.prompt_logprobs = token.prompt_logprobs
+        return event
+
+    def _apply_verified(self, req: RequestState, num_draft: int, first: SampledToken,
+                        accepted: list[SampledToken]) -> TokenEvent:
+        """A verifying row's result: its input and the `len(accepted)` guesses it accepted are
+        computed, the blocks of the rejected slots go back, and its 1 + len(accepted) tokens
+        are appended one by one, so that a stop id or a length limit inside the run ends the
+        request exactly where it would have ended without speculation (the rest is dropped)."""
+        assert self.drafts is not None and len(accepted) <= num_draft
+        req.num_computed_tokens += 1 + len(accepted)
+        self.drafts.roll_back(req, num_draft, len(accepted))
+        tokens = [first, *accepted]
+        event = None
+        for n, token in enumerate(tokens, 1):
+            event = self._append_token(req, token)
+            if req.finish_reason is not None:
+                break
+        assert event is not None
+        if n > 1:  # one event for the run
+            event.token_ids = [t.token_id for t in tokens[:n]]
+            if event.logprobs is not None:
+                event.logprobs = tokens[:n]
+        if self._caching and req.finish_reason is None:
+            self.kv.cache_computed(req)  # blocks the accepted run completed (now known and computed)
+        return event
 
     def retire(self, req: RequestState, reason: str, error: str | None) -> None:
         """The one exit: out of its queue, blocks and claim freed once, forgotten. Natural ends
@@ -138,6 +170,7 @@ class StepResults:
         req.finish_reason, req.error = reason, error
         req.in_flight.clear()
         req.in_flight_step, req.num_in_flight_tokens = None, 0
+        req.num_draft_in_flight = 0
         del self.requests[req.request_id]
         if req.was_scheduled:
             self.finished_ids.append(req.request_id)

@@ -63,6 +63,10 @@ class ScheduledChunk:
     start_pos: int  # == num_computed_tokens (+ tokens of the step in flight) before the step
     block_table: list[int]  # covers positions [0, start_pos + len(token_ids))
     sample: bool  # the chunk reaches the last known token: sample the next one
+    # Speculative decoding: the last `num_draft` token_ids are guessed, not known (a verifying
+    # row: the model samples at each of the last num_draft + 1 positions and keeps the run of
+    # guesses it agrees with). PENDING_TOKEN guesses are the GPU stage's draft model's to make.
+    num_draft: int = 0
 
 
 _token_ids = attrgetter("token_ids")
@@ -86,11 +90,24 @@ class StepBatch:
 
 
 @dataclass(slots=True)
+class PromptLogprob:
+    """One prompt position's score (prompt_logprobs): the prompt token there given those before it."""
+
+    token_id: int
+    logprob: float
+    rank: int  # how many tokens were at least as likely there, itself included (1: the most likely)
+    top: list[tuple[int, float]]  # the k most likely tokens there (id, logprob), most likely first
+
+
+@dataclass(slots=True)
 class SampledToken:
     request_id: str
     token_id: int
     logprob: float | None = None  # of the sampled token, when logprobs were asked for
     top_logprobs: list[tuple[int, float]] | None = None
+    # With the first token of a request that asked for prompt_logprobs: prompt positions 1.. (the
+    # first prompt token has nothing before it), computed in its prefill.
+    prompt_logprobs: list[PromptLogprob] | None = None
 
 
 @dataclass(slots=True)
@@ -98,6 +115,9 @@ class StepResult:
     step_id: int
     sampled: list[SampledToken]
     failed: dict[str, str] = field(default_factory=dict)  # request_id -> message: that request only
+    # Verifying rows: the tokens after `sampled`'s that the verification accepted, in order (the
+    # accepted guesses' successors: a row accepting a guesses emits 1 + a tokens).
+    spec: dict[str, list[SampledToken]] = field(default_factory=dict)
     error: str | None = None  # the whole step failed: the engine is broken
     duration_ns: int = 0
     # The GPU stage's clock (perf_counter ns; 0: not run there): the launch thread took the step,
@@ -120,6 +140,7 @@ class TokenEvent:
     num_cached_tokens: int = 0
     error: str | None = None
     error_status: int = 500  # the HTTP status of `error`: 400 for a request refused at admission
+    prompt_logprobs: list[PromptLogprob] | None = None  # with the first token (SampledToken's)
 
 
 @dataclass(slots=True)
@@ -134,6 +155,16 @@ class TokenLogprob:
     token_id: int
     logprob: float
     top: list[tuple[str, int, float]]  # (text, id, logprob) of the alternatives
+    rank: int | None = None  # prompt logprobs: PromptLogprob.rank
+
+
+@dataclass(slots=True)
+class PromptScores:
+    """A request's prompt logprobs as the emitter hands them out (with its first output)."""
+
+    first_token: str  # the text of prompt token 0: nothing comes before it, so it has no logprob
+    first_token_id: int
+    positions: list[TokenLogprob]  # prompt tokens 1.., each given the ones before it (rank set)
 
 
 @dataclass(slots=True)
@@ -154,6 +185,7 @@ class RequestOutput:
     # This output as SSE bytes, framed by the emitter when its stream has a framer (a streamed
     # HTTP reply); b"" otherwise.
     sse: bytes = b""
+    prompt_logprobs: PromptScores | None = None  # with the first output, when they were asked for
 
 
 @dataclass(slots=True)

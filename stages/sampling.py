@@ -27,6 +27,12 @@ class SamplingParams:
     skip_special_tokens: bool = True
     include_stop_str_in_output: bool = False
     min_tokens: int = 0
+    # OpenAI's logit_bias: (token id, bias) pairs, ids ascending and unique, added to the logits
+    # before the penalties (gpu_stage/sampling/logit_bias.py).
+    logit_bias: tuple[tuple[int, float], ...] = ()
+    # vLLM's prompt_logprobs: None, or k >= 0: each prompt token's logprob (and rank) given the
+    # tokens before it, plus the k most likely tokens there, computed in the prefill.
+    prompt_logprobs: int | None = None
 
     @property
     def greedy(self) -> bool:

@@ -13,7 +13,9 @@ so the splits divide the window only and no tile before it is read.
 
 An 8-bit pool (QUANT): each K/V tile is loaded as its 8-bit values and converted to the query's
 dtype (exact), and the dequantization is a per-key multiply: a key's scale multiplies its score
-column after q @ k^T, a value's scale multiplies p's column before p @ v.
+column after q @ k^T, a value's scale multiplies p's column before p @ v. How codes become operands,
+how scales are read and the launch config are a variant's (decode_variants.py: the measured table,
+SERVED per format for one split and for split-K; kv_dequant.py: the conversions).
 
 Batch size 1 at 2k context on an H200: 8 kv heads alone would fill 8 of 132 SMs; 32 splits give 256
 programs. Batch 64: 512 programs already, one split, no reduction.
@@ -28,6 +30,8 @@ import triton.language as tl
 
 from gpu_stage.kernels import interpreting, next_pow2
 from gpu_stage.kernels.common import dot_flags, mma
+from gpu_stage.kernels.decode_variants import QUANT_KNOBS, served_variant
+from gpu_stage.kernels.kv_dequant import kv_operand, scale_words_ok, tile_scales
 from gpu_stage.kernels.kv_store import cache_args
 from gpu_stage.kernels.pdl import OFF, pdl_args
 from gpu_stage.kv.layout import QuantKvLayer
@@ -37,6 +41,15 @@ GPU_CONFIG = {"BLOCK_N": 64, "num_warps": 4, "num_stages": 2}
 INTERPRETER_CONFIG = {"BLOCK_N": 16, "num_warps": 4, "num_stages": 1}
 MAX_SPLITS = 64
 NO_WINDOW = 1 << 30  # `window` of a layer that sees its whole context (past any max_model_len)
+
+
+def default_config(fmt_name: str | None, num_splits: int) -> dict:
+    """The launch config of a layer's pool: GPU_CONFIG for a plain one (fmt_name None), the served
+    variant of decode_variants.py for an 8-bit one (its knobs included)."""
+    if fmt_name is None:
+        return dict(INTERPRETER_CONFIG if interpreting() else GPU_CONFIG)
+    cfg = served_variant(fmt_name, num_splits)
+    return {**cfg, **INTERPRETER_CONFIG} if interpreting() else cfg
 
 
 def choose_num_splits(num_seqs: int, num_kv_heads: int, max_seq_len: int, num_sms: int, block_n: int) -> int:
@@ -56,7 +69,8 @@ def _decode_kernel(
     scale_ptr, stride_s_block, stride_s_kv, stride_s_tok,
     GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_H: tl.constexpr,
     BLOCK_N: tl.constexpr, NUM_SPLITS: tl.constexpr, IEEE: tl.constexpr, UPCAST: tl.constexpr,
-    USE_PDL: tl.constexpr, QUANT: tl.constexpr,
+    USE_PDL: tl.constexpr, QUANT: tl.constexpr, FMT: tl.constexpr = 0, DEQ_K: tl.constexpr = 0,
+    DEQ_V: tl.constexpr = 0, SCALE_WORDS: tl.constexpr = False, BLOCK_SIZE: tl.constexpr = 0,
 ):
     if USE_PDL:  # see pdl.py: every program waits, also a split past the end of its sequence
         tl.extra.cuda.gdc_launch_dependents()
@@ -81,22 +95,24 @@ def _decode_kernel(
     acc = tl.zeros([BLOCK_H, BLOCK_D], tl.float32)
     bt_row_ptr = bt_ptr + seq * stride_bt
     kv_head_off = kv_head.to(tl.int64) * stride_c_head
+    bs = BLOCK_SIZE if BLOCK_SIZE > 0 else block_size  # a constant: shifts, not divisions
     for tile_start in range(start, end, BLOCK_N):
         pos = tile_start + tl.arange(0, BLOCK_N)
         pos_ok = pos < end
-        block = tl.load(bt_row_ptr + pos // block_size, mask=pos_ok, other=0).to(tl.int64)
-        row_off = block * stride_c_block + (pos % block_size) * stride_c_tok + kv_head_off
+        block = tl.load(bt_row_ptr + pos // bs, mask=pos_ok, other=0).to(tl.int64)
+        row_off = block * stride_c_block + (pos % bs) * stride_c_tok + kv_head_off
         kv_mask = pos_ok[:, None] & d_ok[None, :]
         k = tl.load(kv_ptr + row_off[:, None] + d[None, :], mask=kv_mask, other=0.0)
         v = tl.load(kv_ptr + stride_c_kv + row_off[:, None] + d[None, :], mask=kv_mask, other=0.0)
-        if QUANT:  # 8-bit codes -> float32 (exact) first: the interpreter cannot convert int8 to bf16
-            k, v = k.to(tl.float32), v.to(tl.float32)
-        k, v = k.to(q.dtype), v.to(q.dtype)  # a no-op for a plain pool of the model dtype
+        if QUANT:  # 8-bit codes -> the query's dtype (exact), kv_dequant.py
+            k = kv_operand(k, q.dtype, FMT, DEQ_K)
+            v = kv_operand(v, q.dtype, FMT, DEQ_V)
+        else:
+            k, v = k.to(q.dtype), v.to(q.dtype)  # a no-op for a plain pool of the model dtype
         s = mma(q, tl.trans(k), IEEE, UPCAST)
         if QUANT:  # [BLOCK_N] scales of this tile's keys and values (0 past the end)
-            s_off = block * stride_s_block + (pos % block_size) * stride_s_tok + kv_head
-            k_scale = tl.load(scale_ptr + s_off, mask=pos_ok, other=0.0).to(tl.float32)
-            v_scale = tl.load(scale_ptr + stride_s_kv + s_off, mask=pos_ok, other=0.0).to(tl.float32)
+            k_scale, v_scale = tile_scales(scale_ptr, block, pos % bs, pos_ok, kv_head,
+                                           stride_s_block, stride_s_kv, stride_s_tok, SCALE_WORDS)
             s = s * k_scale[None, :]
         s = tl.where(pos_ok[None, :], s * sm_scale_log2, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, 1))
@@ -186,8 +202,16 @@ def decode_attention(
     (cache, *scale_args), quant = cache_args(kv_layer)
     num_kv_heads, block_size = cache.shape[3], cache.shape[2]
     group = num_heads // num_kv_heads
-    cfg = dict(config or (INTERPRETER_CONFIG if interpreting() else GPU_CONFIG))
     num_splits = workspace.num_splits
+    fmt_name = kv_layer.fmt.name if quant["QUANT"] else None
+    cfg = dict(config or default_config(fmt_name, num_splits))
+    knobs = {k: cfg.pop(k) for k in QUANT_KNOBS if k in cfg}
+    if quant["QUANT"]:  # a plain pool's launch stays as it was: no knob reaches it
+        knobs["SCALE_WORDS"] = knobs.get("SCALE_WORDS", False) and scale_words_ok(kv_layer.scales)
+        knobs["FMT"] = quant["FMT"]
+        knobs["BLOCK_SIZE"] = block_size if knobs.pop("CONST_BLOCK", False) else 0
+    else:
+        knobs = {}
     out = torch.empty_like(q) if out is None else out
     assert q.stride(-1) == 1 and cache.stride(-1) == 1 and out.stride(-1) == 1
     block_d = max(16, next_pow2(head_dim))
@@ -198,7 +222,7 @@ def decode_attention(
         cache.stride(0), cache.stride(1), cache.stride(2), cache.stride(3),
         block_tables.stride(0), block_size, num_heads,
         NO_WINDOW if window is None else window,
-        *scale_args, QUANT=quant["QUANT"],
+        *scale_args, QUANT=quant["QUANT"], **knobs,
         GROUP=group, HEAD_DIM=head_dim, BLOCK_D=block_d, BLOCK_H=max(16, next_pow2(group)),
         BLOCK_N=cfg.pop("BLOCK_N"), NUM_SPLITS=num_splits, **dot_flags(q.dtype), **cfg,
         **decode_pdl_args(q, num_splits),

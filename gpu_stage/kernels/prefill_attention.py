@@ -14,7 +14,8 @@ T // BLOCK_Q + num_seqs programs (host-known numbers) cover every sequence; a pr
 sequence by binary search over cu_seqlens_q and exits when its tile lies past the sequence's queries.
 
 An 8-bit pool (QUANT) is read as decode_attention.py reads it: values converted to the query's
-dtype in registers, a key's scale on its score column, a value's on p's column.
+dtype in registers, a key's scale on its score column, a value's on p's column; how codes become
+operands and scales are read is the served variant's (prefill_variants.py, kv_dequant.py).
 
 Keys come from the paged cache only (store_kv runs first): positions [0, seq_len), where the last
 query_len positions are this step's tokens. Keys every row of the tile may see run without a mask;
@@ -37,7 +38,9 @@ import triton.language as tl
 from gpu_stage.kernels import interpreting, next_pow2
 from gpu_stage.kernels.common import dot_flags, mma
 from gpu_stage.kernels.decode_attention import NO_WINDOW
+from gpu_stage.kernels.kv_dequant import kv_operand, scale_words_ok, tile_scales
 from gpu_stage.kernels.kv_store import cache_args
+from gpu_stage.kernels.prefill_variants import QUANT_KNOBS, served_variant
 from gpu_stage.kv.layout import QuantKvLayer
 
 LOG2E = 1.4426950408889634
@@ -52,6 +55,7 @@ def _attend_tile(
     stride_c_tok, kv_head_off, block_size,
     BLOCK_N: tl.constexpr, CAUSAL_MASK: tl.constexpr, IEEE: tl.constexpr, UPCAST: tl.constexpr,
     sm_scale_log2, window, scale_ptr, stride_s_block, stride_s_kv, stride_s_tok, kv_head, QUANT: tl.constexpr,
+    FMT: tl.constexpr, DEQ_K: tl.constexpr, DEQ_V: tl.constexpr, SCALE_WORDS: tl.constexpr,
 ):
     pos = start + tl.arange(0, BLOCK_N)  # [BLOCK_N] key positions
     pos_ok = pos < kv_end
@@ -60,14 +64,15 @@ def _attend_tile(
     kv_mask = pos_ok[:, None] & d_ok[None, :]
     k = tl.load(kv_ptr + row_off[:, None] + d[None, :], mask=kv_mask, other=0.0)  # [BLOCK_N, BLOCK_D]
     v = tl.load(kv_ptr + stride_c_kv + row_off[:, None] + d[None, :], mask=kv_mask, other=0.0)
-    if QUANT:  # 8-bit codes -> float32 (exact) first: the interpreter cannot convert int8 to bf16
-        k, v = k.to(tl.float32), v.to(tl.float32)
-    k, v = k.to(q.dtype), v.to(q.dtype)  # a no-op for a plain pool of the model dtype
+    if QUANT:  # 8-bit codes -> the query's dtype (exact), kv_dequant.py
+        k = kv_operand(k, q.dtype, FMT, DEQ_K)
+        v = kv_operand(v, q.dtype, FMT, DEQ_V)
+    else:
+        k, v = k.to(q.dtype), v.to(q.dtype)  # a no-op for a plain pool of the model dtype
     s = mma(q, tl.trans(k), IEEE, UPCAST)
     if QUANT:  # [BLOCK_N] scales of this tile's keys and values (0 past the end)
-        s_off = block * stride_s_block + (pos % block_size) * stride_s_tok + kv_head
-        k_scale = tl.load(scale_ptr + s_off, mask=pos_ok, other=0.0).to(tl.float32)
-        v_scale = tl.load(scale_ptr + stride_s_kv + s_off, mask=pos_ok, other=0.0).to(tl.float32)
+        k_scale, v_scale = tile_scales(scale_ptr, block, pos % block_size, pos_ok, kv_head,
+                                       stride_s_block, stride_s_kv, stride_s_tok, SCALE_WORDS)
         s = s * k_scale[None, :]
     s = s * sm_scale_log2  # [BLOCK_M, BLOCK_N], log2 domain
     if CAUSAL_MASK:
@@ -103,9 +108,11 @@ def _prefill_attention_kernel(
     scale_ptr, stride_s_block, stride_s_kv, stride_s_tok,
     GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_N: tl.constexpr,
-    IEEE: tl.constexpr, UPCAST: tl.constexpr, QUANT: tl.constexpr,
+    IEEE: tl.constexpr, UPCAST: tl.constexpr, QUANT: tl.constexpr, FMT: tl.constexpr = 0,
+    DEQ_K: tl.constexpr = 0, DEQ_V: tl.constexpr = 0, SCALE_WORDS: tl.constexpr = False, BLOCK_SIZE: tl.constexpr = 0,
 ):
     tile = tl.program_id(0)
+    bs = BLOCK_SIZE if BLOCK_SIZE > 0 else block_size  # a constant: shifts, not divisions
     kv_head = tl.program_id(1)
     # Largest i with cu_q[i] // BLOCK_Q + i <= tile: the sequence this tile belongs to.
     lo = 0
@@ -149,18 +156,18 @@ def _prefill_attention_kernel(
         for start in range(lo, mid_lo, BLOCK_N):
             acc, m_i, l_i = _attend_tile(
                 q, acc, m_i, l_i, kv_ptr, bt_row_ptr, start, kv_end, q_pos, d, d_ok, stride_c_block,
-                stride_c_kv, stride_c_tok, kv_head_off, block_size, BLOCK_N, True, IEEE, UPCAST, sm_scale_log2, window,
-                scale_ptr, stride_s_block, stride_s_kv, stride_s_tok, kv_head, QUANT)
+                stride_c_kv, stride_c_tok, kv_head_off, bs, BLOCK_N, True, IEEE, UPCAST, sm_scale_log2, window,
+                scale_ptr, stride_s_block, stride_s_kv, stride_s_tok, kv_head, QUANT, FMT, DEQ_K, DEQ_V, SCALE_WORDS)
         for start in range(mid_lo, full_end, BLOCK_N):
             acc, m_i, l_i = _attend_tile(
                 q, acc, m_i, l_i, kv_ptr, bt_row_ptr, start, kv_end, q_pos, d, d_ok, stride_c_block,
-                stride_c_kv, stride_c_tok, kv_head_off, block_size, BLOCK_N, False, IEEE, UPCAST, sm_scale_log2, window,
-                scale_ptr, stride_s_block, stride_s_kv, stride_s_tok, kv_head, QUANT)
+                stride_c_kv, stride_c_tok, kv_head_off, bs, BLOCK_N, False, IEEE, UPCAST, sm_scale_log2, window,
+                scale_ptr, stride_s_block, stride_s_kv, stride_s_tok, kv_head, QUANT, FMT, DEQ_K, DEQ_V, SCALE_WORDS)
         for start in range(full_end, kv_end, BLOCK_N):
             acc, m_i, l_i = _attend_tile(
                 q, acc, m_i, l_i, kv_ptr, bt_row_ptr, start, kv_end, q_pos, d, d_ok, stride_c_block,
-                stride_c_kv, stride_c_tok, kv_head_off, block_size, BLOCK_N, True, IEEE, UPCAST, sm_scale_log2, window,
-                scale_ptr, stride_s_block, stride_s_kv, stride_s_tok, kv_head, QUANT)
+                stride_c_kv, stride_c_tok, kv_head_off, bs, BLOCK_N, True, IEEE, UPCAST, sm_scale_log2, window,
+                scale_ptr, stride_s_block, stride_s_kv, stride_s_tok, kv_head, QUANT, FMT, DEQ_K, DEQ_V, SCALE_WORDS)
         out = acc / l_i[:, None]
         tl.store(out_ptr + q_rows[:, None] * stride_o_t + head[:, None] * stride_o_h + d[None, :],
                  out.to(out_ptr.dtype.element_ty), mask=q_mask)
@@ -186,7 +193,17 @@ def prefill_attention(
     (cache, *scale_args), quant = cache_args(kv_layer)
     num_kv_heads, block_size = cache.shape[3], cache.shape[2]
     group = num_heads // num_kv_heads
+    if config is None and quant["QUANT"]:  # the served variant of prefill_variants.py
+        config = served_variant()
+        config = {**config, **INTERPRETER_CONFIG} if interpreting() else config
     cfg = dict(config or (INTERPRETER_CONFIG if interpreting() else GPU_CONFIG))
+    knobs = {k: cfg.pop(k) for k in QUANT_KNOBS if k in cfg}
+    if quant["QUANT"]:  # a plain pool's launch stays as it was: no knob reaches it
+        knobs["SCALE_WORDS"] = knobs.get("SCALE_WORDS", False) and scale_words_ok(kv_layer.scales)
+        knobs["FMT"] = quant["FMT"]
+        knobs["BLOCK_SIZE"] = block_size if knobs.pop("CONST_BLOCK", False) else 0
+    else:
+        knobs = {}
     block_m = max(cfg.pop("BLOCK_M"), next_pow2(group))
     block_q = block_m // group
     out = torch.empty_like(q) if out is None else out
@@ -199,7 +216,7 @@ def prefill_attention(
         cache.stride(0), cache.stride(1), cache.stride(2), cache.stride(3),
         block_tables.stride(0), block_size,
         NO_WINDOW if window is None else window,
-        *scale_args, QUANT=quant["QUANT"],
+        *scale_args, QUANT=quant["QUANT"], **knobs,
         GROUP=group, HEAD_DIM=head_dim, BLOCK_D=max(16, next_pow2(head_dim)), BLOCK_M=block_m,
         BLOCK_Q=block_q, BLOCK_N=cfg.pop("BLOCK_N"), **dot_flags(q.dtype), **cfg,
     )

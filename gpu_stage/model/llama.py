@@ -3,7 +3,8 @@
 Tokens of all sequences of a step are flattened into one dimension T (no padding); attention reads
 each sequence's context through the metadata's block tables. q/k/v are fused into one `qkv_proj`
 and gate/up into one `gate_up_proj` at load time (two matmuls fewer per layer, larger GEMMs). The
-lm_head runs only on `logits_indices` (the last token of each sampled sequence), never a whole prompt.
+lm_head runs only on `logits_indices` (the last token of each sampled sequence, and the prompt
+positions of a request that asked for prompt logprobs), never on the rest of a prompt.
 Arithmetic follows transformers' LlamaForCausalLM (RMSNorm in float32, cos/sin cast to the model
 dtype) so logits match it within rounding.
 
@@ -167,6 +168,18 @@ class LlamaForCausalLM(nn.Module):
         logits_indices: torch.Tensor,  # [S] int64 or int32 rows of T to produce logits for
     ) -> torch.Tensor:
         """-> logits [S, vocab] float32."""
+        return self.compute_logits(self.hidden_states(input_ids, positions, kv_cache, meta, logits_indices))
+
+    def hidden_states(
+        self,
+        input_ids: torch.Tensor,
+        positions: torch.Tensor,
+        kv_cache: KvCache,
+        meta: AttentionMetadata,
+        logits_indices: torch.Tensor,
+    ) -> torch.Tensor:
+        """forward's arguments -> the final norm's output at `logits_indices` [S, hidden], what the
+        lm_head reads (a step with prompt logprobs runs the lm_head on its rows a slice at a time)."""
         if self.parallel is None:
             h = F.embedding(input_ids, self.embed_weight)  # [T, hidden]
         else:
@@ -191,6 +204,11 @@ class LlamaForCausalLM(nn.Module):
             h = self.ops.add_rms_norm(h, residual, norm.weight, norm.eps)[0]
         else:  # only the sampled rows need the last residual add
             h = self.ops.add_rms_norm(h[logits_indices], residual[logits_indices], norm.weight, norm.eps)[0]
+        return h
+
+    def compute_logits(self, h: torch.Tensor) -> torch.Tensor:
+        """The lm_head: [S, hidden] -> logits [S, vocab] float32 (tensor parallel: every rank
+        calls it on the same rows, since the shards' logits are gathered)."""
         logits = self.ops.linear(h, self.head_weight)  # [S, vocab] (sharded: [S, vocab / N])
         if self.parallel is not None:
             logits = self.parallel.gather_vocab(logits)

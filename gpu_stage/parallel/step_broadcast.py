@@ -39,8 +39,9 @@ from stages.messages import KvTransferOps
 
 HEADER_LEN = 16
 KIND_STEP, KIND_STOP, KIND_COPIES = 1, 2, 3
-# Header slots (a copies header: _T offloads, _B loads, _SIZE their int32 count, _WAIT wait_compute).
-_KIND, _SEQ, _T, _B, _W, _S, _R, _F, _SIZE, _GRAPH, _DECODE, _MIXED, _MAX_Q, _MAX_SEQ, _WAIT = range(15)
+# Header slots (a copies header: _T offloads, _B loads, _SIZE their int32 count, _WAIT wait_compute;
+# _P: a step's prompt-logprob rows, whose lm_head slices every rank runs for the gather).
+_KIND, _SEQ, _T, _B, _W, _S, _R, _F, _SIZE, _GRAPH, _DECODE, _MIXED, _MAX_Q, _MAX_SEQ, _WAIT, _P = range(16)
 
 
 @dataclass
@@ -64,10 +65,11 @@ class StepBroadcast:
     def send(self, staged: StagedStep, shape: GraphShape | None) -> None:
         """Send a step staged by the driver's StepInputs (after its copy and feed)."""
         assert self.rank == 0 and staged.host is not None
+        assert shape is None or not shape.verify, "speculation (verify shapes) is refused under tensor parallelism"
         layout, meta = staged.layout, staged.meta
         sizes = [layout.offsets[name][1] for name in ("input_ids", "cu_seqlens_q", "block_tables",
-                                                       "logits_indices", "greedy", "feed_dst")]
-        num_tokens, num_seqs_plus_1, table, num_logits, num_rows, num_feeds = sizes
+                                                       "logits_indices", "greedy", "feed_dst", "prompt_targets")]
+        num_tokens, num_seqs_plus_1, table, num_logits, num_rows, num_feeds, num_prompt_rows = sizes
         num_seqs = num_seqs_plus_1 - 1
         width = table // num_seqs if num_seqs else 0
         self._seq += 1
@@ -75,6 +77,7 @@ class StepBroadcast:
         h.zero_()
         h[_KIND], h[_SEQ], h[_SIZE] = KIND_STEP, self._seq, layout.size
         h[_T], h[_B], h[_W], h[_S], h[_R], h[_F] = num_tokens, num_seqs, width, num_logits, num_rows, num_feeds
+        h[_P] = num_prompt_rows
         if shape is not None:
             h[_GRAPH], h[_DECODE], h[_MIXED] = 1, int(shape.decode), int(shape.mixed)
         h[_MAX_Q], h[_MAX_SEQ] = meta.max_query_len, meta.max_seq_len
@@ -131,7 +134,7 @@ class StepBroadcast:
         self._seq += 1
         if values[_KIND] == KIND_COPIES:
             return self._receive_copies(values)
-        layout = make_layout(values[_T], values[_B], values[_W], values[_S], values[_R], values[_F])
+        layout = make_layout(values[_T], values[_B], values[_W], values[_S], values[_R], values[_F], values[_P])
         if layout.size != values[_SIZE]:
             raise RuntimeError(f"step layout mismatch: {layout.size} here, {values[_SIZE]} at the driver")
         host, buf = inputs.receive(lambda dest: dist.broadcast(dest, src=0, group=self.host_group), layout.size)
@@ -179,4 +182,4 @@ def restage(layout: Layout, host: torch.Tensor, buf: torch.Tensor, max_query_len
         query_lens_host=np.diff(cu).tolist(), seq_lens_host=host_values("seq_lens").tolist(), sampled=sampled,
     )
     return StagedStep(view("input_ids"), view("positions"), view("logits_indices"), meta, None, layout,
-                      num_tokens, num_seqs, host)
+                      num_tokens, num_seqs, host, layout.offsets["prompt_targets"][1])

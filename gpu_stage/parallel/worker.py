@@ -32,6 +32,7 @@ from gpu_stage.parallel.runner_spec import ENV_VAR, RunnerSpec, build_runner
 from gpu_stage.parallel.sharded_tiers import WorkerTiers
 from gpu_stage.parallel.step_broadcast import StepBroadcast
 from gpu_stage.parallel.tensor_parallel import TensorParallel
+from gpu_stage.step_inputs import forward_step
 from stages.messages import KvTransferOps
 
 log = logging.getLogger("ttft.parallel")
@@ -53,9 +54,8 @@ def serve_steps(runner, steps: StepBroadcast, tiers: WorkerTiers | None = None) 
                 continue
             if step.shape is not None:
                 runner.graphs.replay(step.shape)
-            else:
-                s = step.staged
-                runner.model(s.input_ids, s.positions, runner.kv_cache, s.meta, s.logits_indices)
+            else:  # (with prompt-logprob rows: the driver's lm_head slices, for their gathers)
+                forward_step(runner.model, step.staged, runner.kv_cache)
             count += 1
     return count
 

@@ -1,16 +1,35 @@
 """A step's sampled rows: SamplingRow (one sequence's parameters, history and generator), their
-parameters as per-row lists, the flags that decide which sampling steps a batch needs, and the
-[R] tensors the sampler reads (SamplingTensors; the runner stages the same values in its pinned
-buffer, step_inputs.py). `device_ids` puts host ids on the device without waiting for it.
+parameters as per-row lists, a request's logit_bias on the device (BiasRow), the flags that
+decide which sampling steps a batch needs, and the [R] tensors the sampler reads
+(SamplingTensors; the runner stages the same values in its pinned buffer, step_inputs.py). `device_ids` puts host ids on the device without waiting for it.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import NamedTuple, Sequence
 
 import torch
 
 from stages.sampling import SamplingParams
+
+
+@dataclass(frozen=True)
+class BiasRow:
+    """One request's logit_bias on the device: ids [n] int64 and biases [n] float32."""
+
+    ids: torch.Tensor
+    values: torch.Tensor
+
+    @staticmethod
+    def of(pairs: Sequence[tuple[int, float]], device: torch.device) -> BiasRow:
+        ids = device_ids([t for t, _ in pairs], device)
+        values = torch.tensor([b for _, b in pairs], dtype=torch.float32)
+        if device.type == "cuda":
+            values = values.pin_memory().to(device, non_blocking=True)
+        return BiasRow(ids, values)
+
+    def __len__(self) -> int:
+        return self.ids.shape[0]
 
 
 @dataclass
@@ -25,12 +44,21 @@ class SamplingRow:
     # Tokens sampled for it before this one, those of steps still in flight included (a decode
     # launched ahead of the previous step's result); None: len(output_token_ids). min_tokens reads it.
     num_output: int | None = None
+    # Its uniform, drawn already from its generator (speculative decoding's look-ahead, see
+    # SamplingState); None: draw_uniforms draws the next one.
+    uniform: float | None = None
+    bias: BiasRow | None = None  # its logit_bias on the device (None: built from params when it has one)
+
+
+def draw_uniform(generator: torch.Generator | None) -> float:
+    return float(torch.rand((), generator=generator))
 
 
 def draw_uniforms(rows: list[SamplingRow]) -> list[float]:
     """One uniform per non-greedy row from the row's own generator (0.0 for greedy rows). The runner
     draws them while it stages the step, before the forward, so no host value is needed after it."""
-    return [0.0 if r.params.greedy else float(torch.rand((), generator=r.generator)) for r in rows]
+    return [0.0 if r.params.greedy else r.uniform if r.uniform is not None else draw_uniform(r.generator)
+            for r in rows]
 
 
 def row_parameters(rows: list[SamplingRow]) -> tuple[list[float], list[int], list[float], list[float]]:
@@ -63,6 +91,7 @@ class SamplingFlags(NamedTuple):
     need_penalties: bool
     need_repetition: bool
     max_top_k: int  # the largest top_k that limits a row (0: none)
+    need_logit_bias: bool = False
 
     @staticmethod
     def of(rows: list[SamplingRow], vocab: int) -> SamplingFlags:
@@ -76,6 +105,7 @@ class SamplingFlags(NamedTuple):
             any(r.params.needs_penalties for r in rows),
             any(r.params.repetition_penalty != 1.0 for r in rows),
             max(top_ks, default=0),
+            any(r.params.logit_bias for r in rows),
         )
 
 

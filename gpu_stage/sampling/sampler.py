@@ -1,7 +1,7 @@
 """Sampler: logits of the sampled rows of a step -> one token per row, vectorised over the batch.
 
 Order of processing (as vLLM): logprobs are taken from the raw model log-softmax; then min_tokens
-bans the stop ids, the repetition penalty (HF semantics, over prompt + output) and the frequency /
+bans the stop ids, logit_bias adds its biases (logit_bias.py), the repetition penalty (HF semantics, over prompt + output) and the frequency /
 presence penalties (over output) edit the logits; temperature 0 takes the argmax; otherwise
 temperature, top_k, top_p and min_p shape the distribution (`truncation_mask`) and the token is
 drawn by inverse CDF, in vocabulary order, with ONE uniform from the request's own generator. Each
@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 from gpu_stage.sampling import torch_draw
+from gpu_stage.sampling.logit_bias import apply_logit_bias
 from gpu_stage.sampling.penalties import PenaltyCache, apply_penalties
 from gpu_stage.sampling.rows import SamplingRow, SamplingTensors, device_ids
 
@@ -27,6 +28,7 @@ class SamplerOutput:
     logprobs: list[float | None]
     top_logprobs: list[list[tuple[int, float]] | None]
     errors: dict[int, str] = field(default_factory=dict)  # row -> why it could not be sampled
+    extra: list[int] = field(default_factory=list)  # the ids that rode the copy (`start`'s `extra`)
 
 
 @dataclass
@@ -41,6 +43,7 @@ class PendingSample:
     num_rows: int
     logprob_ks: list[int | None]  # per row: None (no logprobs) or how many alternatives
     max_k: int
+    num_extra: int = 0  # int32 ids appended to the packed results (a draft model's guesses)
 
 
 class Sampler:
@@ -84,10 +87,11 @@ class Sampler:
         return self.finish(self.start(logits, rows, tensors))
 
     def start(self, logits: torch.Tensor, rows: list[SamplingRow],
-              tensors: SamplingTensors | None = None) -> PendingSample:
+              tensors: SamplingTensors | None = None, extra: torch.Tensor | None = None) -> PendingSample:
         """Queue the sampling of one token per row and the single device-to-host copy of the packed
         results (ids, ok flags and, when asked, logprobs); no host sync. `tensors`: the rows'
-        staged parameters (drawn and built here when None)."""
+        staged parameters (drawn and built here when None). `extra`: int32 ids on the device that
+        ride the same copy (SamplerOutput.extra)."""
         assert logits.shape[0] == len(rows)
         if tensors is None:
             tensors = SamplingTensors.build(rows, logits.device, logits.shape[1])
@@ -95,6 +99,8 @@ class Sampler:
         ks = [r.params.logprobs for r in rows]
         raw_logprobs = torch.log_softmax(logits, dim=-1) if any(k is not None for k in ks) else None
         logits = self._ban_stop_ids(logits, rows)
+        if tensors.flags.need_logit_bias:
+            logits = apply_logit_bias(logits, rows)
         if tensors.flags.need_penalties:
             if self.penalties is not None and all(r.penalty_slot for r in rows if r.params.needs_penalties):
                 logits = self.penalties.apply(logits, tensors)
@@ -111,8 +117,11 @@ class Sampler:
             if max_k:
                 top_v, top_i = raw_logprobs.topk(max_k, dim=-1)  # [B, k]
                 parts += [top_i.to(torch.int32).reshape(-1), top_v.reshape(-1).view(torch.int32)]
+        num_extra = 0 if extra is None else extra.numel()
+        if num_extra:
+            parts.append(extra.reshape(-1).to(torch.int32))
         packed, event = self._copy_to_host(parts[0] if len(parts) == 1 else torch.cat(parts))
-        return PendingSample(token_ids, packed, event, num_rows, ks, max_k)
+        return PendingSample(token_ids, packed, event, num_rows, ks, max_k, num_extra)
 
     def _ids_and_ok(self, logits: torch.Tensor, t: SamplingTensors) -> torch.Tensor:
         """The drawn ids, then each row's ok flag (int32 [2R]): the Triton kernels, or torch."""
@@ -141,6 +150,9 @@ class Sampler:
         token_list: list[int] = packed[:num_rows].tolist()
         errors = {i: "logits are not finite: no token can be sampled"
                   for i, g in enumerate(packed[num_rows : 2 * num_rows].tolist()) if not g}
+        extra = packed[packed.shape[0] - pending.num_extra:].tolist() if pending.num_extra else []
+        if pending.num_extra:
+            packed = packed[: packed.shape[0] - pending.num_extra]
         lps: list[float | None] = [None] * num_rows
         tops: list[list[tuple[int, float]] | None] = [None] * num_rows
         if packed.shape[0] > 2 * num_rows:
@@ -152,7 +164,7 @@ class Sampler:
                 if k is not None:
                     lps[i] = chosen[i]
                     tops[i] = list(zip(top_i[i][:k], top_v[i][:k])) if k else []
-        return SamplerOutput(token_list, lps, tops, errors)
+        return SamplerOutput(token_list, lps, tops, errors, extra)
 
     def _copy_to_host(self, packed: torch.Tensor) -> tuple[torch.Tensor, object | None]:
         """The one device-to-host copy, into the next persistent pinned buffer; not waited for."""

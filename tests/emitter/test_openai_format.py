@@ -213,3 +213,21 @@ def test_chunks_carry_their_choice_index_and_the_usage_chunk_sums_the_choices(ch
     usage = orjson.loads(usage_chunk(META, [choice_out(0, "", "stop", 3), choice_out(1, "", "length", 4)], chat))
     assert usage["choices"] == [] and usage["usage"]["completion_tokens"] == 7
     assert usage["usage"]["prompt_tokens"] == 5 and usage["usage"]["total_tokens"] == 12
+
+
+# ---- a batch of prompts: n choices per prompt -------------------------------------------------
+
+def test_a_batch_counts_each_prompt_once_with_its_first_choices_cached_tokens():
+    """2 prompts x n=2: choices 0, 1 are prompt 0's (5 tokens, 4 cached), 2, 3 prompt 1's (9, 0)."""
+    meta = ResponseMeta("cmpl-b", 1, "m", num_prompts=2)
+    outs = [choice_out(0, "a", "stop", 2, num_cached=4), choice_out(1, "b", "stop", 3, num_cached=4)]
+    outs += [RequestOutput(f"r-{i}", "c", [0], "length", None, num_prompt_tokens=9, num_output_tokens=4, index=i)
+             for i in (2, 3)]
+    accs = [ResponseAccumulator(i) for i in range(4)]
+    for out in outs:
+        accs[out.index].add(out)
+    expected = {"prompt_tokens": 14, "completion_tokens": 13, "total_tokens": 27,
+                "prompt_tokens_details": {"cached_tokens": 4}}
+    body = orjson.loads(completion_body(meta, accs))
+    assert [c["index"] for c in body["choices"]] == [0, 1, 2, 3] and body["usage"] == expected
+    assert orjson.loads(usage_chunk(meta, outs, chat=False))["usage"] == expected

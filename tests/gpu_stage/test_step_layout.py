@@ -11,16 +11,27 @@ from stages.messages import ScheduledChunk
 def test_segments_are_aligned_and_in_order() -> None:
     layout = make_layout(num_tokens=5, num_seqs=2, width=16, num_logits=2, num_rows=2, num_feeds=1)
     names = list(layout.offsets)
-    assert names[:3] == ["input_ids", "positions", "slot_mapping"] and names[-2:] == ["feed_dst", "feed_src"]
+    assert names[:3] == ["input_ids", "positions", "slot_mapping"]
+    assert names[-3:] == ["feed_dst", "feed_src", "prompt_targets"]
     assert all(name in names for name in SAMPLING_SEGMENTS)
     for start, _ in layout.offsets.values():
         assert start % ALIGN == 0
     starts = [start for start, _ in layout.offsets.values()]
-    assert starts == sorted(starts) and layout.size == starts[-1] + ALIGN  # one feed, padded to 4
-    # the feed segments come last: a step with feeds keeps every other offset of the same shape
+    assert starts == sorted(starts) and layout.size == starts[-2] + ALIGN  # one feed, padded to 4; no prompt rows
+    # the feed and prompt segments come last: a step with them keeps every other offset of its shape
     without = make_layout(5, 2, 16, 2, 2)
-    assert {n: o for n, o in layout.offsets.items() if not n.startswith("feed")} == \
-        {n: o for n, o in without.offsets.items() if not n.startswith("feed")}
+    assert {n: o for n, o in layout.offsets.items() if not n.startswith(("feed", "prompt"))} == \
+        {n: o for n, o in without.offsets.items() if not n.startswith(("feed", "prompt"))}
+    assert make_layout(5, 2, 16, 2, 2, 1, 3).offsets["prompt_targets"] == (layout.size, 3)
+
+
+def test_prompt_rows_follow_the_sampled_rows_of_an_eager_plan() -> None:
+    chunks = [ScheduledChunk("a", [1, 2, 3], 0, [1], False), ScheduledChunk("b", [4, 5], 0, [2], True)]
+    plan = plan_step(chunks, 4, None, 1, 0, prompt_rows=[0, 1, 2])
+    assert plan.logits_rows.tolist() == [4, 0, 1, 2] and plan.num_prompt_rows == 3
+    assert plan.layout.offsets["prompt_targets"][1] == 3 and plan.layout.offsets["logits_indices"][1] == 4
+    with pytest.raises(AssertionError):
+        plan_step(chunks, 4, GraphShape(8, 2, 16, decode=False, mixed=True), 1, 0, prompt_rows=[0])
 
 
 def test_round_width_is_a_multiple_of_16() -> None:

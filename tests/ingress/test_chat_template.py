@@ -5,7 +5,7 @@ import pytest
 
 from gpu_stage.loaders import default_model_path
 from gpu_stage.loaders.gguf_loader import FastGGUFReader
-from ingress.chat_template import DEFAULT_CHAT_TEMPLATE, ChatTemplate
+from ingress.chat_template import DEFAULT_CHAT_TEMPLATE, ChatTemplate, load_chat_template
 
 
 @pytest.fixture(scope="module")
@@ -88,3 +88,38 @@ def test_template_runtime_bug_is_a_value_error():
     t = ChatTemplate("{{ messages[0]['content'] + 1 }}")
     with pytest.raises(ValueError, match="chat template error"):
         t.render([{"role": "user", "content": "x"}])
+
+
+# ---- --chat-template: a file, or the template itself ------------------------------------------
+
+def test_load_chat_template_reads_a_file(tmp_path):
+    path = tmp_path / "t.jinja"
+    path.write_text("{% for m in messages %}[{{ m['content'] }}]{% endfor %}", encoding="utf-8")
+    source = load_chat_template(str(path))
+    assert ChatTemplate(source).render([{"role": "user", "content": "é"}]) == "[é]"
+
+
+def test_load_chat_template_takes_an_inline_template_with_its_escapes():
+    source = load_chat_template("{% for m in messages %}{{ m['content'] }}\\n{% endfor %}")
+    assert ChatTemplate(source).render([{"role": "user", "content": "a"}, {"role": "user", "content": "b"}]) == "a\nb\n"
+
+
+@pytest.mark.parametrize("make, fragment", [
+    (lambda d: str(d / "missing.jinja"), "looks like a file path, but it cannot be read: No such file or directory"),
+    (lambda d: str(d), "cannot be read: Is a directory"),
+    (lambda d: _write(d / "bad.jinja", b"{% for m in messages %}{{ m }"), "invalid chat template"),
+    (lambda d: _write(d / "bad2.jinja", b"ok\n{% endfor %}"), "(line 2)"),
+    (lambda d: _write(d / "empty.jinja", b" \n"), "is empty"),
+    (lambda d: _write(d / "bin.jinja", b"\xff\xfe\x00"), "cannot be read"),
+    (lambda d: "{% if %}", "invalid chat template"),
+])
+def test_load_chat_template_refuses_what_cannot_serve(tmp_path, make, fragment):
+    value = make(tmp_path)
+    with pytest.raises(ValueError) as info:
+        load_chat_template(value)
+    assert fragment in str(info.value) and value in str(info.value)
+
+
+def _write(path, data: bytes) -> str:
+    path.write_bytes(data)
+    return str(path)

@@ -3,32 +3,18 @@ priority, cache_salt."""
 from __future__ import annotations
 
 import pytest
+from endpoint_parsers import ENDPOINTS, LIMITS, chat, completion
 
 from ingress.errors import ApiError
 from ingress.limits import IngressLimits
-from ingress.schemas import parse_chat_request, parse_completion_request
-
-VOCAB = 1000
-LIMITS = IngressLimits()
-
-
-def _completion(fields: dict, limits: IngressLimits = LIMITS):
-    return parse_completion_request({"prompt": "hi", **fields}, limits, VOCAB)
-
-
-def _chat(fields: dict, limits: IngressLimits = LIMITS):
-    return parse_chat_request({"messages": [{"role": "user", "content": "hi"}], **fields}, limits, VOCAB)
-
-
-ENDPOINTS = pytest.mark.parametrize("parse", [_completion, _chat], ids=["completions", "chat"])
 
 UNSUPPORTED = [
-    ("best_of", 2), ("best_of", True), ("best_of", 1.0), ("echo", True), ("echo", "yes"),
-    ("suffix", "tail"), ("logit_bias", {"50256": -100}), ("logit_bias", "x"), ("tools", [{"type": "function"}]),
+    ("best_of", 2), ("best_of", True), ("best_of", 1.0),
+    ("suffix", "tail"), ("tools", [{"type": "function"}]),
     ("tool_choice", "auto"), ("tool_choice", {"type": "function"}), ("functions", [{"name": "f"}]),
     ("function_call", "auto"), ("response_format", {"type": "json_object"}),
     ("response_format", {"type": "json_schema", "json_schema": {}}), ("modalities", ["text", "audio"]),
-    ("audio", {"voice": "x"}), ("use_beam_search", True), ("prompt_logprobs", 1), ("guided_json", {}),
+    ("audio", {"voice": "x"}), ("use_beam_search", True), ("guided_json", {}),
     ("guided_regex", "a+"), ("guided_choice", ["a"]), ("guided_grammar", "g"),
     ("structured_outputs", {"json": {}}), ("allowed_token_ids", [1]), ("bad_words", ["x"]),
     ("logits_processors", ["p"]), ("truncate_prompt_tokens", 10),
@@ -43,6 +29,14 @@ def test_unsupported_parameters_are_refused_not_ignored(parse, key, value):
     err = info.value
     assert (err.status, err.param, err.code) == (400, key, "unsupported_parameter")
     assert f"'{key}' is not supported" in err.message
+
+
+@pytest.mark.parametrize("value", [True, "yes"])
+def test_echo_is_refused_on_chat_only(value):
+    with pytest.raises(ApiError) as info:
+        chat({"echo": value})
+    assert (info.value.param, info.value.code) == ("echo", "unsupported_parameter")
+    assert chat({"echo": False}) == chat({})
 
 
 @ENDPOINTS

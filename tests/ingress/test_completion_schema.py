@@ -9,7 +9,7 @@ from ingress.schemas import CompletionRequest, parse_completion_request
 from stages.sampling import SamplingParams
 
 VOCAB = 1000
-LIMITS = IngressLimits(max_prompt_chars=100)
+LIMITS = IngressLimits(max_prompt_chars=100, max_batch_prompts=4)
 
 
 def _parse(obj: dict, limits: IngressLimits = LIMITS) -> CompletionRequest:
@@ -24,8 +24,15 @@ BAD = [
     ({"prompt": []}, "prompt", "empty"),
     ({"prompt": [""]}, "prompt[0]", "empty"),
     ({"prompt": [[]]}, "prompt[0]", "empty"),
-    ({"prompt": ["a", "b"]}, "prompt", "batched prompts are not supported"),
-    ({"prompt": [[1], [2]]}, "prompt", "batched prompts are not supported"),
+    ({"prompt": ["a", [1]]}, "prompt[1]", "must be a string"),
+    ({"prompt": [[1], "a"]}, "prompt[1]", "an array of token ids"),
+    ({"prompt": ["a", ""]}, "prompt[1]", "empty"),
+    ({"prompt": [[1], []]}, "prompt[1]", "empty"),
+    ({"prompt": [[1], [2, VOCAB]]}, "prompt[1][1]", "not a token id"),
+    ({"prompt": ["a", None]}, "prompt[1]", "must be a string"),
+    ({"prompt": ["x"] * 5}, "prompt", "at most 4 in one request"),
+    ({"prompt": ["x" * 60, "y" * 41]}, "prompt[1]", "too long: 41 characters, the limit is 40 (what the batch"),
+    ({"prompt": [[1] * 60, [2] * 41]}, "prompt[1]", "too long: 41 token ids, the limit is 40"),
     ({"prompt": [1, "a"]}, "prompt[1]", "integer"),
     ({"prompt": [1, True]}, "prompt[1]", "integer"),
     ({"prompt": [True]}, "prompt[0]", "a string, a token id"),
@@ -62,7 +69,7 @@ def test_bad_bodies(body, param, fragment):
 def test_defaults_follow_openai():
     req = _parse({"prompt": "Once upon a time"})
     assert req == CompletionRequest(
-        model=None, prompt="Once upon a time", params=SamplingParams(max_tokens=16), max_tokens=16,
+        model=None, prompts=["Once upon a time"], params=SamplingParams(max_tokens=16), max_tokens=16,
         stream=False, include_usage=False,
     )
 
@@ -80,7 +87,18 @@ def test_default_max_tokens_respects_a_smaller_cap():
     ("x" * 100, "x" * 100),
 ])
 def test_prompt_forms(prompt, expected):
-    assert _parse({"prompt": prompt}).prompt == expected
+    req = _parse({"prompt": prompt})
+    assert req.prompt == expected and req.prompts == [expected]
+
+
+@pytest.mark.parametrize("prompt", [["a", "bc", "d"], [[1], [2, 3], [4]], ["x" * 50, "y" * 50], ["a"] * 4])
+def test_a_batch_keeps_its_prompts_in_order(prompt):
+    assert _parse({"prompt": prompt}).prompts == prompt
+
+
+def test_max_batch_prompts_below_one_is_refused():
+    with pytest.raises(ValueError, match="max_batch_prompts"):
+        IngressLimits(max_batch_prompts=0)
 
 
 @pytest.mark.parametrize("logprobs, expected", [(None, None), (0, 0), (5, 5), (20, 20)])

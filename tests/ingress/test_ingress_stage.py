@@ -28,9 +28,9 @@ class RecordingTokenizer(DummyTokenizer):
         return super().encode(text, add_special_tokens)
 
 
-def make_stage(max_model_len: int = 256) -> tuple[IngressStage, RecordingTokenizer]:
+def make_stage(max_model_len: int = 256, template: str | None = None) -> tuple[IngressStage, RecordingTokenizer]:
     tok = RecordingTokenizer(512)
-    template = ChatTemplate(tok.chat_template, bos_token="<s>", eos_token="</s>")
+    template = ChatTemplate(template or tok.chat_template, bos_token="<s>", eos_token="</s>")
     return IngressStage(tok, template, IngressLimits(), max_model_len, offload_chars=100, num_threads=1), tok
 
 
@@ -81,3 +81,54 @@ def test_prompt_over_the_window_is_context_length_exceeded():
         run(stage.prepare_completion(orjson.dumps({"prompt": "a" * 20, "max_tokens": 1}), RequestTrace("r")))
     assert err.value.status == 400 and err.value.code == "context_length_exceeded"
     assert err.value.param == "prompt"
+
+
+def test_a_batch_is_tokenized_in_one_job_and_each_prompt_checked_against_the_window():
+    stage, tok = make_stage(max_model_len=64)
+    trace = RequestTrace("r")
+    # 60 + 50 characters: each short, together past offload_chars (100): one job in the pool
+    prepared = run(stage.prepare_completion(orjson.dumps({"prompt": ["a" * 60, "b" * 50], "max_tokens": 2}), trace))
+    assert len(tok.threads) == 2 and len(set(tok.threads)) == 1 and tok.threads[0].startswith("ttft-tok")
+    plain = DummyTokenizer(512)
+    assert prepared.prompts_token_ids == [plain.encode("a" * 60), plain.encode("b" * 50)]
+    assert prepared.prompt_token_ids == plain.encode("a" * 60) and prepared.params.max_tokens == 2
+    assert {"parsed", "tokenized"} <= set(trace.marks_ns)
+    with pytest.raises(ApiError) as err:
+        run(stage.prepare_completion(orjson.dumps({"prompt": ["ab", "c" * 62], "max_tokens": 2}), RequestTrace("r")))
+    assert (err.value.param, err.value.code) == ("prompt[1]", "context_length_exceeded")
+    ids = run(stage.prepare_completion(orjson.dumps({"prompt": [[5], [6, 7]]}), RequestTrace("r")))
+    assert ids.prompts_token_ids == [[5], [6, 7]]
+
+
+def test_a_template_that_fails_on_the_messages_is_a_400_with_its_message():
+    template = ("{% for m in messages %}{% if m['role'] == 'system' %}"
+                "{{ raise_exception('no system messages here') }}{% endif %}{{ m['content'] }}{% endfor %}")
+    stage, _ = make_stage(template=template)
+    body = {"messages": [{"role": "system", "content": "x"}, {"role": "user", "content": "hi"}]}
+    for work in (lambda: stage.prepare_chat(orjson.dumps(body), RequestTrace("r")),
+                 lambda: stage.tokenize(stage.parse_tokenize(orjson.dumps(body)))):
+        with pytest.raises(ApiError) as err:
+            run(work())
+        assert (err.value.status, err.value.param) == (400, "messages")
+        assert "no system messages here" in err.value.message
+
+
+def test_chat_template_kwargs_reach_the_template():
+    stage, tok = make_stage(template="{{ messages[0]['content'] }}{% if shout %}!{% endif %}")
+    body = {"messages": [{"role": "user", "content": "hi"}], "chat_template_kwargs": {"shout": True}}
+    prepared = run(stage.prepare_chat(orjson.dumps(body), RequestTrace("r")))
+    assert prepared.prompt_token_ids == tok.encode("hi!", add_special_tokens=False)
+
+
+def test_tokenize_and_detokenize_off_the_loop_when_long():
+    stage, tok = make_stage()
+    plain = DummyTokenizer(512)
+    ids = run(stage.tokenize(stage.parse_tokenize(orjson.dumps({"prompt": "hé"}))))
+    assert ids == plain.encode("hé") and tok.threads == [threading.main_thread().name]
+    no_bos = run(stage.tokenize(stage.parse_tokenize(orjson.dumps({"prompt": "x" * 150, "add_special_tokens": False}))))
+    assert no_bos == plain.encode("x" * 150, add_special_tokens=False) and tok.threads[1].startswith("ttft-tok")
+    chat = {"messages": [{"role": "user", "content": "hi"}], "add_generation_prompt": False}
+    text = stage.chat_template.render(chat["messages"], add_generation_prompt=False)
+    assert run(stage.tokenize(stage.parse_tokenize(orjson.dumps(chat)))) == plain.encode(text, add_special_tokens=False)
+    assert run(stage.detokenize(stage.parse_detokenize(orjson.dumps({"tokens": ids})))) == "<s>hé"
+    assert run(stage.detokenize(stage.parse_detokenize(orjson.dumps({"tokens": no_bos})))) == "x" * 150

@@ -161,7 +161,7 @@ def test_null_counts_as_absent(parse):
               "repetition_penalty", "seed", "stop", "stop_token_ids", "ignore_eos", "skip_special_tokens",
               "include_stop_str_in_output", "min_tokens", "max_tokens", "logprobs", "n", "stream",
               "stream_options", "priority", "cache_salt", "model", "best_of", "echo", "suffix",
-              "logit_bias", "tools", "tool_choice", "response_format", "user"]
+              "logit_bias", "tools", "tool_choice", "response_format", "user", "prompt_logprobs"]
     assert parse({name: None for name in fields}) == parse({})
 
 

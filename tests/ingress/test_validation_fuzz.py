@@ -20,7 +20,7 @@ from ingress.schemas import (
 )
 
 VOCAB = 500
-LIMITS = IngressLimits(max_body_bytes=64 * 1024, max_prompt_chars=2000, max_tokens_cap=4096)
+LIMITS = IngressLimits(max_body_bytes=64 * 1024, max_prompt_chars=2000, max_tokens_cap=4096, max_batch_prompts=3)
 FUZZ = settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 # Any JSON value (plus what only an in-process caller could pass: NaN, inf, huge ints).
@@ -38,6 +38,7 @@ SAMPLING_FIELDS = [
     "skip_special_tokens", "include_stop_str_in_output", "logprobs", "top_logprobs", "n", "stream",
     "stream_options", "priority", "cache_salt", "model", "best_of", "echo", "suffix", "logit_bias", "tools",
     "tool_choice", "response_format", "add_generation_prompt", "chat_template_kwargs", "guided_json",
+    "prompt_logprobs",
 ]
 plausible = {
     "temperature": st.floats(-1, 3) | st.integers(-1, 3),
@@ -49,11 +50,17 @@ plausible = {
     "stop_token_ids": st.lists(st.integers(-2, VOCAB + 2), max_size=5),
     "logprobs": st.booleans() | st.integers(-1, 22),
     "top_logprobs": st.integers(-1, 22),
+    "prompt_logprobs": st.integers(-1, 22),
+    "echo": st.booleans(),
+    "logit_bias": st.dictionaries(st.sampled_from(["0", "5", "05", str(VOCAB - 1), str(VOCAB), "-1", "+3", " 7",
+                                                   "x", "\u0663"]),
+                                  st.floats(-120, 120) | st.integers(-101, 101) | json_values, max_size=4),
     "stream_options": st.fixed_dictionaries({}, optional={"include_usage": st.booleans() | st.none()}),
 }
 prompts = (json_values | st.text(max_size=30) | st.lists(st.integers(-2, VOCAB + 2), max_size=8)
-           | st.lists(st.text(max_size=5), max_size=2) | st.lists(st.lists(st.integers(0, VOCAB), max_size=3),
-                                                                  max_size=2))
+           | st.lists(st.text(max_size=5), max_size=4) | st.lists(st.lists(st.integers(0, VOCAB), max_size=3),
+                                                                  max_size=4)
+           | st.lists(st.text(max_size=900) | st.lists(st.integers(0, VOCAB), max_size=900), max_size=4))
 part = st.fixed_dictionaries({"type": st.sampled_from(["text", "image_url", 3]) | json_values},
                              optional={"text": st.text(max_size=10) | json_values})
 message = st.fixed_dictionaries(
@@ -95,6 +102,11 @@ def _check_params(req: CompletionRequest | ChatCompletionRequest) -> None:
     assert all(type(t) is int and 0 <= t < VOCAB for t in p.stop_token_ids)
     assert p.logprobs is None or 0 <= p.logprobs <= LIMITS.max_logprobs
     assert p.seed is None or type(p.seed) is int
+    assert p.prompt_logprobs is None or 0 <= p.prompt_logprobs <= LIMITS.max_logprobs
+    assert p.prompt_logprobs is None or not (req.stream and p.prompt_logprobs != p.logprobs)
+    ids = [t for t, _ in p.logit_bias]
+    assert ids == sorted(set(ids)) and all(0 <= t < VOCAB for t in ids)
+    assert all(type(b) is float and -100 <= b <= 100 for _, b in p.logit_bias)
     for flag in (p.ignore_eos, p.skip_special_tokens, p.include_stop_str_in_output, req.stream, req.include_usage):
         assert type(flag) is bool
     assert req.include_usage is False or req.stream is True
@@ -109,9 +121,11 @@ def test_completion_bodies(body):
         _check_error(err)
         return
     _check_params(req)
-    prompt = req.prompt
-    assert (type(prompt) is str and 0 < len(prompt) <= 2000) or (
-        type(prompt) is list and prompt and all(type(t) is int and 0 <= t < VOCAB for t in prompt))
+    assert 1 <= len(req.prompts) <= LIMITS.max_batch_prompts and len({type(p) for p in req.prompts}) == 1
+    assert sum(map(len, req.prompts)) <= 2000  # the batch shares the prompt limit
+    for prompt in req.prompts:
+        assert (type(prompt) is str and 0 < len(prompt)) or (
+            type(prompt) is list and prompt and all(type(t) is int and 0 <= t < VOCAB for t in prompt))
 
 
 @FUZZ

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -29,10 +30,11 @@ class ServerProcess:
     base_url: str
     log_path: Path
     uds: str | None = None  # served on this Unix socket (`--uds`) instead of TCP
+    ssl_context: ssl.SSLContext | None = None  # https (`--ssl-certfile`): the client's TLS context
 
     def http(self, method: str, path: str, **kwargs) -> httpx.Response:
         transport = httpx.HTTPTransport(uds=self.uds) if self.uds else None
-        with httpx.Client(transport=transport, timeout=10) as client:
+        with httpx.Client(transport=transport, timeout=10, verify=self.ssl_context or True) as client:
             return client.request(method, f"{self.base_url}{path}", **kwargs)
 
     def log(self) -> str:
@@ -54,7 +56,9 @@ class ServerProcess:
         return self.proc.returncode
 
 
-def start_server(tmp_path: Path, *args: str, timeout_s: float = 120.0, env: dict | None = None) -> ServerProcess:
+def start_server(tmp_path: Path, *args: str, timeout_s: float = 120.0, env: dict | None = None,
+                 ssl_context: ssl.SSLContext | None = None) -> ServerProcess:
+    """`ssl_context`: the server serves https (its --ssl-* flags in `args`); the client's context."""
     port = free_port()
     log_path = tmp_path / f"server-{port}.log"
     cmd = [sys.executable, "-m", "pipeline.cli", "serve", "--port", str(port), *args]
@@ -63,7 +67,8 @@ def start_server(tmp_path: Path, *args: str, timeout_s: float = 120.0, env: dict
         env={**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1"},
     )
     uds = args[args.index("--uds") + 1] if "--uds" in args else None
-    server = ServerProcess(proc, f"http://127.0.0.1:{port}", log_path, uds)
+    scheme = "https" if ssl_context is not None else "http"
+    server = ServerProcess(proc, f"{scheme}://127.0.0.1:{port}", log_path, uds, ssl_context)
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -101,8 +106,9 @@ def launch(tmp_path_factory):
 
     started: list[ServerProcess] = []
 
-    def start(*args: str, env: dict | None = None, log_dir: Path | None = None) -> ServerProcess:
-        server = start_server(log_dir or tmp_path_factory.mktemp("srv"), *args, env=env)
+    def start(*args: str, env: dict | None = None, log_dir: Path | None = None,
+              ssl_context: ssl.SSLContext | None = None) -> ServerProcess:
+        server = start_server(log_dir or tmp_path_factory.mktemp("srv"), *args, env=env, ssl_context=ssl_context)
         started.append(server)
         return server
 

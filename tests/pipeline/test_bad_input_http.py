@@ -22,7 +22,10 @@ CASES = [
     ("/v1/completions", b'{"prompt": [1, 2, 99999999]}', 400, "prompt"),
     ("/v1/completions", b'{"prompt": "hi", "n": 17}', 400, "n"),
     ("/v1/completions", b'{"prompt": "hi", "best_of": 3}', 400, "best_of"),
-    ("/v1/completions", b'{"prompt": "hi", "logit_bias": {"1": 5}}', 400, "logit_bias"),
+    ("/v1/completions", b'{"prompt": "hi", "logit_bias": {"512": 5}}', 400, "logit_bias.512"),  # dummy:tiny: 512 ids
+    ("/v1/completions", b'{"prompt": "hi", "logit_bias": {"1": -100.5}}', 400, "logit_bias.1"),
+    ("/v1/completions", b'{"prompt": "hi", "prompt_logprobs": 21}', 400, "prompt_logprobs"),
+    ("/v1/completions", b'{"prompt": "hi", "echo": 1}', 400, "echo"),
     ("/v1/completions", b'{"prompt": "hi", "stop": [""]}', 400, "stop"),
     ("/v1/completions", b'{"prompt": "hi", "stream_options": {"include_usage": true}}', 400, "stream_options"),
     ("/v1/completions", b'{"prompt": "hi", "max_tokens": 5000}', 400, None),  # over the 1024 window

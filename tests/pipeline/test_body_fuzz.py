@@ -1,5 +1,6 @@
-"""A fuzz of the raw body bytes of /v1/completions and /v1/chat/completions: never a 5xx, never a
-hang, every refusal in the OpenAI error shape, and the server healthy and idle afterwards.
+"""A fuzz of the raw body bytes of /v1/completions, /v1/chat/completions, /tokenize and /detokenize:
+never a 5xx, never a hang, every refusal in the OpenAI error shape, and the server healthy and idle
+afterwards.
 
 A seeded generator (reproducible: a failure names its example) makes random bytes, truncated and
 mutated valid bodies (any field set to any JSON value, known fields and unknown ones), nesting from
@@ -24,12 +25,13 @@ MAX_BODY = 256 * 1024
 ARGS = (*TINY, "--max-body-bytes", str(MAX_BODY), "--max-tokens-cap", "16", "--max-queued", "4096")
 NUM_EXAMPLES = int(os.environ.get("TTFT_FUZZ_EXAMPLES", "400"))
 TIMEOUT_S = 15.0
-ROUTES = ("/v1/completions", "/v1/chat/completions")
+ROUTES = ("/v1/completions", "/v1/chat/completions", "/tokenize", "/detokenize")
 FIELDS = ("prompt", "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k",
           "min_p", "n", "stop", "stop_token_ids", "stream", "stream_options", "logprobs", "top_logprobs",
           "seed", "presence_penalty", "frequency_penalty", "repetition_penalty", "ignore_eos", "model",
           "priority", "cache_salt", "echo", "best_of", "logit_bias", "user", "response_format", "tools",
-          "chat_template_kwargs", "add_generation_prompt", "min_tokens", "no_such_field")
+          "chat_template_kwargs", "add_generation_prompt", "min_tokens", "no_such_field", "tokens",
+          "add_special_tokens", "return_token_strs", "continue_final_message", "prompt_logprobs")
 RAW_NUMBERS = (b"1e999", b"-1e999", str(2**200).encode(), b"1" + b"0" * 400, b"1e-999", b"-0", b"0.0",
                b"-1", b"9223372036854775808", b"-9223372036854775809", b"NaN", b"Infinity", b"-Infinity",
                b"1.5", b"16", b"0", b"2", b"1E3", b"0x10", b"+1", b".5", b"01")
@@ -39,12 +41,28 @@ CONTENT_TYPES = ("text/plain", "application/x-www-form-urlencoded", "multipart/f
                  "application/json; charset=latin-1", "application/xml", "*/*", "application/json, text/html")
 
 
-def valid_body(rng: random.Random, chat: bool) -> dict:
+# Values near the rules of the logit fields (the vocabulary is dummy:tiny's 512), so that most of
+# them reach the device: ids in and out of it, biases in and out of [-100, 100], counts past the limit.
+PLAUSIBLE = {
+    "logit_bias": lambda rng: {rng.choice(["0", "1", "300", "511", "512", "05", "-1", "x", ""]):
+                               rng.choice([-100, -100.5, 0, 3.5, 100, 1e9, "1", None]) for _ in range(rng.randint(1, 3))},
+    "prompt_logprobs": lambda rng: rng.choice([0, 1, 5, 20, 21, -1, True]),
+    "echo": lambda rng: rng.choice([True, False, 1]),
+}
+
+
+def valid_body(rng: random.Random, route: str) -> dict:
+    if route == "/detokenize":
+        return {"tokens": rng.choice([[5, 6, 7], [], [0, 1, 2, 511]])}
+    if route == "/tokenize":
+        if rng.random() < 0.5:
+            return {"prompt": rng.choice(["hello", ""]), "add_special_tokens": rng.random() < 0.5}
+        return {"messages": [{"role": "user", "content": "hello"}], "add_generation_prompt": rng.random() < 0.5}
     body: dict = {"max_tokens": rng.randint(1, 4), "temperature": rng.choice([0, 0.7]), "stream": rng.random() < 0.5}
-    if chat:
+    if route.endswith("chat/completions"):
         body["messages"] = [{"role": "user", "content": "hello"}]
-    else:
-        body["prompt"] = rng.choice(["hello", [5, 6, 7]])
+    else:  # one prompt or a batch
+        body["prompt"] = rng.choice(["hello", [5, 6, 7], ["hello", "you"], [[5, 6], [7]]])
     return body
 
 
@@ -84,9 +102,9 @@ def set_raw(body: dict, field: str, raw: bytes) -> bytes:
 
 def example(rng: random.Random, i: int) -> tuple[str, str, bytes, dict[str, str]]:
     """(label, route, body bytes, extra headers) of example i."""
-    route = ROUTES[i % 2]
-    chat = route.endswith("chat/completions")
-    body = valid_body(rng, chat)
+    route = ROUTES[i % len(ROUTES)]
+    chat = "messages" in (body := valid_body(rng, route))
+    main = "messages" if chat else "tokens" if route == "/detokenize" else "prompt"
     kind = i % 11
     headers: dict[str, str] = {}
     if kind == 0:
@@ -98,13 +116,13 @@ def example(rng: random.Random, i: int) -> tuple[str, str, bytes, dict[str, str]
         label = "truncated"
     elif kind in (2, 3, 4):
         field = rng.choice(FIELDS)
-        body[field] = random_json(rng)
+        body[field] = random_json(rng) if kind != 4 or field not in PLAUSIBLE else PLAUSIBLE[field](rng)
         raw, label = orjson.dumps(body), f"field {field}"
     elif kind == 5:
         depth = rng.choice([2, 100, 1000, 1022, 1023, 1024, 1025, 5000, 100_000])
         shape = rng.choice(["list", "dict"])
         where = rng.choice(["body", "prompt", "messages", "stop", "content", "max_tokens", "no_such_field",
-                            "chat_template_kwargs", "stream_options", "logit_bias"])
+                            "chat_template_kwargs", "stream_options", "logit_bias", "tokens"])
         inner = nested(depth, shape)
         if where == "body":
             raw = inner
@@ -115,20 +133,20 @@ def example(rng: random.Random, i: int) -> tuple[str, str, bytes, dict[str, str]
         label = f"nested {shape} x{depth} in {where}"
     elif kind == 6:
         field = rng.choice(["max_tokens", "temperature", "top_p", "top_k", "seed", "n", "logprobs", "priority",
-                            "presence_penalty", "prompt", "stop_token_ids", "min_tokens"])
+                            "presence_penalty", "prompt", "stop_token_ids", "min_tokens", "tokens"])
         number = rng.choice(RAW_NUMBERS)
-        raw = set_raw(body, field, b"[" + number + b"]" if field in ("prompt", "stop_token_ids") else number)
+        raw = set_raw(body, field, b"[" + number + b"]" if field in ("prompt", "stop_token_ids", "tokens") else number)
         label = f"number {number[:20]!r} in {field}"
     elif kind == 7:
         bad = rng.choice(BAD_UTF8)
-        field = "messages" if chat else rng.choice(["prompt", "stop", "model", "user", "cache_salt"])
+        field = "messages" if chat else rng.choice(["prompt", "stop", "model", "user", "cache_salt", "tokens"])
         text = b'"ab' + bad + b'cd"'
         raw = set_raw(body, field, b'[{"role":"user","content":' + text + b"}]" if chat else text)
         label = f"string with {bad!r} in {field}"
     elif kind == 8:
         size = rng.choice([MAX_BODY - 1, MAX_BODY, MAX_BODY + 1, MAX_BODY * 2, MAX_BODY - 200])
         filler = "a" * size
-        body["messages" if chat else "prompt"] = [{"role": "user", "content": filler}] if chat else filler
+        body[main] = [{"role": "user", "content": filler}] if chat else [5] * (size // 2) if main == "tokens" else filler
         raw = orjson.dumps(body)[:size] if size > MAX_BODY else orjson.dumps(body)
         label = f"body of ~{size} bytes"
     elif kind == 9:
@@ -139,6 +157,8 @@ def example(rng: random.Random, i: int) -> tuple[str, str, bytes, dict[str, str]
         many = rng.choice([0, 1, 17, 5000])
         if chat:
             body["messages"] = [{"role": "user", "content": "x"}] * many
+        elif main == "tokens" or rng.random() < 0.5:  # many ids, or a batch of many prompts
+            body[main] = [[5]] * many if main == "prompt" else [5] * many
         else:
             body["stop"] = ["s"] * many
         raw, label = orjson.dumps(body), f"{many} messages/stop strings"

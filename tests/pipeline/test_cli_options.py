@@ -26,6 +26,10 @@ FLAGS = """--model --served-model-name --seed --host --port --uds --device --dty
 --max-tokens-cap --max-stop-strings --cpu-threads --api-key --protect-metrics --profile-dir --log-level""".split()
 # Flags added since, one issue each.
 FLAGS += ["--kv-cache-dtype"]  # issue 23
+FLAGS += ["--max-logprobs"]  # issue 27 (logits)
+FLAGS += ["--max-batch-prompts", "--chat-template", "--ssl-keyfile", "--ssl-certfile", "--ssl-ca-certs",
+          "--ssl-cert-reqs"]  # issue 27
+FLAGS += ["--speculative-config"]  # issue 26
 FLAGS += ["--long-context-attention", "--context-aware-chunks", "--no-context-aware-chunks"]  # issue 22
 
 

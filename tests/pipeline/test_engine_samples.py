@@ -1,5 +1,6 @@
-"""n > 1 through the embedding API (Engine.generate / submit_samples, dummy:tiny): indexed outputs,
-seed + i per choice, all-or-none admission, early exit aborts every choice, blocks back to zero."""
+"""n > 1 through the embedding API (Engine.generate / submit_samples / submit_batch, dummy:tiny): indexed
+outputs, seed + i per choice, all-or-none admission (of a batch of prompts too), early exit aborts every
+choice, blocks back to zero."""
 from __future__ import annotations
 
 import asyncio
@@ -77,4 +78,19 @@ async def test_samples_are_admitted_all_or_none():
         for s in first:
             while (await s.get()).finish_reason is None:
                 pass
+        await wait_idle(engine)
+        # A batch of prompts is admitted all or none too: prompts x n sequences against the capacity.
+        with pytest.raises(ApiError) as err:
+            engine.submit_batch("big", [PROMPT, PROMPT[:5], PROMPT[:9]], params, RequestTrace("big"), n=2)
+        assert (err.value.status, err.value.param) == (400, "prompt")
+        assert "3 prompts of 2 choices" in err.value.message
+        batch = engine.submit_batch("c", [PROMPT, PROMPT[:5]], params, RequestTrace("c"), n=2)
+        assert [s.request_id for s in batch] == ["c-0-0", "c-0-1", "c-1-0", "c-1-1"]
+        with pytest.raises(ApiError) as err:
+            engine.submit_batch("d", [PROMPT[:3]], params, RequestTrace("d"))
+        assert err.value.status == 503 and engine.num_active == 4
+        for s in batch:
+            while (out := await s.get()).finish_reason is None:
+                pass
+            assert out.index == batch.index(s)
         await wait_idle(engine)

@@ -20,15 +20,16 @@ import orjson
 import pytest
 from openapi_spec_validator import validate as validate_openapi
 
-from emitter.openai_format import ChatChunker, CompletionChunker, ResponseAccumulator, ResponseMeta
+from emitter.openai_format import ChatChunker, CompletionChunker, Echo, ResponseAccumulator, ResponseMeta, completion_body
 from ingress.chat_template import ChatTemplate
 from ingress.dummy_tokenizer import DUMMY_CHAT_TEMPLATE, DummyTokenizer
 from ingress.errors import ApiError, bad_request, overloaded, payload_too_large, unauthorized
 from ingress.limits import IngressLimits
 from ingress.schemas import parse_chat_request, parse_completion_request
 from ingress.stage import IngressStage
+from ingress.tokenize_schema import parse_detokenize_request, parse_tokenize_request
 from pipeline.openapi import build_openapi, openapi_json
-from stages.messages import RequestOutput, TokenLogprob
+from stages.messages import PromptScores, RequestOutput, TokenLogprob
 from stages.trace import RequestTrace
 
 MODEL = "dummy:tiny"
@@ -42,6 +43,12 @@ def validator(doc: dict, name: str) -> jsonschema.Draft202012Validator:
     # $ref resolves against the root, so the component is validated with the document's components.
     return jsonschema.Draft202012Validator({"$ref": f"#/components/schemas/{name}",
                                             "components": doc["components"]})
+
+
+@functools.lru_cache(maxsize=None)
+def tokenize_validators(limits: IngressLimits, vocab: int = VOCAB) -> tuple:
+    doc = build_openapi(MODEL, limits, MAX_MODEL_LEN, vocab)
+    return validator(doc, "TokenizeRequest"), validator(doc, "DetokenizeRequest")
 
 
 @functools.lru_cache(maxsize=None)
@@ -74,7 +81,9 @@ def test_document_is_valid_openapi(auth_required, protect_metrics):
     orjson.dumps(doc)  # serialisable as it is (no tuples, sets or NaN)
     paths = doc["paths"]
     assert set(paths) == {"/v1/completions", "/v1/chat/completions", "/v1/models", "/health", "/metrics",
-                          "/openapi.json"}
+                          "/openapi.json", "/tokenize", "/detokenize"}
+    for path in ("/tokenize", "/detokenize"):
+        assert set(paths[path]["post"]["responses"]) >= {"200", "400", "401", "404", "413", "503"}
     for path in ("/v1/completions", "/v1/chat/completions"):
         responses = paths[path]["post"]["responses"]
         assert set(responses) >= {"200", "400", "401", "404", "413", "503"}
@@ -109,6 +118,8 @@ GOOD_COMPLETIONS = [
     {"prompt": [1, 2, 999, 0]},
     {"prompt": [[4, 5]]},
     {"prompt": ["just one"]},
+    {"prompt": ["a", "batch", "of texts"], "n": 2},
+    {"prompt": [[4, 5], [6], [999, 0]], "stream": True},
     {"prompt": "x", "max_tokens": None, "min_tokens": 16},
     {"prompt": "x", "max_tokens": 100, "min_tokens": 100},
     {"prompt": "x", "top_p": 1e-9, "top_k": -1, "min_p": 1, "repetition_penalty": 2, "presence_penalty": -2,
@@ -117,6 +128,9 @@ GOOD_COMPLETIONS = [
     {"prompt": "x", "stop": "a", "stop_token_ids": [0, 999], "skip_special_tokens": False,
      "include_stop_str_in_output": True, "n": 1},
     {"prompt": "x", "n": 16, "seed": 2**64 - 1, "stream": True},
+    {"prompt": "x", "logit_bias": {"0": -100, "7": 2.5, "99": 100}, "prompt_logprobs": 20, "echo": True,
+     "logprobs": 0},
+    {"prompt": "x", "echo": True, "logprobs": 3, "stream": True, "prompt_logprobs": None},
     {"prompt": "x", "best_of": 1, "echo": False, "suffix": "", "logit_bias": {}, "tools": [],
      "tool_choice": "none", "functions": [], "function_call": "none", "response_format": {"type": "text"},
      "modalities": ["text"], "use_beam_search": False, "allowed_token_ids": [], "bad_words": [],
@@ -138,6 +152,7 @@ GOOD_CHATS = [
     {"messages": [USER], "logprobs": True},
     {"messages": [USER], "n": 3, "logprobs": True, "n_unknown": 1},
     {"messages": [USER], "logprobs": False, "top_logprobs": None},
+    {"messages": [USER], "logit_bias": {"5": 1}, "prompt_logprobs": 0, "echo": False, "stream": False},
     {"messages": [USER], "add_generation_prompt": False, "chat_template_kwargs": {"enable_thinking": False}},
     {"messages": [USER], "continue_final_message": False, "documents": [], "chat_template": None},
     {"messages": [USER], "stream": True, "stream_options": {}, "model": MODEL},
@@ -164,6 +179,8 @@ def test_good_chat_bodies_pass_schema_and_parser(body):
 # ---- request bodies: the ingress tests' bad ones fail both ------------------------------------------
 
 def _load(name: str):
+    if str(INGRESS_TESTS) not in sys.path:  # their helper modules (endpoint_parsers), as pytest would
+        sys.path.append(str(INGRESS_TESTS))
     spec = importlib.util.spec_from_file_location(f"_ingress_{name}", INGRESS_TESTS / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
@@ -192,6 +209,12 @@ def known_gap(body: dict, limits: IngressLimits) -> str | None:
         body.get("max_tokens") is not None or body.get("max_completion_tokens") is not None
     ):
         return "min_tokens <= max_tokens compares two fields"
+    prompt = body.get("prompt")
+    if type(prompt) is list and prompt and type(prompt[0]) in (str, list) and all(type(p) is type(prompt[0])
+                                                                                    for p in prompt):
+        lengths = [len(p) for p in prompt]
+        if sum(lengths) > limits.max_prompt_chars >= max(lengths):
+            return "the character limit is over all the prompts of a batch together"
     messages = body.get("messages")
     if type(messages) is list:
         lengths = [len(m["content"]) for m in messages if type(m) is dict and type(m.get("content")) is str]
@@ -219,6 +242,9 @@ def _bad_cases():
         {"stream": False, "stream_options": {}}, {"stream": True, "stream_options": {"include_usage": 1}},
         {"stream": "yes"}, {"model": 5}, {"priority": 2**63}, {"cache_salt": ""}, {"cache_salt": "s" * 1025},
         {"top_k": 2**64}, {"min_tokens": -1},
+        {"logit_bias": {"1000": 1}}, {"logit_bias": {"-1": 1}}, {"logit_bias": {"5": 100.5}}, {"logit_bias": []},
+        {"logit_bias": {"5": "1"}}, {"logit_bias": {"5": 1, "05": 1}}, {"prompt_logprobs": 21},
+        {"prompt_logprobs": -1}, {"prompt_logprobs": 1, "stream": True}, {"echo": "yes"},
     ]
     for fields in extra:
         cases.append(("completions", IngressLimits(), {"prompt": "hi", **fields}))
@@ -245,6 +271,55 @@ def test_bad_bodies_fail_schema_and_parser(endpoint, limits, body):
         assert not accepted(parse, body, limits), body
     if known_gap(body, limits) is None:  # a gap's body may pass the schema (it need not)
         assert not schema.is_valid(body), body
+
+
+# ---- /tokenize and /detokenize: good bodies pass both, the ingress tests' bad ones fail both -------
+
+def _parse_tokenize(obj: dict, limits: IngressLimits, vocab: int):
+    return parse_tokenize_request(obj, limits)
+
+
+GOOD_TOKENIZE = [
+    {"prompt": "héllo"}, {"prompt": ""}, {"prompt": "x", "add_special_tokens": False, "model": MODEL},
+    {"prompt": "x", "messages": None, "return_token_strs": False, "add_generation_prompt": "ignored here"},
+    {"messages": [USER]}, {"messages": [USER], "prompt": None, "add_generation_prompt": False,
+                           "add_special_tokens": True, "chat_template_kwargs": {"enable_thinking": True}},
+    {"messages": [USER], "continue_final_message": False, "tools": [], "chat_template": None, "unknown": 1},
+]
+GOOD_DETOKENIZE = [{"tokens": []}, {"tokens": [0, 999]}, {"tokens": [5], "model": MODEL, "other": "x"}]
+
+
+def test_good_tokenize_bodies_pass_schema_and_parser():
+    limits = IngressLimits()
+    tok, detok = tokenize_validators(limits)
+    for body in GOOD_TOKENIZE:
+        tok.validate(body)
+        assert accepted(_parse_tokenize, body, limits), body
+    for body in GOOD_DETOKENIZE:
+        detok.validate(body)
+        assert accepted(parse_detokenize_request, body, limits), body
+
+
+def test_bad_tokenize_bodies_fail_schema_and_parser():
+    module = _load("test_tokenize_schema")
+    tok, detok = tokenize_validators(module.LIMITS, module.VOCAB)
+    for body, _, _ in module.BAD_TOKENIZE:
+        assert not accepted(_parse_tokenize, body, module.LIMITS, module.VOCAB), body
+        if known_gap(body, module.LIMITS) is None:
+            assert not tok.is_valid(body), body
+    cases = [{}, {"tokens": "hi"}, {"tokens": [1, module.VOCAB]}, {"tokens": [-1]}, {"tokens": [True]},
+             {"tokens": [[1]]}, {"tokens": [1] * 51}, {"tokens": [1], "model": []}]
+    for body in cases:
+        assert not accepted(parse_detokenize_request, body, module.LIMITS, module.VOCAB), body
+        assert not detok.is_valid(body), body
+
+
+def test_tokenize_answers_match_their_schemas():
+    doc = build_openapi(MODEL, IngressLimits(), MAX_MODEL_LEN, VOCAB)
+    validator(doc, "TokenizeResponse").validate({"count": 2, "max_model_len": 8, "tokens": [0, 5],
+                                                 "token_strs": None})
+    validator(doc, "DetokenizeResponse").validate({"prompt": "<s>hi"})
+    assert not validator(doc, "TokenizeResponse").is_valid({"count": 2, "tokens": [0, 5]})
 
 
 # ---- responses the emitter builds match the response schemas -----------------------------------------
@@ -282,6 +357,28 @@ def test_emitter_bodies_match_response_schemas(with_logprobs):
     assert not validator(doc, "Completion").is_valid({"object": "text_completion"})
 
 
+def test_echo_and_prompt_logprobs_bodies_match_response_schemas():
+    doc = build_openapi(MODEL, IngressLimits(), MAX_MODEL_LEN, VOCAB)
+    meta = ResponseMeta("cmpl-1", 1700000000, MODEL)
+    scores = PromptScores("<s>", 0, [TokenLogprob("h", 107, -3.5, [("a", 100, -0.5)], rank=9)])
+    acc = ResponseAccumulator()
+    outs = _outputs(True)
+    outs[0].prompt_logprobs = scores
+    for out in outs:
+        acc.add(out)
+    body = orjson.loads(completion_body(meta, [acc], [Echo("h", 1)]))
+    assert body["choices"][0]["logprobs"]["token_logprobs"][0] is None and body["choices"][0]["prompt_logprobs"]
+    validator(doc, "Completion").validate(body)
+    chat = orjson.loads(acc.chat_body(meta))
+    assert chat["prompt_logprobs"][1]["107"]["rank"] == 9
+    validator(doc, "ChatCompletion").validate(chat)
+    chunker = CompletionChunker(meta, echo=Echo("h", 1))
+    for out in outs:
+        validator(doc, "CompletionChunk").validate(orjson.loads(chunker.chunk(out)))
+    assert not validator(doc, "Completion").is_valid({**body, "choices": [{**body["choices"][0],
+                                                                          "prompt_logprobs": [{"5": {"logprob": 1}}]}]})
+
+
 # ---- the route ---------------------------------------------------------------------------------------
 
 def _request(built: bool, **state) -> SimpleNamespace:
@@ -314,23 +411,42 @@ def _stage(limits: IngressLimits) -> IngressStage:
                         offload_chars=10**9, num_threads=1)
 
 
-def _verdict(stage: IngressStage, chat: bool, raw: bytes) -> str:
+_PREPARE = {
+    "/v1/completions": lambda stage, raw: stage.prepare_completion(raw, RequestTrace("r")),
+    "/v1/chat/completions": lambda stage, raw: stage.prepare_chat(raw, RequestTrace("r")),
+    "/tokenize": lambda stage, raw: _tokenize(stage, raw),
+    "/detokenize": lambda stage, raw: _detokenize(stage, raw),
+}
+_REQUEST_SCHEMAS = {"/v1/completions": "CompletionRequest", "/v1/chat/completions": "ChatCompletionRequest",
+                    "/tokenize": "TokenizeRequest", "/detokenize": "DetokenizeRequest"}
+
+
+async def _tokenize(stage: IngressStage, raw: bytes):
+    req = stage.parse_tokenize(raw)
+    await stage.tokenize(req)
+    return req
+
+
+async def _detokenize(stage: IngressStage, raw: bytes):
+    req = stage.parse_detokenize(raw)
+    await stage.detokenize(req)
+    return req
+
+
+def _verdict(stage: IngressStage, path: str, raw: bytes) -> str:
     """What the server would answer (before the engine): 'ok', or the refusal's message."""
-    async def prepare():
-        if chat:
-            return await stage.prepare_chat(raw, RequestTrace("r"))
-        return await stage.prepare_completion(raw, RequestTrace("r"))
     try:
-        prepared = asyncio.run(prepare())
+        prepared = asyncio.run(_PREPARE[path](stage, raw))
     except ApiError as err:
         assert 400 <= err.status < 500, err
         return err.message
-    if prepared.api.model is not None and prepared.api.model != MODEL:
+    model = getattr(prepared, "api", prepared).model
+    if model is not None and model != MODEL:
         return "404 model not found"
     return "ok"
 
 
-@pytest.mark.parametrize("path", ["/v1/completions", "/v1/chat/completions"])
+@pytest.mark.parametrize("path", list(_PREPARE))
 def test_generated_bodies_agree_with_ingress(path):
     schemathesis = pytest.importorskip("schemathesis")
     from hypothesis import HealthCheck, given, settings
@@ -338,8 +454,7 @@ def test_generated_bodies_agree_with_ingress(path):
 
     limits = IngressLimits()
     doc = build_openapi(MODEL, limits, MAX_MODEL_LEN, 512)
-    name = "ChatCompletionRequest" if "chat" in path else "CompletionRequest"
-    schema_check = validator(doc, name)
+    schema_check = validator(doc, _REQUEST_SCHEMAS[path])
     operation = schemathesis.openapi.from_dict(doc)[path]["POST"]
     stage = _stage(limits)
     mismatches: list[tuple[str, object, str]] = []
@@ -357,7 +472,7 @@ def test_generated_bodies_agree_with_ingress(path):
             except UnicodeEncodeError:
                 return
             valid = schema_check.is_valid(body)
-            verdict = _verdict(stage, "chat" in path, raw)
+            verdict = _verdict(stage, path, raw)
             counts["valid" if valid else "invalid"] += 1
             if valid and verdict != "ok" and known_gap(body, limits) is None and "context length" not in verdict:
                 mismatches.append(("schema-valid but refused", body, verdict))

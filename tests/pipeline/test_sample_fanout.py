@@ -3,7 +3,7 @@ each (the request's edges so far) and seed + i, wrapping past the top of the 64-
 from __future__ import annotations
 
 from ingress.field_checks import UINT64_MAX
-from pipeline.samples import fan_out, sample_seed
+from pipeline.samples import fan_out, sample_seed, split_prompts
 from stages.sampling import SamplingParams
 from stages.trace import RequestTrace
 
@@ -43,3 +43,19 @@ def test_n3_samples():
     assert "queued" not in samples[2].trace.marks_ns
     unseeded = fan_out("u", SamplingParams(), RequestTrace("u"), 2)
     assert [s.params.seed for s in unseeded] == [None, None]
+
+
+def test_split_prompts_one_prompt_is_the_request_and_a_batch_gives_a_request_per_prompt():
+    trace = RequestTrace("r")
+    assert split_prompts("r", trace, [[1, 2]]) == [("r", trace)] and trace.request_id == "r"
+    trace.mark("tokenized", 20)
+    trace.add_host("tokenize", 7)
+    parts = split_prompts("r", trace, [[1, 2], [3], [4, 5, 6]])
+    assert [rid for rid, _ in parts] == ["r-0", "r-1", "r-2"]
+    assert parts[0][1] is trace and trace.request_id == "r-0"
+    for i, (rid, t) in enumerate(parts):
+        assert t.request_id == rid and t.marks_ns == {"tokenized": 20}
+        assert (t.info["prompt_index"], t.info["num_prompt_tokens"]) == (i, [2, 1, 3][i])
+    assert parts[1][1].host_ns == {}  # the tokenizing work stays on the first prompt's trace
+    # Then each prompt's samples: <rid>-<i>-<j>
+    assert [s.request_id for s in fan_out("r-1", SamplingParams(), parts[1][1], 2)] == ["r-1-0", "r-1-1"]

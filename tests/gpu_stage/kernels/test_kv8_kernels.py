@@ -17,7 +17,18 @@ pytest.importorskip("triton")
 
 from gpu_stage.attention import torch_backend, triton_backend  # noqa: E402
 from gpu_stage.attention.metadata import build_metadata  # noqa: E402
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
+
 from gpu_stage.kernels import rope_store as rope  # noqa: E402
+from gpu_stage.kernels.decode_attention import DecodeWorkspace, decode_attention, default_config  # noqa: E402
+from gpu_stage.kernels.decode_variants import QUANT_VARIANTS, SERVED  # noqa: E402
+from gpu_stage.kernels.kv_dequant import (  # noqa: E402
+    DEQ_BITS, DEQ_BITS_HERE, DEQ_CHAIN, DEQ_DIRECT, kv_operand, scale_words_ok,
+)
+from gpu_stage.kernels.kv_quant import KV_FORMATS  # noqa: E402
+from gpu_stage.kernels.prefill_attention import prefill_attention  # noqa: E402
+from gpu_stage.kernels.prefill_variants import QUANT_VARIANTS as PREFILL_VARIANTS  # noqa: E402
 from gpu_stage.kernels.kv_store import store_kv  # noqa: E402
 from gpu_stage.kv.cache import KvCache  # noqa: E402
 from gpu_stage.kv.format import KvFormat  # noqa: E402
@@ -250,3 +261,70 @@ def test_store_kernel_bytes_llama3_shape_gpu(fmt: str) -> None:
     torch_backend.store_kv(ref.layer(2), k, v, meta)  # the last of the pools' three layers
     store_kv(out.layer(2), k, v, meta.slot_mapping)
     assert torch.equal(out.kv, ref.kv)
+
+
+# --- the decode kernel's 8-bit variants (decode_variants.py, kv_dequant.py) --------------------------------
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("variant", sorted(QUANT_VARIANTS))
+def test_every_decode_variant_over_8_bit_kv(fmt: str, variant: str) -> None:
+    """Each variant equals the reference (a bf16 query: the DEQ_BITS patterns), at any split count;
+    on the CPU at the interpreter's BLOCK_N, with the variant's codes and scale reads."""
+    layer, q, meta, ref = _case(fmt, [(4, 1), (40, 1), (70, 1), (15, 1)], 8, 2, 32, 4, torch.bfloat16, seed=5)
+    cfg = dict(QUANT_VARIANTS[variant])
+    if not torch.cuda.is_available():
+        cfg["BLOCK_N"] = 16
+    for splits in (1, 4):
+        ws = DecodeWorkspace(q.shape[0], 8, 32, splits, DEVICE)
+        out = decode_attention(q, layer, meta.seq_lens, meta.block_tables, ws, config=dict(cfg))
+        assert _rel(out, ref) < TOL[torch.bfloat16]
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("deq", [DEQ_CHAIN, DEQ_DIRECT, DEQ_BITS, DEQ_BITS_HERE])
+def test_kv_operand_gives_every_code_its_value(fmt: str, deq: int) -> None:
+    """All 256 codes (fp8 subnormals and -0 included; NaN codes left out) -> the bf16 of their value."""
+    f = KvFormat(fmt)
+    codes = torch.arange(256, dtype=torch.uint8, device=DEVICE).view(f.torch_dtype)
+    got = torch.empty(256, dtype=torch.bfloat16, device=DEVICE)
+    _codes_kernel[(1,)](codes, got, FMT=KV_FORMATS[fmt][0], DEQ=deq)
+    want = codes.float()
+    keep = torch.isfinite(want)
+    assert torch.equal(got.float()[keep].view(torch.int32), want[keep].view(torch.int32))
+
+
+@triton.jit
+def _codes_kernel(src, dst, FMT: tl.constexpr, DEQ: tl.constexpr):
+    i = tl.arange(0, 16)[:, None] * 16 + tl.arange(0, 16)[None, :]
+    tl.store(dst + i, kv_operand(tl.load(src + i), tl.bfloat16, FMT, DEQ))
+
+
+def test_scale_words_fall_back_where_unaligned() -> None:
+    """An odd head count with head_dim % 4 == 2 puts scales off the 32-bit grid: no word reads."""
+    ok = _pool("int8", 4, 4, 2, 2, 16, torch.float32).layer(0)
+    odd = _pool("int8", 4, 4, 3, 3, 18, torch.float32).layer(1)
+    assert scale_words_ok(ok.scales) and not scale_words_ok(odd.scales)
+
+
+def test_the_served_variant_depends_on_format_and_splits() -> None:
+    """An 8-bit pool gets SERVED's variant for one split or for split-K, with its knobs; a plain
+    pool keeps GPU_CONFIG (on the CPU: the interpreter's launch numbers, the variant's knobs)."""
+    assert set(SERVED) == {"int8", "fp8_e4m3", "fp8_e5m2"}
+    for fmt, (one, split) in SERVED.items():
+        for splits, name in ((1, one), (4, split)):
+            cfg = default_config(fmt, splits)
+            assert {k: cfg[k] for k in ("DEQ_K", "DEQ_V", "SCALE_WORDS")} == \
+                {k: QUANT_VARIANTS[name][k] for k in ("DEQ_K", "DEQ_V", "SCALE_WORDS")}
+    assert "DEQ_K" not in default_config(None, 1)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+@pytest.mark.parametrize("variant", sorted(PREFILL_VARIANTS))
+def test_every_prefill_variant_over_8_bit_kv(fmt: str, variant: str) -> None:
+    """The general kernel's variants (prefill_variants.py) on a mixed batch, bf16 queries."""
+    layer, q, meta, ref = _case(fmt, [(0, 11), (9, 7), (17, 1), (3, 4)], 8, 2, 32, 4, torch.bfloat16, seed=3)
+    cfg = dict(PREFILL_VARIANTS[variant])
+    if not torch.cuda.is_available():
+        cfg.update(BLOCK_M=16, BLOCK_N=16, num_warps=4, num_stages=1)
+    out = prefill_attention(q, layer, meta.cu_seqlens_q, meta.seq_lens, meta.block_tables, meta.num_seqs, config=cfg)
+    assert _rel(out, ref) < TOL[torch.bfloat16]

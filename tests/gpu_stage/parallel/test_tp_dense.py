@@ -66,3 +66,26 @@ def test_workers_run_with_nvlink_multicast_off(pair):
     env = dict(item.split("=", 1) for item in open(f"/proc/{pid}/environ").read().split("\0") if "=" in item)
     assert (env["NCCL_NVLS_ENABLE"], env["TORCH_SYMM_MEM_DISABLE_MULTICAST"], env["NVSHMEM_DISABLE_NVLS"]) == ("0", "1", "1")
     assert (env["RANK"], env["WORLD_SIZE"], env["LOCAL_RANK"], env["MASTER_ADDR"]) == ("1", "2", "1", "127.0.0.1")
+
+
+def test_prompt_logprobs_match_one_process(pair):
+    """A step with prompt-logprob rows: every rank runs the driver's lm_head slices (their vocabulary
+    gathers), and the scores equal one process's, over two chunks beside another request."""
+    from stages.messages import NewRequestData, ScheduledChunk, StepBatch
+
+    driver, reference = pair
+    prompt = PROMPTS[1] + PROMPTS[0]
+    scores = []
+    for runner in (driver.runner, reference):
+        new = [NewRequestData("p", prompt, SamplingParams(temperature=0.0, prompt_logprobs=3)),
+               NewRequestData("q", PROMPTS[2], SamplingParams(temperature=0.0))]
+        runner.execute(StepBatch(0, new, [ScheduledChunk("p", prompt[:8], 0, [1, 2, 3, 4, 6], False),
+                                          ScheduledChunk("q", PROMPTS[2], 0, [5], True)]))
+        done = runner.execute(StepBatch(1, [], [ScheduledChunk("p", prompt[8:], 8, [1, 2, 3, 4, 6], True)], ["q"]))
+        runner.execute(StepBatch(2, [], [], ["p"]))
+        scores.append(done.sampled[0].prompt_logprobs)
+    ours, ref = scores
+    assert len(ours) == len(prompt) - 1
+    assert [(e.token_id, e.rank, [t for t, _ in e.top]) for e in ours] == \
+        [(e.token_id, e.rank, [t for t, _ in e.top]) for e in ref]
+    assert [e.logprob for e in ours] == pytest.approx([e.logprob for e in ref], abs=1e-5)

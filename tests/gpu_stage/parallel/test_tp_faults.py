@@ -37,6 +37,14 @@ def running(pid: int) -> bool:
     return state != "Z"
 
 
+def gone_within(pid: int, timeout_s: float) -> None:
+    """Wait until `pid` has exited (a zombie counts: its sockets are closed)."""
+    deadline = time.monotonic() + timeout_s
+    while running(pid):
+        assert time.monotonic() < deadline, f"pid {pid} still runs {timeout_s} s after SIGKILL"
+        time.sleep(0.005)
+
+
 class Faults:
     def __init__(self) -> None:
         self.reasons: list[tuple[float, str]] = []
@@ -68,6 +76,7 @@ def test_killed_worker_fails_the_next_step_and_is_reported(one_thread):
         (pid,) = driver.worker_pids
         killed = time.monotonic()
         os.kill(pid, signal.SIGKILL)
+        gone_within(pid, 5.0)  # its sockets closed: a send to a dying, still-live peer could block
         with pytest.raises(RankLost, match="tensor parallel .* failed, a rank is gone: .*Connection"):
             a_step(driver.runner, 10)
         raised = time.monotonic() - killed

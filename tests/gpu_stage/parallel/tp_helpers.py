@@ -49,9 +49,9 @@ def record_logits(runner: ModelRunner) -> list[torch.Tensor]:
     seen: list[torch.Tensor] = []
     start = runner.sampler.start
 
-    def spy(logits, rows, tensors):
+    def spy(logits, rows, *args):  # start's other arguments pass through as they come
         seen.append(logits.detach().clone())
-        return start(logits, rows, tensors)
+        return start(logits, rows, *args)
 
     runner.sampler.start = spy
     return seen

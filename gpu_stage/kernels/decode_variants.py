@@ -1,0 +1,67 @@
+"""The decode kernel's variants on an 8-bit pool, and the ones served.
+
+A variant is a launch config (BLOCK_N, num_warps, num_stages, maybe maxnreg) and the kernel's
+knobs (QUANT_KNOBS): DEQ_K / DEQ_V, how K and V codes become bf16 operands (kv_dequant.py);
+SCALE_WORDS, scales read as 32-bit words (cp.async, pipelined) rather than 2-byte gathers;
+CONST_BLOCK, the block size as a constant (shifts, not integer divisions, per key). Names say
+the knobs: `kbits_n64_w2_s2` = K by bit patterns, BLOCK_N 64, 2 warps, 2 stages (V is always
+converted where it is loaded, scales are words, the block size constant, unless the name says
+`_vhoisted` / `_bsvar`). "chain" is the kernel as first written.
+
+What lab/kv8_decode_ab.py measured on the H200 (bench/results/20261202-NVIDIA-H200/r23-kv8-ab/),
+per call at the Llama-3-8B shape, bf16 pool / chain / served:
+    64 x 2,048   130.8 / 245.9 / 119.8 us (fp8 e4m3), 286.4 -> 114.7 (int8)
+    64 x 8,192   486.8 / 943.1 / 456.4      (fp8),      1116 -> 426.6 (int8)
+     1 x 2,048    10.0 /   9.9 /   8.5      (fp8),      10.3 ->   8.3 (int8)
+     1 x 8,192    18.7 /  22.0 /  16.4      (fp8),      22.1 ->  16.4 (int8)
+The chain's cost was V: converted in the dot operand's layout, an 8-bit V (keys along the
+reduction, strided in shared memory) was read byte by byte (LDS.U8, 64 per thread per tile).
+Many sequences (one split) run best on 2 warps (5 programs per SM resident, one wave at 64
+streams); few sequences (split-K) on BLOCK_N 128.
+"""
+from __future__ import annotations
+
+from gpu_stage.kernels.kv_dequant import DEQ_BITS, DEQ_BITS_HERE, DEQ_CHAIN, DEQ_DIRECT
+
+QUANT_KNOBS = ("DEQ_K", "DEQ_V", "SCALE_WORDS", "CONST_BLOCK")  # the kernel's constexprs in a variant
+QUANT_VARIANTS: dict[str, dict] = {
+    "chain": {"BLOCK_N": 64, "num_warps": 4, "num_stages": 2, "DEQ_K": DEQ_CHAIN, "DEQ_V": DEQ_CHAIN,
+              "SCALE_WORDS": False},
+}
+
+
+def _variant(k_bits: bool, block_n: int, warps: int, stages: int, maxnreg: int | None = None,
+             v_here: bool = True, const_block: bool = True) -> None:
+    name = (f"{'kbits' if k_bits else 'kdirect'}_n{block_n}_w{warps}_s{stages}" + (f"_r{maxnreg}" if maxnreg else "")
+            + ("" if v_here else "_vhoisted") + ("" if const_block else "_bsvar"))
+    cfg = {"BLOCK_N": block_n, "num_warps": warps, "num_stages": stages, "DEQ_K": DEQ_BITS if k_bits else DEQ_DIRECT,
+           "DEQ_V": DEQ_BITS_HERE if v_here else DEQ_DIRECT, "SCALE_WORDS": True, "CONST_BLOCK": const_block}
+    if maxnreg:
+        cfg["maxnreg"] = maxnreg  # 65536 registers per SM / (threads x this) programs resident at once
+    QUANT_VARIANTS[name] = cfg
+
+
+for _k_bits in (False, True):
+    _variant(_k_bits, 64, 4, 2, v_here=False, const_block=False)  # the first kernel's layout, faster codes
+    _variant(_k_bits, 64, 4, 2, const_block=False)
+    for _n, _w, _s, _r in ((64, 4, 2, None), (64, 2, 2, None), (64, 4, 3, 128), (64, 2, 3, 200), (64, 2, 4, 200),
+                           (32, 2, 4, 200), (32, 1, 3, None), (64, 1, 2, None), (128, 4, 2, None), (128, 2, 2, None)):
+        _variant(_k_bits, _n, _w, _s, _r)
+
+# format -> (variant for one split: many sequences, variant for split-K: few). fp8 e5m2 was not
+# measured and takes e4m3's. Change these after a run of lab/kv8_decode_ab.py.
+SERVED = {
+    "fp8_e4m3": ("kbits_n64_w2_s2", "kbits_n128_w4_s2"),
+    "fp8_e5m2": ("kbits_n64_w2_s2", "kbits_n128_w4_s2"),
+    "int8": ("kdirect_n64_w2_s2", "kdirect_n128_w4_s2"),
+}
+
+
+def served_variant(fmt_name: str, num_splits: int) -> dict:
+    """The config served for an 8-bit pool of `fmt_name` at `num_splits` (a copy)."""
+    return dict(QUANT_VARIANTS[SERVED[fmt_name][0 if num_splits == 1 else 1]])
+
+
+def split_block_n(fmt_name: str) -> int:
+    """BLOCK_N of the split-K variant: the split count's cap (triton_backend.decode_num_splits)."""
+    return QUANT_VARIANTS[SERVED[fmt_name][1]]["BLOCK_N"]

@@ -1,0 +1,31 @@
+"""The prefill/mixed attention kernel's variants on an 8-bit pool, and the one served (the decode
+kernel's are in decode_variants.py, the knobs are the same: kv_dequant.py).
+
+A prefill tile has BLOCK_M = 128 query rows over 8 warps: a K tile converted in the dot operand's
+layout is converted by every warp (each needs all of K^T), and an 8-bit V is read byte by byte
+(see decode_variants.py). Converting both where they are loaded (DEQ_BITS_HERE) does it once per
+program and lets the bf16 tiles take the plain pool's ldmatrix path. "chain" is the kernel as
+first written. lab/kv8_decode_ab.py --prefill times them.
+"""
+from __future__ import annotations
+
+from gpu_stage.kernels.kv_dequant import DEQ_BITS, DEQ_BITS_HERE, DEQ_CHAIN, DEQ_DIRECT
+
+QUANT_KNOBS = ("DEQ_K", "DEQ_V", "SCALE_WORDS", "CONST_BLOCK")
+_LAUNCH = {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 2}  # prefill_attention.GPU_CONFIG
+QUANT_VARIANTS: dict[str, dict] = {
+    "chain": {**_LAUNCH, "DEQ_K": DEQ_CHAIN, "DEQ_V": DEQ_CHAIN, "SCALE_WORDS": False},
+    "khere_vhere": {**_LAUNCH, "DEQ_K": DEQ_BITS_HERE, "DEQ_V": DEQ_BITS_HERE, "SCALE_WORDS": True, "CONST_BLOCK": True},
+    "kbits_vhere": {**_LAUNCH, "DEQ_K": DEQ_BITS, "DEQ_V": DEQ_BITS_HERE, "SCALE_WORDS": True, "CONST_BLOCK": True},
+    "kdirect_vhere": {**_LAUNCH, "DEQ_K": DEQ_DIRECT, "DEQ_V": DEQ_BITS_HERE, "SCALE_WORDS": True, "CONST_BLOCK": True},
+    "khere_vhere_n32": {**_LAUNCH, "BLOCK_N": 32, "DEQ_K": DEQ_BITS_HERE, "DEQ_V": DEQ_BITS_HERE, "SCALE_WORDS": True,
+                        "CONST_BLOCK": True},
+    "khere_vhere_m64_w4": {**_LAUNCH, "BLOCK_M": 64, "num_warps": 4, "DEQ_K": DEQ_BITS_HERE, "DEQ_V": DEQ_BITS_HERE,
+                           "SCALE_WORDS": True, "CONST_BLOCK": True},
+}
+SERVED = "chain"  # one name for every format; change it after a run of lab/kv8_decode_ab.py --prefill
+
+
+def served_variant() -> dict:
+    """The config served for an 8-bit pool (a copy)."""
+    return dict(QUANT_VARIANTS[SERVED])

@@ -1,0 +1,2 @@
+"""Speculative decoding on the GPU stage's side: a verifying row's sampled rows and their acceptance
+(verify.py), and the draft model that guesses for the draft_model method (draft_model.py)."""

@@ -1,0 +1,56 @@
+"""Speculative decoding at start-up: --speculative-config parsed and checked against the other
+flags, and for the draft_model method the draft loaded beside the target (its vocabulary must be
+the target's). A config that cannot work raises ValueError naming the field; pipeline/build.py
+turns it into a refusal to start."""
+from __future__ import annotations
+
+import torch
+
+from gpu_stage.loaders import load_model_source
+from gpu_stage.loaders.model_source import ModelSource
+from gpu_stage.model_runner import ModelRunner
+from gpu_stage.spec.draft_model import DraftModel
+from pipeline.config import EngineConfig
+from stages.speculative import SpeculativeConfig
+
+
+def resolve_speculative(cfg: EngineConfig) -> SpeculativeConfig | None:
+    """The parsed config, or None. A verifying row's next step needs its accepted tokens on the
+    host, so speculation turns the default async scheduling off (and refuses it asked for)."""
+    if cfg.speculative_config is None:
+        return None
+    try:
+        spec = SpeculativeConfig.parse(cfg.speculative_config)
+    except ValueError as exc:
+        raise ValueError(f"--speculative-config: {exc}") from None
+    if cfg.async_scheduling:
+        raise ValueError("--speculative-config needs --no-async-scheduling: a verifying row's next step "
+                         "needs the tokens it accepted")
+    if cfg.tensor_parallel_size > 1:
+        raise ValueError("--speculative-config is not supported with --tensor-parallel-size > 1 yet")
+    cfg.async_scheduling = False
+    return spec
+
+
+def attach_draft(cfg: EngineConfig, spec: SpeculativeConfig | None, target: ModelSource, runner: ModelRunner,
+                 dtype: torch.dtype, runner_args: dict) -> None:
+    """draft_model: load the draft (same device, dtype, block ids; its own KV pool) into `runner`."""
+    if spec is None or spec.method != "draft_model":
+        return
+    try:
+        source = load_model_source(spec.model, seed=cfg.seed)
+    except ValueError as exc:
+        raise ValueError(f"speculative_config.model: cannot load {spec.model!r}: {exc}") from None
+    if source.config.vocab_size != target.config.vocab_size:
+        raise ValueError(f"speculative_config.model: the draft's vocabulary ({source.config.vocab_size} ids) "
+                         f"differs from the target's ({target.config.vocab_size})")
+    try:
+        runner.draft = DraftModel.build(
+            source, runner.device, dtype, runner.kv_cache.num_blocks, runner.block_size,
+            runner.max_num_batched_tokens, runner.max_num_seqs, runner.max_model_len, runner.attention_backend,
+            runner_args["enforce_eager"])
+    except torch.OutOfMemoryError:
+        # The target's pool was sized from a memory profile that knows nothing of the draft.
+        raise ValueError(f"speculative_config.model: the draft and its KV pool ({runner.kv_cache.num_blocks} "
+                         "blocks, the target's block ids) do not fit beside the target: set --num-kv-blocks "
+                         "or a lower --gpu-memory-utilization") from None
