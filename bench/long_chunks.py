@@ -34,7 +34,7 @@ from stages.sampling import SamplingParams
 BLOCK = 16
 SHORT_LEN = 128
 FULL = dict(model="dummy:llama-3.1-8b", device="cuda", dtype=torch.bfloat16, backend="triton", max_model_len=131072,
-            budget=16384, sizes=(32768, 131071), fixed=(4096, 8192, 16384), context=(8192, 16384))
+            budget=16384, sizes=(32768, 131071), fixed=(4096, 8192, 16384), context=(8192,))
 TINY = dict(model="dummy:tiny", device="cpu", dtype=torch.float32, backend="torch", max_model_len=2048,
             budget=512, sizes=(512, 1536), fixed=(128, 512), context=(512,))
 
