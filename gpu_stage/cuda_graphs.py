@@ -100,9 +100,10 @@ class CudaGraphRunner:
 
     def shapes(self) -> list[GraphShape]:
         width = self.inputs.max_blocks_per_seq
+        cap = width * self.inputs.block_size  # the most tokens one sequence can hold
         return ([GraphShape(b, b, width, True) for b in self.decode_sizes]
-                + [GraphShape(t, 1, width, False) for t in self.prefill_sizes]
-                + [GraphShape(t, s, width, False, mixed=True) for t, s in self.mixed_sizes]
+                + [GraphShape(t, 1, width, False) for t in self.prefill_sizes if t <= cap]
+                + [GraphShape(t, s, width, False, mixed=True) for t, s in self.mixed_sizes if t <= s * cap]
                 + [self._verify_shape(b) for b in self.verify_sizes])
 
     def _verify_shape(self, num_seqs: int) -> GraphShape:
@@ -198,6 +199,12 @@ def _dummy_chunks(shape: GraphShape, block_size: int) -> list[ScheduledChunk]:
         n = shape.num_tokens // shape.num_seqs
         return [ScheduledChunk(f"pad{i}", [0] * n, 0, [0] * -(-n // block_size), True, n - 1)
                 for i in range(shape.num_seqs)]
-    n = shape.num_tokens - shape.num_seqs + 1  # mixed: one prefill beside num_seqs - 1 decodes
-    return ([ScheduledChunk("pad", [0] * n, 0, [0] * -(-n // block_size), True)]
-            + [ScheduledChunk(f"pad{i}", [0], 0, [0], True) for i in range(1, shape.num_seqs)])
+    # mixed: prefills beside decodes, as few prefills as fit the block table (a budget past
+    # max_model_len needs several: no sequence may span more than `width` blocks)
+    cap = shape.width * block_size
+    num_prefills = max(1, -(-(shape.num_tokens - shape.num_seqs) // max(1, cap - 1)))
+    assert num_prefills <= shape.num_seqs, f"no step fills {shape}"
+    total = shape.num_tokens - (shape.num_seqs - num_prefills)
+    sizes = [total // num_prefills + (i < total % num_prefills) for i in range(num_prefills)]
+    return ([ScheduledChunk(f"pad{i}", [0] * n, 0, [0] * -(-n // block_size), True) for i, n in enumerate(sizes)]
+            + [ScheduledChunk(f"pad{i}", [0], 0, [0], True) for i in range(num_prefills, shape.num_seqs)])

@@ -23,7 +23,7 @@ QUANT_VARIANTS: dict[str, dict] = {
     "khere_vhere_m64_w4": {**_LAUNCH, "BLOCK_M": 64, "num_warps": 4, "DEQ_K": DEQ_BITS_HERE, "DEQ_V": DEQ_BITS_HERE,
                            "SCALE_WORDS": True, "CONST_BLOCK": True},
 }
-SERVED = "chain"  # one name for every format; change it after a run of lab/kv8_decode_ab.py --prefill
+SERVED = "khere_vhere_m64_w4"  # measured: bench/results/20261202-NVIDIA-H200/s14-final/kv8_ab.log (mixed 512 + 63 decodes 389 us vs chain 718)
 
 
 def served_variant() -> dict:
