@@ -30,8 +30,8 @@ import triton.language as tl
 
 from gpu_stage.kernels import interpreting, next_pow2
 from gpu_stage.kernels.common import dot_flags, mma
-from gpu_stage.kernels.decode_variants import QUANT_KNOBS, served_variant
-from gpu_stage.kernels.kv_dequant import kv_operand, scale_words_ok, tile_scales
+from gpu_stage.kernels.decode_variants import served_variant
+from gpu_stage.kernels.kv_dequant import kv_operand, launch_knobs, tile_scales
 from gpu_stage.kernels.kv_store import cache_args
 from gpu_stage.kernels.pdl import OFF, pdl_args
 from gpu_stage.kv.layout import QuantKvLayer
@@ -205,13 +205,7 @@ def decode_attention(
     num_splits = workspace.num_splits
     fmt_name = kv_layer.fmt.name if quant["QUANT"] else None
     cfg = dict(config or default_config(fmt_name, num_splits))
-    knobs = {k: cfg.pop(k) for k in QUANT_KNOBS if k in cfg}
-    if quant["QUANT"]:  # a plain pool's launch stays as it was: no knob reaches it
-        knobs["SCALE_WORDS"] = knobs.get("SCALE_WORDS", False) and scale_words_ok(kv_layer.scales)
-        knobs["FMT"] = quant["FMT"]
-        knobs["BLOCK_SIZE"] = block_size if knobs.pop("CONST_BLOCK", False) else 0
-    else:
-        knobs = {}
+    knobs = launch_knobs(cfg, quant, kv_layer, block_size)
     out = torch.empty_like(q) if out is None else out
     assert q.stride(-1) == 1 and cache.stride(-1) == 1 and out.stride(-1) == 1
     block_d = max(16, next_pow2(head_dim))

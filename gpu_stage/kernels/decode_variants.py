@@ -1,7 +1,7 @@
 """The decode kernel's variants on an 8-bit pool, and the ones served.
 
 A variant is a launch config (BLOCK_N, num_warps, num_stages, maybe maxnreg) and the kernel's
-knobs (QUANT_KNOBS): DEQ_K / DEQ_V, how K and V codes become bf16 operands (kv_dequant.py);
+knobs (kv_dequant.QUANT_KNOBS): DEQ_K / DEQ_V, how K and V codes become bf16 operands (kv_dequant.py);
 SCALE_WORDS, scales read as 32-bit words (cp.async, pipelined) rather than 2-byte gathers;
 CONST_BLOCK, the block size as a constant (shifts, not integer divisions, per key). Names say
 the knobs: `kbits_n64_w2_s2` = K by bit patterns, BLOCK_N 64, 2 warps, 2 stages (V is always
@@ -23,7 +23,6 @@ from __future__ import annotations
 
 from gpu_stage.kernels.kv_dequant import DEQ_BITS, DEQ_BITS_HERE, DEQ_CHAIN, DEQ_DIRECT
 
-QUANT_KNOBS = ("DEQ_K", "DEQ_V", "SCALE_WORDS", "CONST_BLOCK")  # the kernel's constexprs in a variant
 QUANT_VARIANTS: dict[str, dict] = {
     "chain": {"BLOCK_N": 64, "num_warps": 4, "num_stages": 2, "DEQ_K": DEQ_CHAIN, "DEQ_V": DEQ_CHAIN,
               "SCALE_WORDS": False},

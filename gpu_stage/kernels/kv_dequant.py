@@ -133,3 +133,19 @@ def scale_words_ok(scales) -> bool:
     """Whether every scale of a bf16 scales view [blocks, 2, tokens, heads] sits in the 32-bit word
     of its even-indexed neighbour: a 4-byte aligned base and even strides."""
     return scales.data_ptr() % 4 == 0 and all(s % 2 == 0 for s in scales.stride()[:3])
+
+
+QUANT_KNOBS = ("DEQ_K", "DEQ_V", "SCALE_WORDS", "CONST_BLOCK")  # the kernels' constexprs in a variant
+
+
+def launch_knobs(cfg: dict, quant: dict, kv_layer, block_size: int) -> dict:
+    """Pop a variant's knobs out of its launch config -> the constexprs of the launch. A plain
+    pool's launch gets none (it stays as it was); an 8-bit one its format, the scale-word loads
+    where the scales' alignment allows, and the block size as a constant when asked."""
+    knobs = {k: cfg.pop(k) for k in QUANT_KNOBS if k in cfg}
+    if not quant["QUANT"]:
+        return {}
+    knobs["SCALE_WORDS"] = knobs.get("SCALE_WORDS", False) and scale_words_ok(kv_layer.scales)
+    knobs["FMT"] = quant["FMT"]
+    knobs["BLOCK_SIZE"] = block_size if knobs.pop("CONST_BLOCK", False) else 0
+    return knobs

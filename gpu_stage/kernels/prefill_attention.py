@@ -38,9 +38,9 @@ import triton.language as tl
 from gpu_stage.kernels import interpreting, next_pow2
 from gpu_stage.kernels.common import dot_flags, mma
 from gpu_stage.kernels.decode_attention import NO_WINDOW
-from gpu_stage.kernels.kv_dequant import kv_operand, scale_words_ok, tile_scales
+from gpu_stage.kernels.kv_dequant import kv_operand, launch_knobs, tile_scales
 from gpu_stage.kernels.kv_store import cache_args
-from gpu_stage.kernels.prefill_variants import QUANT_KNOBS, served_variant
+from gpu_stage.kernels.prefill_variants import served_variant
 from gpu_stage.kv.layout import QuantKvLayer
 
 LOG2E = 1.4426950408889634
@@ -197,13 +197,7 @@ def prefill_attention(
         config = served_variant()
         config = {**config, **INTERPRETER_CONFIG} if interpreting() else config
     cfg = dict(config or (INTERPRETER_CONFIG if interpreting() else GPU_CONFIG))
-    knobs = {k: cfg.pop(k) for k in QUANT_KNOBS if k in cfg}
-    if quant["QUANT"]:  # a plain pool's launch stays as it was: no knob reaches it
-        knobs["SCALE_WORDS"] = knobs.get("SCALE_WORDS", False) and scale_words_ok(kv_layer.scales)
-        knobs["FMT"] = quant["FMT"]
-        knobs["BLOCK_SIZE"] = block_size if knobs.pop("CONST_BLOCK", False) else 0
-    else:
-        knobs = {}
+    knobs = launch_knobs(cfg, quant, kv_layer, block_size)
     block_m = max(cfg.pop("BLOCK_M"), next_pow2(group))
     block_q = block_m // group
     out = torch.empty_like(q) if out is None else out

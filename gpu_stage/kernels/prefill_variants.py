@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from gpu_stage.kernels.kv_dequant import DEQ_BITS, DEQ_BITS_HERE, DEQ_CHAIN, DEQ_DIRECT
 
-QUANT_KNOBS = ("DEQ_K", "DEQ_V", "SCALE_WORDS", "CONST_BLOCK")
 _LAUNCH = {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 2}  # prefill_attention.GPU_CONFIG
 QUANT_VARIANTS: dict[str, dict] = {
     "chain": {**_LAUNCH, "DEQ_K": DEQ_CHAIN, "DEQ_V": DEQ_CHAIN, "SCALE_WORDS": False},
