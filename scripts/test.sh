@@ -4,4 +4,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 . .venv/bin/activate
-exec python -m pytest -q -p no:cacheprovider "$@"
+# Two workers (pytest-xdist), a file each at a time so that a module's server or model is built
+# once: CI's machine has two cores, and most tests wait on a subprocess or a model step.
+exec python -m pytest -q -p no:cacheprovider -n "${TTFT_TEST_WORKERS:-2}" --dist loadfile "$@"
