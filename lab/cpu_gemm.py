@@ -5,11 +5,14 @@ For each product (qkv, o, gate_up, down, lm_head) at 1, 4, 256 and 512 rows, tim
 
     linear     F.linear(x, w): what TorchOps runs (MKL sgemm on torch's CPU build)
     mm_t       torch.mm(x, wt) with wt = w.t() stored contiguous ([in, out])
+    tview      F.linear(x, w) with w the transposed view of a contiguous [in, out] copy: the model's
+               call unchanged, the weight laid out as mm_t's (gpu_stage/model/cpu_weights.py)
     w_xt       torch.mm(w, x.t()).t(): the weight as it is stored, the rows as the narrow operand
     chunkN     F.linear over blocks of N output rows of w (each block small enough for the L2
                cache), concatenated
     onednn     torch.ops.mkldnn._linear_pointwise with the weight reordered once by
                torch.ops.mkldnn._reorder_linear_weight (oneDNN's blocked layout, vLLM-cpu's path)
+               for this many rows; onednn_b8 reordered for 8 rows whatever the rows are
     mkl_packed torch.ops.mkl._mkl_linear with MKL's packed weight (torch.ops.mkl._mkl_reorder_linear_weight)
 
 and checks each against F.linear (max relative error). Each call reads one of `--copies` copies of the
@@ -48,6 +51,7 @@ def variants(ws: list[torch.Tensor], rows: int) -> dict:
 
     out = {"linear": Cycle(F.linear, own()),
            "mm_t": Cycle(torch.mm, [w.t().contiguous() for w in ws]),
+           "tview": Cycle(F.linear, [w.t().contiguous().t() for w in ws]),
            "w_xt": Cycle(lambda x, w: torch.mm(w, x.t()).t(), own())}
     for rows_per_block in (512, 2048):
         out[f"chunk{rows_per_block}"] = Cycle(
@@ -56,6 +60,8 @@ def variants(ws: list[torch.Tensor], rows: int) -> dict:
     try:
         packed = [torch.ops.mkldnn._reorder_linear_weight(w.clone(), rows) for w in ws]
         out["onednn"] = Cycle(lambda x, p: torch.ops.mkldnn._linear_pointwise(x, p, None, "none", [], ""), packed)
+        packed8 = [torch.ops.mkldnn._reorder_linear_weight(w.clone(), 8) for w in ws]
+        out["onednn_b8"] = Cycle(lambda x, p: torch.ops.mkldnn._linear_pointwise(x, p, None, "none", [], ""), packed8)
     except (RuntimeError, AttributeError) as exc:
         print("onednn unavailable:", exc)
     try:

@@ -1,6 +1,11 @@
 """Where a CPU model step's time goes, at the shapes of the issue-28 workload (SmolLM2 fp32):
 
     python -m lab.cpu_step_profile [--threads 2] [--reps 5] [--cases decode4,mixed256,...] [--out PATH]
+                                   [--ab cpu-ops]
+
+With `--ab cpu-ops` a second copy of the model is prepared as the runner prepares it on CPU
+(gpu_stage/model/cpu_ops.py: layer weights [in, out], the head packed for oneDNN), and each case's
+reps alternate between the two models (A, B, A, B...), so a shared machine's load hits both alike.
 
 The packaged SmolLM2 is loaded as `ttft serve` loads it (runner_builder.load_model, the torch
 backend, glibc's thresholds raised), with a KV pool of 16-token blocks. Each case is one step's
@@ -16,8 +21,9 @@ its median wall time is printed, then one profiled run split by operator into:
     plan        the attention plan (block-table arithmetic, masks), once per step
 
 Cases (decodes at a 1,200-token context unless named):
-    decode1, decode4         pure decode steps of 1 and 4 sequences
-    decode4_short            4 decodes at a 40-token context
+    decode1, decode2, decode4  pure decode steps of 1, 2 and 4 sequences
+    decode4_short, decode8_short  4 and 8 decodes at a 40-token context
+    prefill40                a 40-token prompt
     prefill256, prefill512   a fresh prompt's first chunk
     chunk256_at768           a 256-token chunk starting at position 768 (a mask over 1,024 keys)
     prefill1200              a whole 1,200-token prompt in one step
@@ -37,6 +43,7 @@ from gpu_stage.attention.metadata import build_metadata
 from gpu_stage.cpu_malloc import keep_freed_memory
 from gpu_stage.kv.cache import KvCache
 from gpu_stage.loaders import load_model_source
+from gpu_stage.model.cpu_ops import prepare_cpu_model
 from gpu_stage.runner_builder import load_model
 from gpu_stage.sampling.rows import SamplingRow
 from gpu_stage.sampling.sampler import Sampler
@@ -49,7 +56,10 @@ CTX = 1200
 CASES: dict[str, list[tuple[int, int]]] = {
     "decode1": [(1, CTX)],
     "decode4": [(1, CTX)] * 4,
+    "decode2": [(1, CTX)] * 2,
     "decode4_short": [(1, 40)] * 4,
+    "decode8_short": [(1, 40)] * 8,
+    "prefill40": [(40, 40)],
     "prefill256": [(256, 256)],
     "prefill512": [(512, 512)],
     "chunk256_at768": [(256, 1024)],
@@ -88,25 +98,31 @@ def step_inputs(case: list[tuple[int, int]]):
     return query_lens, seq_lens, tables, num_tokens, sample_rows
 
 
-def run_case(model, kv: KvCache, case: list[tuple[int, int]], reps: int, profile: bool) -> dict:
+def run_case(models: dict, kv: KvCache, case: list[tuple[int, int]], reps: int, profile: bool) -> dict:
+    """Each model's median ms over `reps`, the models alternating rep by rep; the profile of the last."""
     query_lens, seq_lens, tables, num_tokens, sample_rows = step_inputs(case)
     ids = torch.randint(100, 30000, (num_tokens,))
     logits_indices = torch.tensor(sample_rows)
 
-    def once():
+    def once(model):
         meta = build_metadata(query_lens, seq_lens, tables, BLOCK, "cpu", sample_rows)
         return model(ids, meta.positions, kv, meta, logits_indices)
 
-    once()
-    times = []
+    times: dict[str, list[float]] = {label: [] for label in models}
+    for model in models.values():
+        once(model)
     for _ in range(reps):
-        t0 = time.perf_counter()
-        once()
-        times.append((time.perf_counter() - t0) * 1e3)
-    out = {"ms": round(statistics.median(times), 2), "ms_all": [round(t, 1) for t in times], "tokens": num_tokens}
+        for label, model in models.items():
+            t0 = time.perf_counter()
+            once(model)
+            times[label].append((time.perf_counter() - t0) * 1e3)
+    out = {"tokens": num_tokens, **{f"ms_{label}": round(statistics.median(t), 2) for label, t in times.items()}}
+    if len(models) == 2:
+        a, b = times.values()
+        out["ratio_b_over_a"] = round(statistics.median(y / x for x, y in zip(a, b)), 3)
     if profile:
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
-            once()
+            once(list(models.values())[-1])
         split: dict[str, float] = defaultdict(float)
         for evt in prof.key_averages():
             split[category(evt.key)] += evt.self_cpu_time_total / 1e3
@@ -141,18 +157,22 @@ def main() -> None:
     p.add_argument("--cases", default=",".join(CASES))
     p.add_argument("--no-profile", action="store_true")
     p.add_argument("--out", default=None)
+    p.add_argument("--ab", choices=("cpu-ops",), default=None, help="compare against a prepared copy")
     a = p.parse_args()
     if a.threads:
         torch.set_num_threads(a.threads)
     keep_freed_memory()
     source = load_model_source(None)
-    model = load_model(source, torch.device("cpu"), torch.float32, "torch")
-    kv = KvCache(model.config, 2048, BLOCK, "cpu", torch.float32)
-    results = {"threads": torch.get_num_threads(), "cases": {}}
+    models = {"a": load_model(source, torch.device("cpu"), torch.float32, "torch")}
+    if a.ab == "cpu-ops":
+        models["b"] = load_model(source, torch.device("cpu"), torch.float32, "torch")
+        prepare_cpu_model(models["b"])
+    kv = KvCache(models["a"].config, 2048, BLOCK, "cpu", torch.float32)
+    results = {"threads": torch.get_num_threads(), "ab": a.ab, "cases": {}}
     for name in a.cases.split(","):
-        results["cases"][name] = r = run_case(model, kv, CASES[name], a.reps, not a.no_profile)
+        results["cases"][name] = r = run_case(models, kv, CASES[name], a.reps, not a.no_profile)
         print(name, json.dumps(r), flush=True)
-    results["sampler_greedy_b4_ms"] = sampler_ms(model.config.vocab_size, 4, 20)
+    results["sampler_greedy_b4_ms"] = sampler_ms(models["a"].config.vocab_size, 4, 20)
     print("sampler greedy b4 ms", results["sampler_greedy_b4_ms"])
     if a.out:
         with open(a.out, "w") as f:
