@@ -22,6 +22,7 @@ its median wall time is printed, then one profiled run split by operator into:
 
 Cases (decodes at a 1,200-token context unless named):
     decode1, decode2, decode4  pure decode steps of 1, 2 and 4 sequences
+    decode1_short            1 decode at a 60-token context
     decode4_short, decode8_short  4 and 8 decodes at a 40-token context
     prefill40                a 40-token prompt
     prefill256, prefill512   a fresh prompt's first chunk
@@ -57,6 +58,7 @@ CASES: dict[str, list[tuple[int, int]]] = {
     "decode1": [(1, CTX)],
     "decode4": [(1, CTX)] * 4,
     "decode2": [(1, CTX)] * 2,
+    "decode1_short": [(1, 60)],
     "decode4_short": [(1, 40)] * 4,
     "decode8_short": [(1, 40)] * 8,
     "prefill40": [(40, 40)],
