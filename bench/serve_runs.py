@@ -63,10 +63,12 @@ def failure_reason(message: str) -> str:
 
 
 def serve_and_bench(command: list[str], port: int, log_path: Path, runs: Sequence[argparse.Namespace],
-                    ready_timeout_s: float) -> ServerSession:
-    """Start the server, run each of `runs` (bench arguments; base_url is filled in) against it, stop it."""
+                    ready_timeout_s: float, env: dict[str, str] | None = None,
+                    cwd: Path | None = None) -> ServerSession:
+    """Start the server (in `cwd` with `env` added, as start_server), run each of `runs` (bench
+    arguments; base_url is filled in) against it, stop it."""
     try:
-        server = start_server(command, port, log_path, ready_timeout_s)
+        server = start_server(command, port, log_path, ready_timeout_s, env, cwd)
     except RuntimeError as exc:
         return ServerSession(str(exc))
     session = ServerSession("", server.started_s)

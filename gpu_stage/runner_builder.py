@@ -34,6 +34,7 @@ from gpu_stage.kv.format import resolve_kv_format
 from gpu_stage.loaders.model_source import ModelSource
 from gpu_stage.memory_profile import profile_num_blocks
 from gpu_stage.model import get_layer_ops
+from gpu_stage.model.cpu_ops import prepare_cpu_model
 from gpu_stage.model.config import ModelConfig
 from gpu_stage.model.llama import LlamaForCausalLM
 from gpu_stage.parallel.tensor_parallel import TensorParallel
@@ -155,6 +156,8 @@ def load_model(source: ModelSource, device: torch.device, dtype: torch.dtype, at
     weights = source.weights(device, dtype) if parallel is None else source.weights(device, dtype,
                                                                                     shard=parallel.plan)
     model.load_weights(weights)
+    if device.type == "cpu" and attention_backend == "torch":
+        prepare_cpu_model(model)  # the CPU's BLAS layouts (model/cpu_ops.py); a GPU keeps TorchOps as is
     return model
 
 

@@ -37,6 +37,24 @@ def config_from_args(a: argparse.Namespace) -> EngineConfig:
     return from_args(EngineConfig, a)
 
 
+def serves_on_cpu(device: str) -> bool:
+    """Whether `--device` means the CPU, decided without importing torch: `cpu`, or `auto` on a
+    host without an NVIDIA driver (torch.cuda.is_available() needs one)."""
+    return device == "cpu" or (device == "auto" and not os.path.exists("/proc/driver/nvidia"))
+
+
+def set_cpu_openmp_env(device: str) -> None:
+    """CPU serving: idle OpenMP workers sleep at their barriers instead of spinning (an explicit
+    setting wins). A spinning worker holds a core while its partner waits for one: with anything
+    else runnable on the host (our own event loop between steps, or another process) a 2-thread
+    step then stalls at every barrier. Measured on the 2-core VM with other work running, a
+    SmolLM2 decode step took 1,654 ms spinning and 51 ms passive (notes/cpu_serving.md). libgomp
+    reads this once, when torch loads it, so it is set before anything imports torch
+    (pipeline/__init__.py imports the engine lazily for this). A GPU server keeps the defaults."""
+    if serves_on_cpu(device):
+        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="ttft", description="An LLM server obsessed with time to first token")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -46,10 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     add_bench_arguments(sub.add_parser("bench", help="load-test an OpenAI-compatible server"))
     args = parser.parse_args(argv)
     if args.command == "serve":
-        # Idle OpenMP workers sleep instead of spinning: on a small CPU their spinning takes the
-        # cores the event loop needs between model steps (measured: TTFT P50 4.0 s -> 3.1 s, see
-        # README). Set before torch is imported; an explicit setting wins.
-        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+        set_cpu_openmp_env(args.device)
         # Tokenizing runs one text at a time in our own thread pool: no rayon pool beside it.
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
         logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")

@@ -59,10 +59,13 @@ class EngineConfig:
         None, "chunk cap for one prefill per step (lanes: not for a prompt alone in the server); shorter "
               "uncached prompts take the fast lane (default: half the step budget)")
     # So that a burst gets its first tokens shortest first in small steps. 768 on a GPU: chosen in
-    # the H200 simulator (bench/results/20261129-sim/reference.md).
+    # the H200 simulator (bench/results/20261129-sim/reference.md). 128 on CPU: a step's cost there
+    # grows with its tokens, so a second long prompt's chunk beside the first only delays the first
+    # one's first token (lab/cpu_schedule_sim.py: TTFT P50 of 4 clients' 1,200-token prompts -36%,
+    # the README's mixed workload -29%, against no cap); short prompts still join.
     prefill_step_tokens: int | None = option(
         None, "lanes: prefill tokens that may join a step after its first prefill, whole prompts only "
-              "(default 768 on a GPU, 0: no cap on CPU)")
+              "(default 768 on a GPU, 128 on CPU; 0: no cap)")
     prefill_backlog_steps: int = option(  # why: see SchedulerConfig
         PREFILL_BACKLOG_STEPS, "lanes: while the waiting prompts hold this many full steps of tokens, "
                                "prompts as long as a step's first join it past the cap (0: never)")
@@ -135,7 +138,7 @@ class EngineConfig:
         if self.long_prefill_threshold is None:
             self.long_prefill_threshold = max(1, self.max_num_batched_tokens // 2)
         if self.prefill_step_tokens is None:
-            self.prefill_step_tokens = 768 if self.resolved_device() == "cuda" else 0
+            self.prefill_step_tokens = 768 if self.resolved_device() == "cuda" else 128
         if self.async_scheduling is None:
             self.async_scheduling = self.resolved_device() == "cuda"
 

@@ -25,8 +25,9 @@ mostly in the queue, for the backlog over the prefill rate, and full steps prefi
 With the H200 default (768) a burst of 512, 512, 1024, 1024, 2048, 2048, 4096, 4096 tokens runs as
 512+512, 1024, 1024, 2048, 2048, 4096, 4096: the first tokens after ~25, 50, 75, 120, ... ms
 instead of all after one ~150 ms step. A prompt that would not complete in the step waits for one
-it heads (its chunk would delay the prompts that do complete). Without a cap (0: the CPU default,
-whose budget is small anyway) prefills fill the budget, chunked, as before.
+it heads (its chunk would delay the prompts that do complete). Without a cap (0) prefills fill the
+budget, chunked. On CPU (cap 128) a step's cost grows with its tokens, so a second long prompt
+beside the first would only delay the first one's first token.
 
 Aging: a prefill (either lane) that has been waiting or prefilling for `aging_steps` steps since it
 entered the queue is promoted ahead of both lanes until its prefill completes; the oldest promoted

@@ -77,13 +77,14 @@ def _healthy(url: str) -> bool:
 
 
 def start_server(command: list[str], port: int, log_path: Path, ready_timeout_s: float = 300.0,
-                 env: dict[str, str] | None = None) -> ServerProcess:
-    """Launch `command` (which listens on `port`) and return once /health answers 200; on exit or
-    timeout raise RuntimeError quoting the log's tail (the process is stopped first)."""
+                 env: dict[str, str] | None = None, cwd: Path | None = None) -> ServerProcess:
+    """Launch `command` (which listens on `port`) in `cwd` (default: this checkout) and return once
+    /health answers 200; on exit or timeout raise RuntimeError quoting the log's tail (the process
+    is stopped first)."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+        proc = subprocess.Popen(command, cwd=cwd or ROOT, stdout=log, stderr=subprocess.STDOUT,
                                 env={**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1"})
     server = ServerProcess(proc, f"http://127.0.0.1:{port}", log_path, 0.0)
     while time.monotonic() - t0 < ready_timeout_s:

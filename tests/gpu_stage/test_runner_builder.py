@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from gpu_stage.loaders import load_model_source
-from gpu_stage.model.torch_ops import TorchOps
+from gpu_stage.model.cpu_ops import CpuOps
 from gpu_stage.model_runner import ModelRunner
 from gpu_stage.runner_builder import build_parts, graphs_wanted, resolve_device
 
@@ -21,7 +21,8 @@ def source():
 
 def test_cpu_parts_are_eager_and_sized_as_asked(source) -> None:
     parts = build_parts(source, "cpu", torch.float32, 12, 4, max_num_batched_tokens=32, max_num_seqs=3)
-    assert parts.graphs is None and parts.model.ops is TorchOps and parts.attention_backend == "torch"
+    # the torch ops with the CPU's product layouts (gpu_stage/model/cpu_ops.py)
+    assert parts.graphs is None and isinstance(parts.model.ops, CpuOps) and parts.attention_backend == "torch"
     assert parts.kv_cache.num_blocks == 12 and parts.kv_cache.block_size == 4
     assert (parts.inputs.max_num_tokens, parts.inputs.max_num_seqs, parts.inputs.block_size) == (32, 3, 4)
     assert parts.max_model_len == source.config.max_position_embeddings

@@ -1,0 +1,82 @@
+"""CpuOps: TorchOps with its matrix products laid out for the CPU's BLAS at serving shapes (the
+model runner uses it on CPU; TorchOps stays the reference).
+
+Measured on the SmolLM2 shape, fp32, one thread, weights cold as in a step (`python -m lab.cpu_gemm`,
+notes/cpu_serving.md): F.linear(x, w) with w stored [out, in] is MKL's "NT" product, which at 4-64
+rows copies the weight into its own panels first and reads it about twice:
+- a layer's products: the same values stored [in, out] (the parameter then the transposed view of
+  that buffer, so F.linear's call is unchanged) run as "NN" and read each weight once: gate_up at
+  40 rows ~3.0 ms instead of ~4.0, qkv 0.46 instead of 0.63; at 1 row the same or faster
+  (`transpose_layer_weights`, no memory added);
+- the lm_head (49,152 x 576, 113 MB): at 4 rows 51 ms with F.linear, 27 ms from a copy in oneDNN's
+  blocked layout (torch.ops.mkldnn, the path vLLM's CPU build takes), 34 against 98 at 8 rows, the
+  same at 1-2. A decode step of 4 sequences reads the head once per row with F.linear: about a
+  third of the step. So `pack_head` keeps that copy (113 MB here) and `linear` uses it from
+  PACKED_HEAD_MIN_ROWS rows on, F.linear below.
+Results differ from F.linear's only by summation order (relative 1e-6).
+"""
+from __future__ import annotations
+
+import logging
+
+import torch
+import torch.nn.functional as F
+
+from gpu_stage.model.torch_ops import TorchOps
+
+log = logging.getLogger("ttft.gpu")
+
+PACKED_HEAD_MIN_ROWS = 3  # at 1 row F.linear's GEMV reads the head once already
+PACK_ROWS_HINT = 8  # the row count oneDNN chooses the head's blocked layout for (measured: 1-40 rows served well)
+
+
+def onednn_available() -> bool:
+    return torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+
+
+class CpuOps(TorchOps):
+    """One instance per model (it holds the model's packed head)."""
+
+    def __init__(self) -> None:
+        self.head_weight: torch.Tensor | None = None  # the parameter the packed copy stands for
+        self.packed_head: torch.Tensor | None = None
+
+    def pack_head(self, weight: torch.Tensor) -> bool:
+        """Keep `weight` (the lm_head's) in oneDNN's layout too; False where oneDNN is missing."""
+        if not onednn_available() or weight.dtype != torch.float32:
+            return False
+        with torch.inference_mode():
+            self.packed_head = torch.ops.mkldnn._reorder_linear_weight(weight.detach(), PACK_ROWS_HINT)
+        self.head_weight = weight
+        return True
+
+    def linear(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+        if weight is self.head_weight and x.shape[0] >= PACKED_HEAD_MIN_ROWS:
+            return torch.ops.mkldnn._linear_pointwise(x, self.packed_head, bias, "none", [], "")
+        return F.linear(x, weight, bias)
+
+
+def transpose_layer_weights(model) -> int:
+    """Store every decoder layer's product weights [in, out] in place of [out, in], each parameter
+    becoming the transposed view of its new buffer (values, shape and names unchanged). -> the
+    number of weights moved."""
+    moved = 0
+    with torch.no_grad():
+        for layer in model.layers:
+            for name in ("qkv_weight", "o_weight", "gate_up_weight", "down_weight"):
+                param = getattr(layer, name)
+                param.data = param.data.t().contiguous().t()
+                moved += 1
+    return moved
+
+
+def prepare_cpu_model(model) -> CpuOps:
+    """The model's layers laid out [in, out] and its head packed; its ops become a CpuOps.
+    Call after load_weights (the loaders copy into the parameters, whatever their strides)."""
+    ops = CpuOps()
+    transpose_layer_weights(model)
+    packed = ops.pack_head(model.head_weight)
+    for module in (model, *model.layers):
+        module.ops = ops
+    log.info("CPU products: layer weights stored [in, out]; lm_head %s", "packed for oneDNN" if packed else "as is")
+    return ops

@@ -1,0 +1,93 @@
+"""bench.vllm_cpu_compare: the servers' commands, the rows' bench arguments, the report's medians and
+ratios, and the safetensors export of a model ttft loads (round trip through ttft's loader)."""
+from __future__ import annotations
+
+import argparse
+import json
+
+import pytest
+import torch
+
+from bench.baselines.hf_export import export_hf_dir
+from bench.vllm_cpu_compare import MAX_MODEL_LEN, OUTPUT_LEN, ROWS, bench_args, server_command
+from bench.vllm_cpu_report import markdown, summarize
+from gpu_stage.loaders import load_model_source
+
+
+def _args(**kw) -> argparse.Namespace:
+    base = dict(vllm_python="/v/bin/python", before="/tmp/before", ttft_args="--cpu-threads 1")
+    return argparse.Namespace(**{**base, **kw})
+
+
+def test_each_server_serves_the_same_directory_in_float32(tmp_path) -> None:
+    model = tmp_path / "m"
+    cmd, env, cwd = server_command("vllm-cpu", model, 9001, _args())
+    assert cmd[:3] == ["/v/bin/python", "-m", "vllm.entrypoints.openai.api_server"] and cwd is None
+    assert cmd[cmd.index("--model") + 1] == str(model) and cmd[cmd.index("--dtype") + 1] == "float32"
+    assert cmd[cmd.index("--max-model-len") + 1] == str(MAX_MODEL_LEN) and env == {"VLLM_CPU_KVCACHE_SPACE": "1"}
+    ttft, env, cwd = server_command("ttft", model, 9002, _args())
+    assert ttft[ttft.index("--model") + 1] == str(model) and ttft[ttft.index("--dtype") + 1] == "float32"
+    assert ttft[-2:] == ["--cpu-threads", "1"] and env == {} and cwd is None
+    before, env, cwd = server_command("ttft-before", model, 9003, _args())
+    assert "--cpu-threads" not in before and str(cwd) == "/tmp/before" and env == {"PYTHONPATH": "/tmp/before"}
+
+
+def test_the_rows_are_the_issue_s() -> None:
+    assert [(r.concurrency, r.num_requests, r.input_len) for r in ROWS] == [(1, 8, 40), (4, 16, 40), (4, 12, 1200)]
+    a = bench_args(ROWS[2], __import__("pathlib").Path("/o"), "ttft", 1)
+    assert (a.workload, a.prompt_format, a.input_len, a.output_len) == ("random", "tokens", 1200, OUTPUT_LEN)
+    assert (a.concurrency, a.num_requests, a.ignore_eos, a.endpoint) == (4, 12, True, "completions")
+    assert a.label == "ttft-r1-long-c4" and a.result_dir == "/o/runs"
+
+
+def _record(server: str, repeat: int, row: str, ttft: float, itl: float) -> dict:
+    return {"server": server, "repeat": repeat, "row": row, "load_before": 1.0,
+            "median_ttft_ms": ttft, "median_itl_ms": itl}
+
+
+def test_the_report_takes_medians_and_ratios_to_vllm() -> None:
+    records = [_record("ttft", 0, "long-c4", 100, 10), _record("vllm-cpu", 0, "long-c4", 200, 20),
+               _record("ttft", 1, "long-c4", 300, 30), _record("vllm-cpu", 1, "long-c4", 400, 20),
+               {"server": "ttft", "repeat": 2, "row": "long-c4", "load_before": 2.0, "error": "boom\nmore"}]
+    summary = {"servers": ["ttft", "vllm-cpu"], "rows": [{"name": "long-c4"}], "records": records,
+               "date": "d", "command": "c", "output_len": 32, "machine": {"cpu_count": 2}}
+    table = summarize(summary)
+    entry = table["long-c4"]
+    assert entry["ttft"] == {"median_ttft_ms": 200, "median_itl_ms": 20}
+    assert entry["vllm-cpu"] == {"median_ttft_ms": 300, "median_itl_ms": 20}
+    ttft_ratio = entry["ratios"]["ttft"]["median_ttft_ms"]
+    assert ttft_ratio["of_medians"] == pytest.approx(200 / 300)
+    assert ttft_ratio["per_repeat"] == pytest.approx((0.5 + 0.75) / 2)
+    text = markdown(summary, table)
+    assert "| long-c4 | 200.0 | 300.0 | 0.67x (per repeat 0.62x) |" in text
+    assert "ttft repeat 2 long-c4: boom" in text and "1.0-2.0" in text
+
+
+def test_the_export_round_trips_through_ttft_s_loader(tmp_path) -> None:
+    transformers = pytest.importorskip("transformers")
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+    src = tmp_path / "src"
+    src.mkdir()
+    config = transformers.LlamaConfig(vocab_size=300, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                      num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True)
+    torch.manual_seed(0)
+    transformers.LlamaForCausalLM(config).save_pretrained(str(src))
+    backend = Tokenizer(models.BPE())
+    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    backend.train_from_iterator(["the quick brown fox"] * 10, trainers.BpeTrainer(
+        vocab_size=300, special_tokens=["<s>", "</s>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    backend.save(str(src / "tokenizer.json"))
+    (src / "tokenizer_config.json").write_text(json.dumps({"bos_token": "<s>", "eos_token": "</s>"}))
+    out = export_hf_dir(tmp_path / "out", str(src), "float32")
+    assert {"config.json", "model.safetensors", "tokenizer.json", "export.json"} <= {p.name for p in out.iterdir()}
+    mine, theirs = load_model_source(str(src)), load_model_source(str(out))
+    assert mine.config.num_layers == theirs.config.num_layers == 2 and theirs.config.tie_word_embeddings
+    a = dict(mine.weights(torch.device("cpu"), torch.float32))
+    b = dict(theirs.weights(torch.device("cpu"), torch.float32))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    stamp = (out / "model.safetensors").stat().st_mtime_ns
+    assert export_hf_dir(tmp_path / "out", str(src), "float32") == out  # reused: not written again
+    assert (out / "model.safetensors").stat().st_mtime_ns == stamp
+    with pytest.raises(ValueError, match="dummy"):
+        export_hf_dir(tmp_path / "d", "dummy:tiny")

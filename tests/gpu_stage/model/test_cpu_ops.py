@@ -1,0 +1,77 @@
+"""CpuOps and the CPU weight layout: same values, same shapes, products equal to F.linear's within
+fp32 summation-order rounding, the whole model's logits and greedy tokens as transformers' (the
+reference TorchOps model runs the same comparison in test_llama.py), and only on CPU."""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from tiny_hf_models import PagedSequence, hf_model, our_model
+
+from gpu_stage.loaders.dummy_loader import load_dummy
+from gpu_stage.model.cpu_ops import PACKED_HEAD_MIN_ROWS, CpuOps, onednn_available, prepare_cpu_model
+from gpu_stage.model.torch_ops import TorchOps
+from gpu_stage.runner_builder import load_model
+
+
+def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float((a - b).norm() / b.norm())
+
+
+def test_the_layer_weights_keep_values_and_shapes_in_the_transposed_layout() -> None:
+    model = our_model(hf_model("llama"))
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    ops = prepare_cpu_model(model)
+    assert isinstance(ops, CpuOps) and model.ops is ops and all(layer.ops is ops for layer in model.layers)
+    for name, param in model.named_parameters():
+        assert param.shape == before[name].shape and torch.equal(param, before[name]), name
+    w = model.layers[0].gate_up_weight
+    assert w.t().is_contiguous() and not w.is_contiguous()  # stored [in, out]
+    assert model.embed_weight.is_contiguous()  # the embedding (and a tied head) stays as it was
+
+
+@pytest.mark.skipif(not onednn_available(), reason="torch built without oneDNN")
+@pytest.mark.parametrize("rows", [1, 2, 3, 4, 8, 40])
+def test_the_packed_head_gives_f_linear_s_products(rows: int) -> None:
+    torch.manual_seed(0)
+    head = torch.nn.Parameter(torch.randn(1000, 64), requires_grad=False)
+    ops = CpuOps()
+    assert ops.pack_head(head)
+    x = torch.randn(rows, 64)
+    out = ops.linear(x, head)
+    assert out.shape == (rows, 1000) and _rel(out, F.linear(x, head)) < 1e-6
+    other = torch.randn(1000, 64)  # any other weight goes through F.linear
+    assert torch.equal(ops.linear(x, other), F.linear(x, other))
+    assert PACKED_HEAD_MIN_ROWS >= 2  # one row: F.linear's GEMV already reads the head once
+
+
+def test_a_bf16_head_is_not_packed() -> None:
+    ops = CpuOps()
+    assert not ops.pack_head(torch.zeros(8, 4, dtype=torch.bfloat16))
+    x = torch.randn(4, 4, dtype=torch.bfloat16)
+    w = torch.randn(8, 4, dtype=torch.bfloat16)
+    assert torch.equal(ops.linear(x, w), F.linear(x, w))
+
+
+@pytest.mark.parametrize("arch,overrides", [("llama", {}), ("llama", {"tie_word_embeddings": True}),
+                                            ("qwen2", {"tie_word_embeddings": True})])
+def test_the_prepared_model_matches_transformers_and_the_reference(arch: str, overrides: dict) -> None:
+    hf = hf_model(arch, **overrides)
+    reference, prepared = our_model(hf), our_model(hf)
+    prepare_cpu_model(prepared)
+    prompt = torch.randint(0, 400, (37,), generator=torch.Generator().manual_seed(3)).tolist()
+    with torch.no_grad():
+        hf_logits = hf(torch.tensor([prompt])).logits[0, -1]
+    ref_logits = PagedSequence(reference, 64).prefill(prompt, chunk=16)
+    logits = PagedSequence(prepared, 64).prefill(prompt, chunk=16)
+    assert (logits - hf_logits).abs().max() < 1e-4 and _rel(logits, ref_logits) < 1e-5
+    assert PagedSequence(prepared, 64).greedy(prompt, 8) == PagedSequence(reference, 64).greedy(prompt, 8)
+
+
+def test_the_builder_prepares_cpu_models_only() -> None:
+    source = load_dummy("tiny")
+    cpu = load_model(source, torch.device("cpu"), torch.float32, "torch")
+    assert isinstance(cpu.ops, CpuOps) and cpu.ops is not TorchOps
+    if torch.cuda.is_available():  # a GPU keeps its ops and layouts
+        gpu = load_model(source, torch.device("cuda"), torch.bfloat16, "torch")
+        assert gpu.ops is TorchOps and gpu.layers[0].gate_up_weight.is_contiguous()
