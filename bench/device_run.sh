@@ -130,7 +130,7 @@ fi
 if [ -n "$ABLATE" ]; then
     echo "== ablation: the reference workload with one optimization off at a time"
     # budget = max_model_len = 8192, so "no chunked prefill" (whole prompts per step) can start too
-    timeout 470 python3 -m bench --ablate --model dummy:llama-3.1-8b --num-requests 48 --concurrency 8 \
+    timeout $(( ${ABLATE_BUDGET_S:-390} + 80 )) python3 -m bench --ablate --model dummy:llama-3.1-8b --num-requests 48 --concurrency 8 \
         --output-len 128 --warmup 2 --result-dir "$DETAIL/ablate" --budget-s "${ABLATE_BUDGET_S:-390}" \
         --ablate-workloads "${ABLATE_WORKLOADS:-all}" \
         --serve-args="--seed 0 --device cuda --max-model-len 8192 --max-num-seqs 128 --max-num-batched-tokens 8192 --long-prefill-threshold 4096" \
