@@ -73,9 +73,10 @@ def _step(query_lens: list[int], seq_lens: list[int], dtype=torch.float32, fmt=N
 
 def _fresh(meta):
     """A copy of a step's metadata with no plan in it (each backend then plans its own)."""
+    block = meta.block_size  # the step's own: the GPU tests use 16, these 4
     return build_metadata(meta.query_lens_host, meta.seq_lens_host,
-                          [row[: -(-s // BLOCK)] for row, s in zip(meta.block_tables.tolist(), meta.seq_lens_host)],
-                          BLOCK, meta.block_tables.device)
+                          [row[: -(-s // block)] for row, s in zip(meta.block_tables.tolist(), meta.seq_lens_host)],
+                          block, meta.block_tables.device)
 
 
 def _reference(q, layer, meta, window=None) -> torch.Tensor:
