@@ -73,7 +73,8 @@ class RoundTimer:
 
     def summary(self, num_tokens: int) -> dict:
         """Per-round means over the verifying rounds that a next round followed (its wall time is
-        the gap between their starts); `num_tokens`: the run's output tokens (per round: their mean)."""
+        the gap between their starts); `num_tokens`: the output tokens the verifying rounds emitted
+        (a reply's first token comes from its prefill, not a round)."""
         if self.cuda:
             torch.cuda.synchronize()
         per: dict[str, list[float]] = {"catch_up_ms": [], "draft_steps_ms": [], "draft_step_ms": [], "verify_ms": [],
