@@ -27,12 +27,14 @@
 #               device pool of a quarter of the working set) with a 48 GiB host tier and without
 #               (recompute), and bench/kv_tier_restore.py (a 4,096-token prefix from host memory
 #               vs recomputed): OUTDIR/tiers_summary.json. Under 8 minutes.
-#   --spec:     instead, speculative decoding (issue 26): first the verification CUDA graphs' GPU
-#               tests (tests/gpu_stage/spec/test_verify_graphs_gpu.py: OUTDIR/spec_gpu_tests.log,
-#               ~1 minute), then bench/spec_gpu.py: the verification step (k = 1..8, its graph and
-#               eager) against a decode step at batch 1, 8, 64, the verify-only ceiling (batch 1,
-#               k = 4, every draft accepted, drafting free), then the draft_model ceiling (the target
-#               as its own draft) at batch 1, k = 4: OUTDIR/spec_gpu.json/.md. About 6 minutes.
+#   --spec:     instead, speculative decoding (issue 26): first the verification and draft CUDA
+#               graphs' GPU tests (tests/gpu_stage/spec/test_verify_graphs_gpu.py and
+#               test_draft_graphs_gpu.py: OUTDIR/spec_gpu_tests.log, ~2 minutes), then
+#               bench/spec_gpu.py: the verification step (k = 1..8, its graph and eager) against a
+#               decode step at batch 1, 8, 64, the verify-only ceiling (batch 1, k = 4, every draft
+#               accepted, drafting free), then the draft_model ceiling (the target as its own draft)
+#               at batch 1, k = 4 with its round breakdown (catch-up, draft steps, verify, host
+#               gaps) and draft graph counts: OUTDIR/spec_gpu.json/.md. About 6-7 minutes.
 #   --long:     instead, long prompts (issue 22): the long-context attention's GPU tests
 #               (OUTDIR/long_tests.log), a minute of back-to-back GEMMs (the sustained rate),
 #               attention over long cached contexts: the Triton kernel, the long-context path and
@@ -102,6 +104,7 @@ fi
 if [ -n "$SPEC" ]; then  # issue 26: speculative decoding's step costs and ceiling (replaces the default run)
     echo "== verification CUDA graphs: GPU tests"
     timeout 240 python3 -m pytest -p no:cacheprovider -q -m gpu tests/gpu_stage/spec/test_verify_graphs_gpu.py \
+        tests/gpu_stage/spec/test_draft_graphs_gpu.py \
         2>&1 | tee "$OUTDIR/spec_gpu_tests.log" | tail -15
     tests_rc="${PIPESTATUS[0]}"
     timeout 540 python3 -m bench.spec_gpu --out "$OUTDIR" 2>&1 | tee "$OUTDIR/spec_gpu.log" | tail -24

@@ -12,7 +12,10 @@
 3. The draft_model ceiling: the Engine (embedded, no HTTP) at batch 1 with the draft_model method
    and the target itself as its draft (acceptance ~1, labelled as such), k = 4, against the same
    engine without speculation: output tokens/s per stream. Each guess costs a target decode here,
-   so this cannot pass ~1x; (2) is what a cheap draft approaches.
+   so this cannot pass ~1x; (2) is what a cheap draft approaches. A fourth run of it, timed per
+   call (bench/spec_rounds.py), says where a round's time goes: the draft's catch-up forward, its
+   k - 1 guessing decodes, the verification and the host's gaps between rounds; and how many of
+   the draft's forwards replayed a CUDA graph.
 """
 from __future__ import annotations
 
@@ -27,6 +30,7 @@ from pathlib import Path
 import torch
 
 from gpu_stage.loaders import load_model_source
+from bench.spec_rounds import RoundTimer, breakdown_line
 from gpu_stage.model_runner import ModelRunner
 from stages.messages import NewRequestData, ScheduledChunk, StepBatch
 from stages.sampling import SamplingParams
@@ -112,8 +116,20 @@ async def engine_rate(spec: str | None, max_tokens: int, model: str = MODEL, dev
             rates.append((n - 1) / (time.perf_counter() - first))
         drafts = engine.built.scheduler.drafts
         c = drafts.counters if drafts else None
-        return {"tokens_per_s": statistics.median(rates), "runs": rates,
-                "acceptance": c.num_accepted_tokens / c.num_draft_tokens if c and c.num_draft_tokens else None}
+        out = {"tokens_per_s": statistics.median(rates), "runs": rates,
+               "acceptance": c.num_accepted_tokens / c.num_draft_tokens if c and c.num_draft_tokens else None}
+        draft = engine.built.runner.draft
+        if draft is not None:  # one more run, each call of a round timed (its rate is not the one above)
+            timer = RoundTimer(engine.built.runner, device == "cuda")
+            timer.install()
+            n = 0
+            async for out_ in engine.generate(prompt, params):
+                n += len(out_.token_ids)
+            timer.remove()
+            out["breakdown"] = timer.summary(n - 1)  # the first token: the prefill's
+            out["draft_counts"] = dict(vars(draft.counts))
+            out["draft_graphs"] = draft.graphs is not None
+        return out
 
 
 def verify_only_ceiling(rows: list[dict], batch: int = 1, k: int = 4) -> dict | None:
@@ -174,6 +190,11 @@ def main(argv: list[str] | None = None) -> int:
                      f"each guess costs a target decode, so ~1x at best), batch 1, k=4: "
                      f"{c['draft_model_k4']['tokens_per_s']:.1f} tok/s vs plain {c['plain']['tokens_per_s']:.1f} "
                      f"tok/s: {c['speedup']:.2f}x")
+        if "breakdown" in c["draft_model_k4"]:
+            lines.append(breakdown_line(c["draft_model_k4"]["breakdown"], 4))
+            lines.append(f"\ndraft forwards over the whole engine run (graph = a CUDA graph replay; "
+                         f"{'graphs captured' if c['draft_model_k4']['draft_graphs'] else 'NO draft graphs'}): "
+                         f"{c['draft_model_k4']['draft_counts']}")
     (args.out / "spec_gpu.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0

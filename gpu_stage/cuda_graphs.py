@@ -5,7 +5,10 @@ single-sequence prefill token bucket (32, 64, 128, 256 by default: a 128-token p
 launches, which eager Python cannot issue inside the GPU time), and one per (tokens, sequences)
 bucket of mixed steps, a prefill chunk beside running decodes (MIXED_TOKEN_BUCKETS x
 MIXED_SEQ_BUCKETS), and with speculation of k tokens one per verification bucket (verify_buckets:
-decode buckets of rows carrying up to k drafts, b * (k + 1) tokens, logits for every one). An eager step costs ~25 ms of host time on the H200 host whatever its size
+decode buckets of rows carrying up to k drafts, b * (k + 1) tokens, logits for every one), and for
+a draft model one per catch-up bucket (catch_up_tokens: decode buckets of rows of up to n tokens,
+the draft's first forward of a step, which feeds a verifying row's input beside the last guess whose
+KV the draft lacks after a full acceptance). An eager step costs ~25 ms of host time on the H200 host whatever its size
 (bench/results/20261130-NVIDIA-H200, runner: decode b1 25.6 ms eager, 4.7 with graphs; prefill 512
 28.8 vs 12.4), so below ~1,000 tokens every eager step waits on the host; above, the GPU's own
 time hides it. The general attention kernel's grid depends on (tokens, sequences) only, so one
@@ -82,8 +85,10 @@ class CudaGraphRunner:
                  max_num_tokens: int, max_model_len: int, prefill_buckets: Sequence[int] = PREFILL_BUCKETS,
                  mixed_token_buckets: Sequence[int] = MIXED_TOKEN_BUCKETS,
                  mixed_seq_buckets: Sequence[int] = MIXED_SEQ_BUCKETS, verify_tokens: int = 0,
-                 verify_max_tokens: int = VERIFY_MAX_TOKENS) -> None:
-        """`verify_tokens`: the speculation's k (0: no verification graphs)."""
+                 verify_max_tokens: int = VERIFY_MAX_TOKENS, catch_up_tokens: int = 0) -> None:
+        """`verify_tokens`: the speculation's k (0: no verification graphs). `catch_up_tokens`: a
+        draft model's catch-up graphs, rows of up to this many tokens (0 or 1: none; a row of one
+        token takes the decode graph)."""
         self.model, self.kv_cache, self.inputs = model, kv_cache, inputs
         self.max_model_len = max_model_len
         self.decode_sizes = decode_buckets(max_num_seqs)
@@ -94,6 +99,10 @@ class CudaGraphRunner:
         self.verify_k = verify_tokens
         self.verify_sizes = verify_buckets(max_num_seqs, max_num_tokens, verify_tokens, verify_max_tokens)
         self.verify_logits: torch.Tensor | None = None  # [T_max, vocab] float32, shared (see VERIFY_MAX_TOKENS)
+        self.catch_up_tokens = catch_up_tokens
+        self.catch_up_sizes = ([b for b in self.decode_sizes if b * catch_up_tokens <= max_num_tokens]
+                               if catch_up_tokens > 1 else [])
+        self.catch_up_logits: torch.Tensor | None = None  # [B_max, vocab] float32, shared like verify_logits
         self.graphs: dict[GraphShape, _Graph] = {}
         self.pool = None
         self.pool_bytes = 0
@@ -104,11 +113,16 @@ class CudaGraphRunner:
         return ([GraphShape(b, b, width, True) for b in self.decode_sizes]
                 + [GraphShape(t, 1, width, False) for t in self.prefill_sizes if t <= cap]
                 + [GraphShape(t, s, width, False, mixed=True) for t, s in self.mixed_sizes if t <= s * cap]
-                + [self._verify_shape(b) for b in self.verify_sizes])
+                + [self._verify_shape(b) for b in self.verify_sizes]
+                + [self._catch_up_shape(b) for b in self.catch_up_sizes])
 
     def _verify_shape(self, num_seqs: int) -> GraphShape:
         return GraphShape(num_seqs * (self.verify_k + 1), num_seqs, self.inputs.max_blocks_per_seq, False,
                           mixed=True, verify=True)
+
+    def _catch_up_shape(self, num_seqs: int) -> GraphShape:
+        return GraphShape(num_seqs * self.catch_up_tokens, num_seqs, self.inputs.max_blocks_per_seq, False,
+                          mixed=True, catch_up=True)
 
     def capture(self) -> None:
         """Capture every shape, largest first, into one pool. Compiles kernels on the way."""
@@ -121,7 +135,8 @@ class CudaGraphRunner:
         self.pool_bytes = torch.cuda.memory_reserved() - reserved0
         log.info("captured %d CUDA graphs (decode %s, prefill %s, mixed %s%s) in %.1f s, pool %.0f MiB",
                  len(self.graphs), self.decode_sizes, self.prefill_sizes, self.mixed_sizes,
-                 f", verify k={self.verify_k} {self.verify_sizes}" if self.verify_sizes else "",
+                 (f", verify k={self.verify_k} {self.verify_sizes}" if self.verify_sizes else "")
+                 + (f", catch-up {self.catch_up_tokens} {self.catch_up_sizes}" if self.catch_up_sizes else ""),
                  time.perf_counter() - t0, self.pool_bytes / 2**20)
 
     def capture_verify(self, k: int, sizes: Sequence[int]) -> None:
@@ -140,6 +155,8 @@ class CudaGraphRunner:
             eager = self._forward(staged)  # compile and plan outside the capture
             if shape.verify and self.verify_logits is None:  # the largest verification shape comes first
                 self.verify_logits = eager.new_empty(eager.shape)
+            if shape.catch_up and self.catch_up_logits is None:  # so does the largest catch-up shape
+                self.catch_up_logits = eager.new_empty(eager.shape)
             del eager
             torch.cuda.synchronize()
             graph = torch.cuda.CUDAGraph()
@@ -147,6 +164,8 @@ class CudaGraphRunner:
                 logits = self._forward(staged)
                 if shape.verify:  # into the shared buffer: this graph's own logits die with the capture
                     logits = self.verify_logits[: shape.num_tokens].copy_(logits)
+                elif shape.catch_up:
+                    logits = self.catch_up_logits[: shape.num_seqs].copy_(logits)
             self.graphs[shape] = _Graph(graph, logits, staged)
 
     def shape_for(self, chunks: Sequence[Chunk]) -> GraphShape | None:
@@ -160,6 +179,10 @@ class CudaGraphRunner:
             if i < len(self.decode_sizes):
                 b = self.decode_sizes[i]
                 return GraphShape(b, b, width, True)
+        if self.catch_up_sizes and all(len(c.token_ids) <= self.catch_up_tokens for c in chunks):
+            i = bisect.bisect_left(self.catch_up_sizes, num_seqs)  # before prefill's: its smallest is 32 tokens
+            if i < len(self.catch_up_sizes):
+                return self._catch_up_shape(self.catch_up_sizes[i])
         if num_seqs == 1:
             i = bisect.bisect_left(self.prefill_sizes, len(chunks[0].token_ids))
             if i < len(self.prefill_sizes):

@@ -7,8 +7,10 @@ Padding: extra sequences get one token each at position 0 with seq_len 1 and an 
 table row (the null block 0, which the scheduler never hands out); extra tokens get `pad_slot`
 (0: the null block; -1: not stored). Their outputs are ignored.
 
-Two pinned buffers alternate, each guarded by an event recorded after its copy, so packing step N+1
-never overwrites memory that step N's copy may still be reading. On CPU the views are the host
+Two pinned buffers alternate (or `num_host_buffers`), each guarded by an event recorded after its
+copy, so packing step N+1 never overwrites memory that step N's copy may still be reading. (A draft
+model stages k forwards per step back to back: with k buffers the host never waits on the device
+for a free one between them.) On CPU the views are the host
 buffer itself and nothing is copied.
 
 Feeds (async scheduling): a decode built before its input token was sampled carries
@@ -148,7 +150,7 @@ def sampling_tensors(view: Callable[[str], torch.Tensor], flags: SamplingFlags) 
 
 class StepInputs:
     def __init__(self, max_num_tokens: int, max_num_seqs: int, max_blocks_per_seq: int, block_size: int,
-                 device: torch.device | str) -> None:
+                 device: torch.device | str, num_host_buffers: int = 2) -> None:
         self.device = torch.device(device)
         self.block_size = block_size
         self.max_num_tokens, self.max_num_seqs = max_num_tokens, max_num_seqs
@@ -161,7 +163,8 @@ class StepInputs:
         capacity = make_layout(num_tokens, max_num_seqs, self.max_blocks_per_seq, 2 * num_tokens, num_tokens,
                                max_num_seqs, max_num_tokens).size
         cuda = self.device.type == "cuda"
-        self._host = [torch.zeros(capacity, dtype=torch.int32, pin_memory=cuda) for _ in range(2 if cuda else 1)]
+        num_host = max(2, num_host_buffers) if cuda else 1
+        self._host = [torch.zeros(capacity, dtype=torch.int32, pin_memory=cuda) for _ in range(num_host)]
         self._events: list = [None] * len(self._host)
         self._device_buf = torch.zeros(capacity, dtype=torch.int32, device=self.device) if cuda else None
         self._turn = 0

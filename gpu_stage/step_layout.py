@@ -44,7 +44,9 @@ class GraphShape:
     belong to no sequence (as prefill's); logits for every sequence's last token. Verify (speculative
     decoding, a mixed shape with `verify`): up to num_seqs rows of up to k + 1 tokens each
     (num_tokens = num_seqs * (k + 1)), padded as a mixed shape; logits for every token (a
-    verifying row's k + 1 positions), in the eager step's order, then the pads'."""
+    verifying row's k + 1 positions), in the eager step's order, then the pads'. Catch-up (a draft
+    model's first forward of a step, a mixed shape with `catch_up`): up to num_seqs rows of a few
+    tokens each, padded and sampled as a mixed shape."""
 
     num_tokens: int
     num_seqs: int
@@ -52,6 +54,7 @@ class GraphShape:
     decode: bool
     mixed: bool = False
     verify: bool = False  # with mixed: every token is a logits row
+    catch_up: bool = False  # with mixed: a draft model's catch-up shape (CudaGraphRunner's catch_up_tokens)
 
     @property
     def pad_slot(self) -> int:

@@ -48,7 +48,7 @@ def attach_draft(cfg: EngineConfig, spec: SpeculativeConfig | None, target: Mode
         runner.draft = DraftModel.build(
             source, runner.device, dtype, runner.kv_cache.num_blocks, runner.block_size,
             runner.max_num_batched_tokens, runner.max_num_seqs, runner.max_model_len, runner.attention_backend,
-            runner_args["enforce_eager"])
+            runner_args["enforce_eager"], spec.k)
     except torch.OutOfMemoryError:
         # The target's pool was sized from a memory profile that knows nothing of the draft.
         raise ValueError(f"speculative_config.model: the draft and its KV pool ({runner.kv_cache.num_blocks} "
