@@ -35,6 +35,7 @@ from typing import Sequence
 
 import torch
 
+from gpu_stage.graph_capture import capturing, gc_frozen
 from gpu_stage.kv.cache import KvCache
 from gpu_stage.model.llama import LlamaForCausalLM
 from gpu_stage.step_inputs import StagedStep, StepInputs, forward_step
@@ -149,6 +150,10 @@ class CudaGraphRunner:
         torch.cuda.synchronize()
 
     def _capture(self, shapes: Sequence[GraphShape]) -> None:
+        with gc_frozen():  # gpu_stage/graph_capture.py: why
+            self._capture_each(shapes)
+
+    def _capture_each(self, shapes: Sequence[GraphShape]) -> None:
         for shape in sorted(shapes, key=lambda s: (s.num_tokens, s.decode), reverse=True):
             staged = self.inputs.stage(_dummy_chunks(shape, self.kv_cache.block_size), shape=shape,
                                        max_seq_len_hint=self.max_model_len)
@@ -160,7 +165,7 @@ class CudaGraphRunner:
             del eager
             torch.cuda.synchronize()
             graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, pool=self.pool):
+            with capturing(graph, self.pool):
                 logits = self._forward(staged)
                 if shape.verify:  # into the shared buffer: this graph's own logits die with the capture
                     logits = self.verify_logits[: shape.num_tokens].copy_(logits)

@@ -27,6 +27,7 @@ from typing import Callable, Iterable, Protocol, Sequence
 import torch
 import torch.nn.functional as F
 
+from gpu_stage.graph_capture import capturing
 from gpu_stage.tuning import cublaslt
 from gpu_stage.tuning.cublaslt import LtAlgo
 
@@ -133,7 +134,7 @@ def _capture(fn: Callable[[int], None], calls: int) -> torch.cuda.CUDAGraph:
     fn(0)
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
+    with capturing(graph):
         for i in range(calls):
             fn(i)
     return graph

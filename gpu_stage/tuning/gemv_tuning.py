@@ -20,6 +20,7 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
+from gpu_stage.graph_capture import capturing
 from gpu_stage.kernels import activation
 from gpu_stage.kernels.gemv import GPU_CONFIGS, gemv
 from gpu_stage.model.triton_ops import GemvKey, TritonOps
@@ -38,7 +39,7 @@ def _time_us(fn: Callable[[int], object], num_weights: int) -> float:
         fn(i)
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
+    with capturing(graph):
         for i in range(num_weights):
             fn(i)
     graph.replay()
