@@ -133,23 +133,19 @@ class DraftModel:
     def _catch_up(self, first: list[ScheduledChunk]) -> torch.Tensor:
         """The draft's first forward of a step (what each chunk adds, its lag included) -> logits,
         row j the j-th sampled chunk's (they come first)."""
-        shape = self._shape(first)
-        logits = self._forward(first, shape, None)
-        if shape is None:
-            self.counts.catch_up_eager += 1
-        else:
-            self.counts.catch_up_graph += 1
-        return logits
+        return self._counted_forward(first, None, "catch_up")
 
     def _decode(self, step: list[ScheduledChunk], feed: Feed) -> torch.Tensor:
         """One decode forward of the draft over `step` (its inputs fed from the last guesses) -> argmax."""
-        shape = self._shape(step)
-        logits = self._forward(step, shape, feed)
-        if shape is None:
-            self.counts.step_eager += 1
-        else:
-            self.counts.step_graph += 1
-        return logits[: len(step)].argmax(dim=-1).to(torch.int32)
+        return self._counted_forward(step, feed, "step")[: len(step)].argmax(dim=-1).to(torch.int32)
+
+    def _counted_forward(self, chunks: list[ScheduledChunk], feed: Feed | None, kind: str) -> torch.Tensor:
+        """_forward in its graph when one fits, counted in DraftCounts as `kind`_graph or `kind`_eager."""
+        shape = self._shape(chunks)
+        logits = self._forward(chunks, shape, feed)
+        counter = f"{kind}_{'eager' if shape is None else 'graph'}"
+        setattr(self.counts, counter, getattr(self.counts, counter) + 1)
+        return logits
 
     def _shape(self, chunks: list[ScheduledChunk]) -> GraphShape | None:
         return self.graphs.shape_for(chunks) if self.graphs is not None else None
