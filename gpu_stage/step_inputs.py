@@ -9,8 +9,8 @@ table row (the null block 0, which the scheduler never hands out); extra tokens 
 
 Two pinned buffers alternate (or `num_host_buffers`), each guarded by an event recorded after its
 copy, so packing step N+1 never overwrites memory that step N's copy may still be reading. (A draft
-model stages k forwards per step back to back: with k buffers the host never waits on the device
-for a free one between them.) On CPU the views are the host
+model stages k forwards per step back to back: with k + 1 buffers the host never waits on the
+device for a free one within a step.) On CPU the views are the host
 buffer itself and nothing is copied.
 
 Feeds (async scheduling): a decode built before its input token was sampled carries
