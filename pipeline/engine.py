@@ -23,6 +23,7 @@ from emitter.request_emitter import RequestEmitter
 from ingress.errors import bad_request, overloaded
 from ingress.schemas import check_context_length
 from pipeline.build import BuiltModel, build_model
+from pipeline.own_thread import run_in_own_thread
 from pipeline.config import EngineConfig
 from pipeline.health import EngineHealth
 from pipeline.metrics import EngineMetrics
@@ -55,7 +56,7 @@ class Engine:
     # ---- life cycle -------------------------------------------------------------------------
     async def start(self) -> None:
         t0 = time.perf_counter()
-        self.built = built = await asyncio.to_thread(build_model, self.config)
+        self.built = built = await run_in_own_thread(build_model, self.config, name="ttft-build")
         if built.parallel is not None:  # a lost worker rank breaks the engine like a failed step
             loop = asyncio.get_running_loop()
             built.parallel.watch(lambda reason: loop.call_soon_threadsafe(self._on_engine_error, reason))
