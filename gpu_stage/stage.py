@@ -11,11 +11,18 @@ behind step N on the device before step N's result has reached the host. The sch
 steps in flight (MAX_STEPS_IN_FLIGHT), which bounds both thread queues. A failed step becomes a
 StepResult with `error` set: the scheduler turns it into an engine failure (every in-flight request
 gets an error, /health goes 503).
+
+On CPU the launcher computes each step, on as many OpenMP threads as a CpuThreadPolicy
+(cpu_threads.py) gives it: all of them on a quiet host, one while other processes want the cores.
+It must be the only thread that runs parallel torch work: libgomp counts every thread of every
+team, and with more than the host has cores it stops its workers' spinning (the engine builds the
+model on a thread that then ends, pipeline/engine.py).
 """
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import queue
 import threading
 import time
@@ -23,6 +30,7 @@ import traceback
 
 import torch
 
+from gpu_stage.cpu_threads import CpuThreadPolicy, HostCpuLoad
 from gpu_stage.model_runner import LaunchedStep, ModelRunner
 from stages.channel import Channel, ChannelClosed
 from stages.messages import KvTransferOps, StepBatch, StepResult
@@ -31,18 +39,21 @@ from stages.stage import Stage
 log = logging.getLogger("ttft.gpu")
 
 _STOP = None
-STOP_WAIT_S = 10.0  # how long stop() waits for the step in flight before it lets the threads go
+STOP_WAIT_S = 10.0
+HOST_LOAD_READABLE = os.path.exists("/proc/stat") and os.path.exists("/proc/self/stat")  # how long stop() waits for the step in flight before it lets the threads go
 
 
 class GpuStage(Stage[StepBatch | KvTransferOps]):
     def __init__(
-        self, runner: ModelRunner, result_inbox: Channel, inbox_size: int, cpu_threads: int | None = None
+        self, runner: ModelRunner, result_inbox: Channel, inbox_size: int, cpu_threads: int | None = None,
+        thread_policy: CpuThreadPolicy | None = None,
     ) -> None:
         super().__init__("gpu", inbox_size)
         self.runner = runner
         self.result_inbox = result_inbox
         self.busy_ns = 0  # device-side time of the steps, overlaps not counted twice
         self._cpu_threads = cpu_threads
+        self.thread_policy = thread_policy  # CPU: made on the launch thread unless given
         self._launches: queue.SimpleQueue[StepBatch | KvTransferOps | None] = queue.SimpleQueue()
         self._completions: queue.SimpleQueue[LaunchedStep | StepResult | None] = queue.SimpleQueue()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -80,6 +91,8 @@ class GpuStage(Stage[StepBatch | KvTransferOps]):
             torch.set_num_threads(self._cpu_threads)
         if self.runner.device.type == "cuda":
             torch.cuda.set_device(self.runner.device)
+        elif self.thread_policy is None and HOST_LOAD_READABLE:
+            self.thread_policy = CpuThreadPolicy(torch.get_num_threads(), HostCpuLoad())
         try:
             self.runner.warm_thread()  # per-thread caches, on the thread that launches the steps
         except Exception:  # not fatal: what it builds is built on first use instead
@@ -94,12 +107,19 @@ class GpuStage(Stage[StepBatch | KvTransferOps]):
                     log.error("tier copies failed:\n%s", traceback.format_exc())
                     self._completions.put(StepResult(-1, [], error=f"{type(exc).__name__}: {exc}"))
                 continue
+            if self.thread_policy is not None:
+                self._set_threads(self.thread_policy.threads(time.monotonic()))
             try:
                 self._completions.put(self.runner.launch(batch))
             except Exception as exc:  # the whole step failed: the engine is broken
                 log.error("model step %d failed:\n%s", batch.step_id, traceback.format_exc())
                 self._completions.put(StepResult(batch.step_id, [], error=f"{type(exc).__name__}: {exc}"))
         self._completions.put(_STOP)
+
+    @staticmethod
+    def _set_threads(num_threads: int) -> None:
+        if torch.get_num_threads() != num_threads:  # per calling thread (OpenMP): the launcher's
+            torch.set_num_threads(num_threads)
 
     def _complete_loop(self) -> None:
         last_done_ns = 0

@@ -39,3 +39,46 @@ async def test_launch_thread_warms_itself_before_the_engine_is_ready(monkeypatch
         params = SamplingParams(max_tokens=2, temperature=0.0, ignore_eos=True)
         outs = [out async for out in engine.generate([5, 6, 7], params)]
         assert sum(len(o.token_ids) for o in outs) == 2
+
+
+async def test_cpu_steps_run_on_the_threads_the_policy_gives() -> None:
+    """On CPU the launch thread asks its CpuThreadPolicy before every step and sets torch's
+    thread count on itself (OpenMP counts are per calling thread)."""
+    import torch
+
+    from gpu_stage.model_runner import ModelRunner
+
+    class Alternating:
+        def __init__(self) -> None:
+            self.calls = 0
+
+        def threads(self, now_s: float) -> int:
+            self.calls += 1
+            return 1 if self.calls % 2 else 2
+
+    policy = Alternating()
+    seen: list[int] = []
+    engine = Engine(EngineConfig(model="dummy:tiny", num_kv_blocks=64, max_model_len=256))
+    async with engine:
+        engine.gpu_stage.thread_policy = policy
+        real_launch = ModelRunner.launch
+
+        def launch(self, batch):
+            seen.append(torch.get_num_threads())
+            return real_launch(self, batch)
+
+        engine.gpu_stage.runner.launch = launch.__get__(engine.gpu_stage.runner)
+        params = SamplingParams(max_tokens=6, temperature=0.0, ignore_eos=True)
+        outs = [out async for out in engine.generate([5, 6, 7], params)]
+        assert sum(len(o.token_ids) for o in outs) == 6
+    assert policy.calls == len(seen) >= 6
+    assert seen == [1 if i % 2 == 0 else 2 for i in range(len(seen))]
+
+
+async def test_a_cpu_engine_makes_its_thread_policy_on_the_launch_thread() -> None:
+    from gpu_stage.cpu_threads import CpuThreadPolicy
+
+    engine = Engine(EngineConfig(model="dummy:tiny", num_kv_blocks=64, max_model_len=256, cpu_threads=2))
+    async with engine:
+        policy = engine.gpu_stage.thread_policy
+        assert isinstance(policy, CpuThreadPolicy) and policy.max_threads == 2
