@@ -37,6 +37,12 @@ def config_from_args(a: argparse.Namespace) -> EngineConfig:
     return from_args(EngineConfig, a)
 
 
+# Spins of an idle OpenMP worker before it sleeps (libgomp's GOMP_SPINCOUNT). Served on the
+# 2-core VM, ITL P50 at 1 / 4 clients: 3,000 spins 34.6 / 50.4 ms, 10,000 30.7 / 42.7, 30,000
+# 28.4 / 41.9, sleeping at once 47.4 / 58.1.
+CPU_SPIN_COUNT = 20000
+
+
 def serves_on_cpu(device: str) -> bool:
     """Whether `--device` means the CPU, decided without importing torch: `cpu`, or `auto` on a
     host without an NVIDIA driver (torch.cuda.is_available() needs one)."""
@@ -44,15 +50,18 @@ def serves_on_cpu(device: str) -> bool:
 
 
 def set_cpu_openmp_env(device: str) -> None:
-    """CPU serving: idle OpenMP workers sleep at their barriers instead of spinning (an explicit
-    setting wins). A spinning worker holds a core while its partner waits for one: with anything
-    else runnable on the host (our own event loop between steps, or another process) a 2-thread
-    step then stalls at every barrier. Measured on the 2-core VM with other work running, a
-    SmolLM2 decode step took 1,654 ms spinning and 51 ms passive (notes/cpu_serving.md). libgomp
-    reads this once, when torch loads it, so it is set before anything imports torch
+    """CPU serving: OpenMP workers spin a little at their barriers, then sleep (an explicit setting
+    wins). A decode step is some 200 parallel regions; a worker asleep between two of them is woken
+    by a futex, ~40 us here, twice a region: on the 2-core VM a served SmolLM2 decode took 50 ms
+    per token with sleeping workers and 31 ms with GOMP_SPINCOUNT's spin between regions (about a
+    millisecond at most; bench/results/20261206-cpu/). Spinning holds a core, so while other
+    processes want the cores the steps run on one thread (gpu_stage/cpu_threads.py), and
+    OMP_WAIT_POLICY=PASSIVE stops the spin wherever libgomp finds more threads than cores. libgomp
+    reads both once, when torch loads it, so they are set before anything imports torch
     (pipeline/__init__.py imports the engine lazily for this). A GPU server keeps the defaults."""
     if serves_on_cpu(device):
         os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+        os.environ.setdefault("GOMP_SPINCOUNT", str(CPU_SPIN_COUNT))
 
 
 def main(argv: list[str] | None = None) -> int:

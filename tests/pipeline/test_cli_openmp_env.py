@@ -1,6 +1,6 @@
-"""`ttft serve` on CPU puts OMP_WAIT_POLICY=PASSIVE in the environment before torch loads its
-OpenMP runtime (libgomp reads it once, then): the CLI module must not import torch, and only a CPU
-server sets it."""
+"""`ttft serve` on CPU puts OMP_WAIT_POLICY=PASSIVE and GOMP_SPINCOUNT in the environment before
+torch loads its OpenMP runtime (libgomp reads them once, then): the CLI module must not import
+torch, and only a CPU server sets them."""
 from __future__ import annotations
 
 import os
@@ -35,17 +35,20 @@ def test_the_engine_is_still_importable_from_the_package() -> None:
 
 @pytest.mark.parametrize("device,has_driver,expected", [
     ("cpu", True, True), ("cpu", False, True), ("cuda", False, False), ("auto", False, True), ("auto", True, False)])
-def test_only_a_cpu_server_sets_the_passive_wait_policy(monkeypatch, device, has_driver, expected) -> None:
+def test_only_a_cpu_server_sets_the_wait_policy_and_spin(monkeypatch, device, has_driver, expected) -> None:
     monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    monkeypatch.delenv("GOMP_SPINCOUNT", raising=False)
     real_exists = os.path.exists
     monkeypatch.setattr(cli.os.path, "exists",
                         lambda p: has_driver if p == "/proc/driver/nvidia" else real_exists(p))
     assert cli.serves_on_cpu(device) is expected
     cli.set_cpu_openmp_env(device)
     assert os.environ.get("OMP_WAIT_POLICY") == ("PASSIVE" if expected else None)
+    assert os.environ.get("GOMP_SPINCOUNT") == (str(cli.CPU_SPIN_COUNT) if expected else None)
 
 
 def test_an_explicit_setting_wins(monkeypatch) -> None:
     monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")
+    monkeypatch.setenv("GOMP_SPINCOUNT", "0")
     cli.set_cpu_openmp_env("cpu")
-    assert os.environ["OMP_WAIT_POLICY"] == "ACTIVE"
+    assert os.environ["OMP_WAIT_POLICY"] == "ACTIVE" and os.environ["GOMP_SPINCOUNT"] == "0"
