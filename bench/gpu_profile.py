@@ -3,7 +3,8 @@ prefill and decode steps at batch 1 and at batch 64 (2,048-token contexts) of th
 through ModelRunner (triton backend, CUDA graphs) with torch.profiler, and prints the kernels by
 total device time and the gap between wall time and device time (host overhead, launches, syncs).
 `--prefills 1x8192,4x2048` profiles only those prefill steps (prompts x tokens each), after the
-server's start-up warm-up."""
+server's start-up warm-up. `--kv-cache-dtype fp8` runs the same steps over an 8-bit pool;
+`--decode-only` skips the prefill step."""
 from __future__ import annotations
 
 import argparse
@@ -28,7 +29,7 @@ def report(prof, label: str, wall_ms: float, runs: int) -> None:
     events.sort(key=lambda e: e.device_time_total, reverse=True)
     total = sum(e.device_time_total for e in events) / 1e3 / runs
     print(f"\n== {label}: wall {wall_ms:.2f} ms, kernels {total:.2f} ms per run")
-    for e in events[:16]:
+    for e in events[:24]:
         print(f"  {e.device_time_total / 1e3 / runs:8.3f} ms  {e.count / runs:6.1f}x  {e.key[:90]}")
     idle_report(prof, runs)
 
@@ -77,23 +78,27 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--prefills", default=None,
                    help="only these prefill steps, e.g. 1x8192,4x2048 (prompts x tokens); no decode")
+    p.add_argument("--kv-cache-dtype", default="auto", help="the pool's dtype (--kv-cache-dtype of ttft serve)")
+    p.add_argument("--decode-only", action="store_true", help="profile the decode steps only")
     a = p.parse_args()
     source = load_model_source(MODEL, seed=0)
     runner = ModelRunner.build(source, "cuda", torch.bfloat16, FIXED_BLOCKS, BLOCK_SIZE, max_num_batched_tokens=8192,
                                max_num_seqs=64, attention_backend="triton", enforce_eager=False,
-                               max_model_len=8192)
+                               max_model_len=8192, kv_cache_dtype=a.kv_cache_dtype)
     bench = Bench(runner, source.config.vocab_size)
     if a.prefills:
         runner.warm_thread()  # as the server: cuDNN plans and cuBLAS kernels before the first step
         profile_prefills(bench, [tuple(int(x) for x in case.split("x")) for case in a.prefills.split(",")])
         return
+    print(f"KV pool: --kv-cache-dtype {a.kv_cache_dtype}")
     bench.prefill_ms(2048, 2)
     bench.decode_ms(1, 2048, 3)
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        t0 = time.perf_counter()
-        bench.prefill_ms(2048, 1)
-        wall = (time.perf_counter() - t0) * 1e3 / 3
-    report(prof, "prefill 2048 (3 runs, wall per run)", wall, 3)
+    if not a.decode_only:
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            t0 = time.perf_counter()
+            bench.prefill_ms(2048, 1)
+            wall = (time.perf_counter() - t0) * 1e3 / 3
+        report(prof, "prefill 2048 (3 runs, wall per run)", wall, 3)
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         t0 = time.perf_counter()
         bench.decode_ms(1, 2048, 10)
