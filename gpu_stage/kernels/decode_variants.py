@@ -21,7 +21,7 @@ streams); few sequences (split-K) on BLOCK_N 128.
 """
 from __future__ import annotations
 
-from gpu_stage.kernels.kv_dequant import DEQ_BITS, DEQ_BITS_HERE, DEQ_CHAIN, DEQ_DIRECT
+from gpu_stage.kernels.kv_dequant import DEQ_BITS, DEQ_BITS_HERE, DEQ_CHAIN, DEQ_DIRECT, DEQ_F16
 
 QUANT_VARIANTS: dict[str, dict] = {
     "chain": {"BLOCK_N": 64, "num_warps": 4, "num_stages": 2, "DEQ_K": DEQ_CHAIN, "DEQ_V": DEQ_CHAIN,
@@ -47,11 +47,16 @@ for _k_bits in (False, True):
                            (32, 2, 4, 200), (32, 1, 3, None), (64, 1, 2, None), (128, 4, 2, None), (128, 2, 2, None)):
         _variant(_k_bits, _n, _w, _s, _r)
 
+# float16 dots on hardware-converted codes (kv_dequant.DEQ_F16; fp8 formats)
+for _n, _w, _s in ((64, 2, 2), (64, 4, 2), (64, 2, 3), (128, 4, 2), (32, 2, 3)):
+    QUANT_VARIANTS[f"f16_n{_n}_w{_w}_s{_s}"] = {"BLOCK_N": _n, "num_warps": _w, "num_stages": _s, "DEQ_K": DEQ_F16,
+                                              "DEQ_V": DEQ_F16, "SCALE_WORDS": True, "CONST_BLOCK": True}
+
 # format -> (variant for one split: many sequences, variant for split-K: few). fp8 e5m2 was not
 # measured and takes e4m3's. Change these after a run of lab/kv8_decode_ab.py.
 SERVED = {
-    "fp8_e4m3": ("kbits_n64_w2_s2", "kbits_n128_w4_s2"),
-    "fp8_e5m2": ("kbits_n64_w2_s2", "kbits_n128_w4_s2"),
+    "fp8_e4m3": ("f16_n64_w2_s2", "f16_n128_w4_s2"),
+    "fp8_e5m2": ("f16_n64_w2_s2", "f16_n128_w4_s2"),
     "int8": ("kdirect_n64_w2_s2", "kdirect_n128_w4_s2"),
 }
 
