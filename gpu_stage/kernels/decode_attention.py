@@ -13,12 +13,7 @@ so the splits divide the window only and no tile before it is read.
 
 An 8-bit pool (QUANT): each K/V tile is loaded as its 8-bit values and converted to the query's
 dtype (exact), and the dequantization is a per-key multiply: a key's scale multiplies its score
-column after q @ k^T, a value's scale multiplies p's column before p @ v. With DEQ_F16 and a bf16
-(or float16) query the codes become float16 instead (one hardware conversion per two codes) and
-both dots are float16: a bf16 query is converted once (clamped to float16's range; its bf16 values below 2^-14 lose bits, a
-contribution under 1e-4 of the largest), and p's columns are scaled by v_scale / (the tile's
-largest v_scale), so that they stay in [0, 1] where float16 keeps 11 bits (bf16: 8); the tile's
-p @ v is multiplied back by that largest scale in float32. How codes become operands,
+column after q @ k^T, a value's scale multiplies p's column before p @ v. How codes become operands,
 how scales are read and the launch config are a variant's (decode_variants.py: the measured table,
 SERVED per format for one split and for split-K; kv_dequant.py: the conversions).
 
@@ -36,7 +31,7 @@ import triton.language as tl
 from gpu_stage.kernels import interpreting, next_pow2
 from gpu_stage.kernels.common import dot_flags, mma
 from gpu_stage.kernels.decode_variants import served_variant
-from gpu_stage.kernels.kv_dequant import F16_LIMIT, F16_MODE, kv_operand, launch_knobs, tile_scales
+from gpu_stage.kernels.kv_dequant import kv_operand, launch_knobs, tile_scales
 from gpu_stage.kernels.kv_store import cache_args
 from gpu_stage.kernels.pdl import OFF, pdl_args
 from gpu_stage.kv.layout import QuantKvLayer
@@ -95,8 +90,6 @@ def _decode_kernel(
     d_ok = d < HEAD_DIM
     hd_mask = h_ok[:, None] & d_ok[None, :]
     q = tl.load(q_ptr + seq * stride_q_t + head[:, None] * stride_q_h + d[None, :], mask=hd_mask, other=0.0)
-    if QUANT and DEQ_K == F16_MODE and q.dtype == tl.bfloat16:  # float16 dots (module doc)
-        q = tl.minimum(tl.maximum(q.to(tl.float32), -F16_LIMIT), F16_LIMIT).to(tl.float16)
     m_i = tl.full([BLOCK_H], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_H], tl.float32)
     acc = tl.zeros([BLOCK_H, BLOCK_D], tl.float32)
@@ -126,10 +119,7 @@ def _decode_kernel(
         alpha = tl.exp2(m_i - m_new)
         p = tl.exp2(s - m_new[:, None])
         l_i = l_i * alpha + tl.sum(p, 1)
-        if QUANT and DEQ_V == F16_MODE and q.dtype == tl.float16:
-            v_max = tl.maximum(tl.max(v_scale, 0), 1e-30)  # > 0: a tile of all-zero rows has scales 0
-            pv = mma((p * (v_scale * (1.0 / v_max))[None, :]).to(tl.float16), v, IEEE, UPCAST) * v_max
-        elif QUANT:
+        if QUANT:
             pv = mma((p * v_scale[None, :]).to(v.dtype), v, IEEE, UPCAST)
         else:
             pv = mma(p.to(v.dtype), v, IEEE, UPCAST)

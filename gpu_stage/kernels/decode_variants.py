@@ -18,10 +18,16 @@ The chain's cost was V: converted in the dot operand's layout, an 8-bit V (keys 
 reduction, strided in shared memory) was read byte by byte (LDS.U8, 64 per thread per tile).
 Many sequences (one split) run best on 2 warps (5 programs per SM resident, one wave at 64
 streams); few sequences (split-K) on BLOCK_N 128.
+
+Measured and not kept (commit ead81e6, reverted): codes converted to float16 by the hardware's
+cvt.rn.f16x2.e4m3x2 (one instruction per two codes) with float16 dots. It cut the kernel's
+instructions at 64 x 2,048 from 46.5 M to 30.6 M (ncu) but ran slower, 154 against 126 us on an
+H100 (bench/results/20261206-GPU/s16-f16/): the conversion issues at a fraction of the ALU's rate,
+so the bit patterns' 2.8 integer instructions per code still cost less time than its one.
 """
 from __future__ import annotations
 
-from gpu_stage.kernels.kv_dequant import DEQ_BITS, DEQ_BITS_HERE, DEQ_CHAIN, DEQ_DIRECT, DEQ_F16
+from gpu_stage.kernels.kv_dequant import DEQ_BITS, DEQ_BITS_HERE, DEQ_CHAIN, DEQ_DIRECT
 
 QUANT_VARIANTS: dict[str, dict] = {
     "chain": {"BLOCK_N": 64, "num_warps": 4, "num_stages": 2, "DEQ_K": DEQ_CHAIN, "DEQ_V": DEQ_CHAIN,
@@ -47,16 +53,11 @@ for _k_bits in (False, True):
                            (32, 2, 4, 200), (32, 1, 3, None), (64, 1, 2, None), (128, 4, 2, None), (128, 2, 2, None)):
         _variant(_k_bits, _n, _w, _s, _r)
 
-# float16 dots on hardware-converted codes (kv_dequant.DEQ_F16; fp8 formats)
-for _n, _w, _s in ((64, 2, 2), (64, 4, 2), (64, 2, 3), (128, 4, 2), (32, 2, 3)):
-    QUANT_VARIANTS[f"f16_n{_n}_w{_w}_s{_s}"] = {"BLOCK_N": _n, "num_warps": _w, "num_stages": _s, "DEQ_K": DEQ_F16,
-                                              "DEQ_V": DEQ_F16, "SCALE_WORDS": True, "CONST_BLOCK": True}
-
 # format -> (variant for one split: many sequences, variant for split-K: few). fp8 e5m2 was not
 # measured and takes e4m3's. Change these after a run of lab/kv8_decode_ab.py.
 SERVED = {
-    "fp8_e4m3": ("f16_n64_w2_s2", "f16_n128_w4_s2"),
-    "fp8_e5m2": ("f16_n64_w2_s2", "f16_n128_w4_s2"),
+    "fp8_e4m3": ("kbits_n64_w2_s2", "kbits_n128_w4_s2"),
+    "fp8_e5m2": ("kbits_n64_w2_s2", "kbits_n128_w4_s2"),
     "int8": ("kdirect_n64_w2_s2", "kdirect_n128_w4_s2"),
 }
 

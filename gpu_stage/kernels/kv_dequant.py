@@ -19,15 +19,6 @@ decode_attention.py):
                 multiply in float32, so CPU tests run the formulas; a float32 or float16 query takes
                 DEQ_CHAIN.
 
-    DEQ_F16     fp8 codes -> float16 operands by the hardware's conversion (cvt.rn.f16x2.e4m3x2 /
-                e5m2x2: one instruction per two codes, on sm_89+), where the tile was loaded; the
-                attention kernels then take the dot in float16 (a bf16 query converted once, p scaled
-                per tile: decode_attention.py; a float32 query keeps float32 dots, DEQ_CHAIN).
-                int8 codes take DEQ_CHAIN's arithmetic to float16.
-                An ncu profile of DEQ_BITS at 64 x 2,048 (bench/results/20261206-GPU/s16-profile/)
-                found 2.8 instructions per code, half the kernel's, at 40% issue-slot use: the
-                kernel was bound by its instructions, not its bytes.
-
 The layout matters as much: where Triton converts a tile in the dot operand's layout, an 8-bit V
 (the B operand of p @ v, keys along the reduction) is gathered byte by byte from shared memory
 (LDS.U8, 64 per thread per 64-key tile at the Llama-3-8B shape); inline PTX is not moved past the
@@ -41,9 +32,8 @@ import triton.language as tl
 
 from gpu_stage.kernels import interpreting
 
-DEQ_CHAIN, DEQ_DIRECT, DEQ_BITS, DEQ_BITS_HERE, DEQ_F16 = 0, 1, 2, 3, 4
+DEQ_CHAIN, DEQ_DIRECT, DEQ_BITS, DEQ_BITS_HERE = 0, 1, 2, 3
 _DIRECT, _BITS, _HERE = tl.constexpr(DEQ_DIRECT), tl.constexpr(DEQ_BITS), tl.constexpr(DEQ_BITS_HERE)  # for jit code
-_F16 = F16_MODE = tl.constexpr(DEQ_F16)  # F16_MODE: for the attention kernels' jit code
 _EMULATE = tl.constexpr(interpreting())
 
 # {fp8 format: (magnitude shift right, 2^(127 - bias) as bf16x2)}: e4m3 bias 7, e5m2 bias 15
@@ -79,17 +69,6 @@ fma.rn.bf16x2 $1, $1, one, n;
 }""")
 
 
-# fp8 -> float16 by the hardware, four codes (one 32-bit register) at a time: two f16x2 outputs
-_CVT_F16 = """{
-.reg .b16 lo, hi;
-mov.b32 {lo, hi}, $2;
-cvt.rn.f16x2.FMTx2 $0, lo;
-cvt.rn.f16x2.FMTx2 $1, hi;
-}"""
-_E4M3_F16_ASM = tl.constexpr(_CVT_F16.replace("FMT", "e4m3"))
-_E5M2_F16_ASM = tl.constexpr(_CVT_F16.replace("FMT", "e5m2"))
-
-
 @triton.jit
 def _bits_emulated(u, FMT: tl.constexpr):
     """uint8 codes -> their values (float32), from the bf16 patterns DEQ_BITS builds."""
@@ -108,18 +87,8 @@ def _bits_emulated(u, FMT: tl.constexpr):
 
 @triton.jit
 def kv_operand(x, dtype: tl.constexpr, FMT: tl.constexpr, DEQ: tl.constexpr):
-    """An 8-bit tile `x` (the pool's element type) -> the same values in `dtype` (a dot operand;
-    DEQ_F16 asks for float16: a float32 query takes DEQ_CHAIN)."""
-    if DEQ == _F16 and dtype == tl.float16:
-        if _EMULATE or FMT == 0:
-            y = x.to(tl.float32).to(tl.float16)
-        elif FMT == 1:  # impure: converted in the load's layout, as DEQ_BITS_HERE (V's reason)
-            y = tl.inline_asm_elementwise(_E4M3_F16_ASM, "=r,=r,r", [x.to(tl.uint8, bitcast=True)],
-                                          dtype=tl.float16, is_pure=False, pack=4)
-        else:
-            y = tl.inline_asm_elementwise(_E5M2_F16_ASM, "=r,=r,r", [x.to(tl.uint8, bitcast=True)],
-                                          dtype=tl.float16, is_pure=False, pack=4)
-    elif (DEQ == _BITS or DEQ == _HERE) and dtype == tl.bfloat16:
+    """An 8-bit tile `x` (the pool's element type) -> the same values in `dtype` (a dot operand)."""
+    if (DEQ == _BITS or DEQ == _HERE) and dtype == tl.bfloat16:
         u = x.to(tl.uint8, bitcast=True)
         pure: tl.constexpr = DEQ == _BITS  # an impure asm stays where it is, in the load's layout
         if _EMULATE:
@@ -166,7 +135,6 @@ def scale_words_ok(scales) -> bool:
     return scales.data_ptr() % 4 == 0 and all(s % 2 == 0 for s in scales.stride()[:3])
 
 
-F16_LIMIT = tl.constexpr(65504.0)  # the largest float16: a query is clamped to it for a DEQ_F16 dot
 QUANT_KNOBS = ("DEQ_K", "DEQ_V", "SCALE_WORDS", "CONST_BLOCK")  # the kernels' constexprs in a variant
 
 
@@ -177,7 +145,6 @@ def launch_knobs(cfg: dict, quant: dict, kv_layer, block_size: int) -> dict:
     knobs = {k: cfg.pop(k) for k in QUANT_KNOBS if k in cfg}
     if not quant["QUANT"]:
         return {}
-    assert (knobs.get("DEQ_K") == DEQ_F16) == (knobs.get("DEQ_V") == DEQ_F16), "DEQ_F16 is for K and V together"
     knobs["SCALE_WORDS"] = knobs.get("SCALE_WORDS", False) and scale_words_ok(kv_layer.scales)
     knobs["FMT"] = quant["FMT"]
     knobs["BLOCK_SIZE"] = block_size if knobs.pop("CONST_BLOCK", False) else 0

@@ -24,7 +24,7 @@ from gpu_stage.kernels import rope_store as rope  # noqa: E402
 from gpu_stage.kernels.decode_attention import DecodeWorkspace, decode_attention, default_config  # noqa: E402
 from gpu_stage.kernels.decode_variants import QUANT_VARIANTS, SERVED  # noqa: E402
 from gpu_stage.kernels.kv_dequant import (  # noqa: E402
-    DEQ_BITS, DEQ_BITS_HERE, DEQ_CHAIN, DEQ_DIRECT, DEQ_F16, kv_operand, scale_words_ok,
+    DEQ_BITS, DEQ_BITS_HERE, DEQ_CHAIN, DEQ_DIRECT, kv_operand, scale_words_ok,
 )
 from gpu_stage.kernels.kv_quant import KV_FORMATS  # noqa: E402
 from gpu_stage.kernels.prefill_attention import prefill_attention  # noqa: E402
@@ -281,13 +281,12 @@ def test_every_decode_variant_over_8_bit_kv(fmt: str, variant: str) -> None:
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
-@pytest.mark.parametrize("deq", [DEQ_CHAIN, DEQ_DIRECT, DEQ_BITS, DEQ_BITS_HERE, DEQ_F16])
+@pytest.mark.parametrize("deq", [DEQ_CHAIN, DEQ_DIRECT, DEQ_BITS, DEQ_BITS_HERE])
 def test_kv_operand_gives_every_code_its_value(fmt: str, deq: int) -> None:
-    """All 256 codes (fp8 subnormals and -0 included; NaN codes left out) -> the bf16 of their value
-    (float16 for DEQ_F16, in which every code's value is exact too), in order."""
+    """All 256 codes (fp8 subnormals and -0 included; NaN codes left out) -> the bf16 of their value."""
     f = KvFormat(fmt)
     codes = torch.arange(256, dtype=torch.uint8, device=DEVICE).view(f.torch_dtype)
-    got = torch.empty(256, dtype=torch.float16 if deq == DEQ_F16 else torch.bfloat16, device=DEVICE)
+    got = torch.empty(256, dtype=torch.bfloat16, device=DEVICE)
     _codes_kernel[(1,)](codes, got, FMT=KV_FORMATS[fmt][0], DEQ=deq)
     want = codes.float()
     keep = torch.isfinite(want)
@@ -297,7 +296,7 @@ def test_kv_operand_gives_every_code_its_value(fmt: str, deq: int) -> None:
 @triton.jit
 def _codes_kernel(src, dst, FMT: tl.constexpr, DEQ: tl.constexpr):
     i = tl.arange(0, 16)[:, None] * 16 + tl.arange(0, 16)[None, :]
-    tl.store(dst + i, kv_operand(tl.load(src + i), dst.dtype.element_ty, FMT, DEQ))
+    tl.store(dst + i, kv_operand(tl.load(src + i), tl.bfloat16, FMT, DEQ))
 
 
 def test_scale_words_fall_back_where_unaligned() -> None:
