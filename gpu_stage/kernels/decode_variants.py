@@ -22,7 +22,7 @@ streams); few sequences (split-K) on BLOCK_N 128.
 Measured and not kept (commit ead81e6, reverted): codes converted to float16 by the hardware's
 cvt.rn.f16x2.e4m3x2 (one instruction per two codes) with float16 dots. It cut the kernel's
 instructions at 64 x 2,048 from 46.5 M to 30.6 M (ncu) but ran slower, 154 against 126 us on an
-H100 (bench/results/20261206-GPU/s16-f16/): the conversion issues at a fraction of the ALU's rate,
+H100 (bench/results/20261206-NVIDIA-H100/s16-f16/): the conversion issues at a fraction of the ALU's rate,
 so the bit patterns' 2.8 integer instructions per code still cost less time than its one.
 """
 from __future__ import annotations

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # s16-f16, one device call (issue 23): the decode kernel's float16 variants (kv_dequant.DEQ_F16)
 # against the bit-pattern ones and bf16, then the server, fp8 (SERVED: f16_n64_w2_s2) against bf16.
-#   bash lab/runs/20261206-GPU/s16-f16/run.sh OUT
+#   bash lab/runs/20261206-NVIDIA-H100/s16-f16/run.sh OUT
 # 1. lab/kv8_decode_ab.py (4 cases, fp8 e4m3): every f16 variant, the previous served ones, bf16.
 # 2. bench/kv_dtype_suite.sh --suite: `ttft serve` with --kv-cache-dtype auto, then fp8; the suite.
 # 3. with the time left: the 8-bit GPU tests, ncu of the new served kernel at 64 x 2,048.

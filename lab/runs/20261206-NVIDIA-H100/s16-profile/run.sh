@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # s16-profile, one device call (issue 23): where the 8-bit pool's decode time goes.
-#   bash lab/runs/20261206-GPU/s16-profile/run.sh OUT
+#   bash lab/runs/20261206-NVIDIA-H100/s16-profile/run.sh OUT
 # 1. bench/gpu_profile.py --decode-only for auto and fp8: decode steps at batch 1 and 64 (2,048
 #    context) through ModelRunner with CUDA graphs, kernels by device time (the batch-1 +5%).
 # 2. ncu (full set) of the decode kernel, bf16 and the served fp8 variant, 64x2048 and 1x2048.
