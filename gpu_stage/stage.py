@@ -39,8 +39,8 @@ from stages.stage import Stage
 log = logging.getLogger("ttft.gpu")
 
 _STOP = None
-STOP_WAIT_S = 10.0
-HOST_LOAD_READABLE = os.path.exists("/proc/stat") and os.path.exists("/proc/self/stat")  # how long stop() waits for the step in flight before it lets the threads go
+STOP_WAIT_S = 10.0  # how long stop() waits for the step in flight before it lets the threads go
+HOST_LOAD_READABLE = os.path.exists("/proc/stat") and os.path.exists("/proc/self/stat")  # Linux: CpuThreadPolicy
 
 
 class GpuStage(Stage[StepBatch | KvTransferOps]):

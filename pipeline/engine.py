@@ -23,10 +23,10 @@ from emitter.request_emitter import RequestEmitter
 from ingress.errors import bad_request, overloaded
 from ingress.schemas import check_context_length
 from pipeline.build import BuiltModel, build_model
-from pipeline.own_thread import run_in_own_thread
 from pipeline.config import EngineConfig
 from pipeline.health import EngineHealth
 from pipeline.metrics import EngineMetrics
+from pipeline.own_thread import run_in_own_thread
 from pipeline.profiler import TorchProfiler
 from pipeline.samples import Sample, fan_out, split_prompts
 from pipeline.wiring import PipelineStages, wire_stages
