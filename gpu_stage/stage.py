@@ -15,8 +15,8 @@ gets an error, /health goes 503).
 On CPU the launcher computes each step, on as many OpenMP threads as a CpuThreadPolicy
 (cpu_threads.py) gives it: all of them on a quiet host, one while other processes want the cores.
 It must be the only thread that runs parallel torch work: libgomp counts every thread of every
-team, and with more than the host has cores it stops its workers' spinning (the engine builds the
-model on a thread that then ends, pipeline/engine.py).
+team, and with more than the host has cores it stops its workers' spinning (a CPU engine builds
+its model on a thread that then ends, pipeline/engine.py).
 """
 from __future__ import annotations
 

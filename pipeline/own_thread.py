@@ -1,6 +1,6 @@
 """run_in_own_thread: await a blocking call made on a thread of its own, which ends with it.
 
-The engine builds its model this way rather than through asyncio.to_thread: the default
+A CPU engine builds its model this way rather than through asyncio.to_thread: the default
 executor's threads outlive the call, and a thread that has run parallel torch work keeps an
 OpenMP pool of workers. libgomp counts every pooled thread of every team; with more than the host
 has cores it stops spinning at barriers, and a CPU step of ~200 parallel regions then pays a futex
@@ -15,7 +15,7 @@ from typing import Callable, TypeVar
 T = TypeVar("T")
 
 
-async def run_in_own_thread(fn: Callable[..., T], *args: object, name: str = "ttft-own") -> T:
+async def run_in_own_thread(fn: Callable[..., T], *args: object, name: str = "ttft-build") -> T:
     loop = asyncio.get_running_loop()
     done: asyncio.Future[T] = loop.create_future()
 

@@ -58,7 +58,7 @@ async def test_cpu_steps_run_on_the_threads_the_policy_gives() -> None:
 
     policy = Alternating()
     seen: list[int] = []
-    engine = Engine(EngineConfig(model="dummy:tiny", num_kv_blocks=64, max_model_len=256))
+    engine = Engine(EngineConfig(model="dummy:tiny", num_kv_blocks=64, max_model_len=256, device="cpu"))
     async with engine:
         engine.gpu_stage.thread_policy = policy
         real_launch = ModelRunner.launch
@@ -78,7 +78,8 @@ async def test_cpu_steps_run_on_the_threads_the_policy_gives() -> None:
 async def test_a_cpu_engine_makes_its_thread_policy_on_the_launch_thread() -> None:
     from gpu_stage.cpu_threads import CpuThreadPolicy
 
-    engine = Engine(EngineConfig(model="dummy:tiny", num_kv_blocks=64, max_model_len=256, cpu_threads=2))
+    engine = Engine(EngineConfig(model="dummy:tiny", num_kv_blocks=64, max_model_len=256, cpu_threads=2,
+                                 device="cpu"))
     async with engine:
         policy = engine.gpu_stage.thread_policy
         assert isinstance(policy, CpuThreadPolicy) and policy.max_threads == 2

@@ -29,10 +29,20 @@ async def test_an_exception_is_raised_in_the_awaiting_task() -> None:
         await run_in_own_thread(fail)
 
 
-async def test_the_engine_builds_on_a_thread_that_ends() -> None:
+async def test_a_cpu_engine_builds_on_a_thread_that_ends(monkeypatch) -> None:
+    import pipeline.engine as engine_module
     from pipeline.config import EngineConfig
     from pipeline.engine import Engine
 
-    async with Engine(EngineConfig(model="dummy:tiny", num_kv_blocks=64, max_model_len=256)):
+    built_on = []
+    real_build = engine_module.build_model
+
+    def build(cfg):
+        built_on.append(threading.current_thread())
+        return real_build(cfg)
+
+    monkeypatch.setattr(engine_module, "build_model", build)
+    async with Engine(EngineConfig(model="dummy:tiny", num_kv_blocks=64, max_model_len=256, device="cpu")):
         names = [t.name for t in threading.enumerate()]
+        assert built_on[0].name == "ttft-build" and not built_on[0].is_alive()
         assert "ttft-build" not in names and "ttft-gpu-launch" in names
