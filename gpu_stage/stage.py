@@ -108,7 +108,7 @@ class GpuStage(Stage[StepBatch | KvTransferOps]):
                     self._completions.put(StepResult(-1, [], error=f"{type(exc).__name__}: {exc}"))
                 continue
             if self.thread_policy is not None:
-                self._set_threads(self.thread_policy.threads(time.monotonic()))
+                self._set_threads(self.thread_policy)
             try:
                 self._completions.put(self.runner.launch(batch))
             except Exception as exc:  # the whole step failed: the engine is broken
@@ -117,8 +117,11 @@ class GpuStage(Stage[StepBatch | KvTransferOps]):
         self._completions.put(_STOP)
 
     @staticmethod
-    def _set_threads(num_threads: int) -> None:
+    def _set_threads(policy: CpuThreadPolicy) -> None:
+        num_threads = policy.threads(time.monotonic())
         if torch.get_num_threads() != num_threads:  # per calling thread (OpenMP): the launcher's
+            log.info("CPU steps now on %d thread(s): other processes used %.2f cores", num_threads,
+                     policy.other_cores)
             torch.set_num_threads(num_threads)
 
     def _complete_loop(self) -> None:

@@ -16,6 +16,7 @@ from prometheus_client.core import Metric
 
 from pipeline.health import EngineHealth
 from pipeline.metric_families import ModelFamilies
+from pipeline.metrics_cpu import cpu_thread_metrics
 from pipeline.metrics_kv import kv_cache_metrics
 from pipeline.metrics_spec import spec_metrics
 from pipeline.metrics_tiers import tier_metrics
@@ -58,6 +59,7 @@ class EngineGauges:
         yield from token_metrics(e.emitter_stage, fam)
         yield from tier_metrics(e.built.scheduler.tiers, fam)
         yield from spec_metrics(e.built.scheduler.drafts, fam)
+        yield from cpu_thread_metrics(e.stages, fam)
         yield from kv_cache_metrics(e.built.runner.kv_cache, fam)
         yield from liveness_metrics(e, fam)
 

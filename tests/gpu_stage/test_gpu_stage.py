@@ -51,6 +51,7 @@ async def test_cpu_steps_run_on_the_threads_the_policy_gives() -> None:
     class Alternating:
         def __init__(self) -> None:
             self.calls = 0
+            self.other_cores = 0.0
 
         def threads(self, now_s: float) -> int:
             self.calls += 1
