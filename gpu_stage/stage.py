@@ -45,15 +45,14 @@ HOST_LOAD_READABLE = os.path.exists("/proc/stat") and os.path.exists("/proc/self
 
 class GpuStage(Stage[StepBatch | KvTransferOps]):
     def __init__(
-        self, runner: ModelRunner, result_inbox: Channel, inbox_size: int, cpu_threads: int | None = None,
-        thread_policy: CpuThreadPolicy | None = None,
+        self, runner: ModelRunner, result_inbox: Channel, inbox_size: int, cpu_threads: int | None = None
     ) -> None:
         super().__init__("gpu", inbox_size)
         self.runner = runner
         self.result_inbox = result_inbox
         self.busy_ns = 0  # device-side time of the steps, overlaps not counted twice
         self._cpu_threads = cpu_threads
-        self.thread_policy = thread_policy  # CPU: made on the launch thread unless given
+        self.thread_policy: CpuThreadPolicy | None = None  # CPU: made on the launch thread
         self._launches: queue.SimpleQueue[StepBatch | KvTransferOps | None] = queue.SimpleQueue()
         self._completions: queue.SimpleQueue[LaunchedStep | StepResult | None] = queue.SimpleQueue()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -91,7 +90,7 @@ class GpuStage(Stage[StepBatch | KvTransferOps]):
             torch.set_num_threads(self._cpu_threads)
         if self.runner.device.type == "cuda":
             torch.cuda.set_device(self.runner.device)
-        elif self.thread_policy is None and HOST_LOAD_READABLE:
+        elif HOST_LOAD_READABLE:
             self.thread_policy = CpuThreadPolicy(torch.get_num_threads(), HostCpuLoad())
         try:
             self.runner.warm_thread()  # per-thread caches, on the thread that launches the steps
