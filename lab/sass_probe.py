@@ -34,19 +34,25 @@ INTS = {"stride_q_t": 4096, "stride_q_h": 128, "stride_o_t": 4096, "stride_o_h":
         "stride_c_block": 64 * 16 * 1040, "stride_c_kv": 16 * 1040, "stride_c_tok": 1040, "stride_c_head": 128,
         "stride_bt": 130, "block_size": 16, "num_heads": 32, "window": 3, "stride_s_block": 32 * 16 * 520,
         "stride_s_kv": 16 * 520, "stride_s_tok": 520}
+INTS_VT = {"stride_v_tok": 1, "stride_v_head": 128 * 16, "stride_v_d": 16}  # the V-transposed layout's V
 
 
 def compile_variant(name: str, fmt: int = 1, num_splits: int = 1):
     quant = name != "bf16"
     cfg = dict(da.GPU_CONFIG) if not quant else dict(QUANT_VARIANTS[name])
-    kernel = da.decode_kernel_of(cfg)
+    kernel = getattr(da, "decode_kernel_of", lambda _cfg: da._decode_kernel)(cfg)  # the s17 patch adds it
     knobs = {k: cfg.pop(k) for k in QUANT_KNOBS if k in cfg}
+    vt = cfg.pop("V_LAYOUT", None) == "vt"
+    cfg.pop("MMA_T", None)
+    ints = {**INTS, **(INTS_VT if vt else {"stride_v_tok": 1040, "stride_v_head": 128, "stride_v_d": 1})}
     if quant:
         knobs["FMT"] = fmt
         knobs["BLOCK_SIZE"] = 16 if knobs.pop("CONST_BLOCK", False) else 0
     constexprs = {"GROUP": 4, "HEAD_DIM": 128, "BLOCK_D": 128, "BLOCK_H": 16, "BLOCK_N": cfg.pop("BLOCK_N"),
                   "NUM_SPLITS": num_splits, "IEEE": False, "UPCAST": False, "USE_PDL": False, "QUANT": quant,
                   **knobs}
+    if "V_KEYS" in kernel.arg_names:  # the V-transposed layout (lab/patches/s17-kv8-fp8-wgmma.patch.gz)
+        constexprs["V_KEYS"] = vt
     signature, attrs = {}, {}
     for i, arg in enumerate(kernel.arg_names):
         if arg in constexprs:
@@ -55,9 +61,12 @@ def compile_variant(name: str, fmt: int = 1, num_splits: int = 1):
             signature[arg] = "*fp8e4nv" if quant else "*bf16"
         elif arg in PTR_TYPES:
             signature[arg] = PTR_TYPES[arg]
+        elif ints.get(arg) == 1:
+            signature[arg] = "constexpr"
+            constexprs[arg] = 1
         else:
             signature[arg] = "i32"
-        if signature[arg].startswith("*") or INTS.get(arg, 1) % 16 == 0:
+        if signature[arg].startswith("*") or (signature[arg] == "i32" and ints.get(arg, 1) % 16 == 0):
             attrs[(i,)] = [["tt.divisibility", 16]]
     src = ASTSource(kernel, signature, {(kernel.arg_names.index(k),): v for k, v in constexprs.items()}, attrs)
     options = {k: v for k, v in cfg.items() if k in ("num_warps", "num_stages", "maxnreg")}
@@ -73,41 +82,57 @@ def sass_of(compiled) -> tuple[str, str]:
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
         f.write(compiled.asm["cubin"])
         f.flush()
-        sass = subprocess.run([str(tools / "nvdisasm"), "-c", f.name], capture_output=True, text=True, check=True)
+        sass = subprocess.run([str(tools / "nvdisasm"), "-c", "-gi", f.name], capture_output=True, text=True,
+                              check=True)
         res = subprocess.run([str(tools / "cuobjdump"), "-res-usage", f.name], capture_output=True, text=True)
     usage = re.search(r"REG:\d+.*", res.stdout)
     return sass.stdout, usage.group(0) if usage else res.stdout.strip()[-200:]
 
 
-def loop_counts(sass: str) -> tuple[int, collections.Counter]:
-    """Opcodes of the instructions from the tile loop's start (the target of the last backward
-    branch) to that branch."""
-    lines = [ln for ln in sass.splitlines() if re.search(r"/\*[0-9a-f]{4,}\*/", ln)]
-    addr = [int(re.search(r"/\*([0-9a-f]{4,})\*/", ln).group(1), 16) for ln in lines]
-    labels = {m.group(1): None for ln in sass.splitlines() if (m := re.match(r"\.(L_x_\d+):", ln.strip()))}
-    # nvdisasm prints labels on their own lines: map each label to the next instruction's address
-    label_addr, pending = {}, []
+_ADDR = re.compile(r"/\*([0-9a-f]{4,})\*/\s+\S")
+
+
+def loop_range(sass: str) -> tuple[int, int]:
+    """(first, last) address of the tile loop: the longest backward branch's target and itself."""
+    label_addr, pending, branches = {}, [], []
     for ln in sass.splitlines():
-        m = re.match(r"\s*\.(L_x_\d+):", ln)
-        if m:
+        if m := re.match(r"\s*\.(L_x_\d+):", ln):
             pending.append(m.group(1))
-        elif (a := re.search(r"/\*([0-9a-f]{4,})\*/", ln)) and pending:
+        elif a := _ADDR.search(ln):
+            addr = int(a.group(1), 16)
             for p in pending:
-                label_addr[p] = int(a.group(1), 16)
+                label_addr[p] = addr
             pending = []
-    del labels
-    best = (0, 0)
-    for ln, a in zip(lines, addr):
-        m = re.search(r"BRA\s+.*?`?\(?\.(L_x_\d+)", ln)
-        if m and label_addr.get(m.group(1), a + 1) < a and a - label_addr[m.group(1)] > best[1] - best[0]:
-            best = (label_addr[m.group(1)], a)
+            if b := re.search(r"BRA\s+.*?`?\(?\.(L_x_\d+)", ln):
+                branches.append((addr, b.group(1)))
+    best = (0, -1)
+    for addr, label in branches:
+        target = label_addr.get(label, addr + 1)
+        if target < addr and addr - target > best[1] - best[0]:
+            best = (target, addr)
+    return best
+
+
+def loop_counts(sass: str, lo: int, hi: int) -> collections.Counter:
+    """The loop's instructions by opcode."""
     ops = collections.Counter()
-    for ln, a in zip(lines, addr):
-        if best[0] <= a <= best[1]:
-            m = re.search(r"\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)(\.[\w.]+)?", ln)
-            if m:
+    for ln in sass.splitlines():
+        a = _ADDR.search(ln)
+        if a and lo <= int(a.group(1), 16) <= hi:
+            if m := re.search(r"\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)", ln):
                 ops[m.group(1)] += 1
-    return sum(ops.values()), ops
+    return ops
+
+
+def loop_lines(sass: str, lo: int, hi: int) -> collections.Counter:
+    """The loop's instructions by the source line they come from (innermost frame; nvdisasm -gi)."""
+    per, cur = collections.Counter(), "?"
+    for ln in sass.splitlines():
+        if m := re.search(r'//## File "([^"]+)", line (\d+)', ln):
+            cur = f"{Path(m.group(1)).name}:{m.group(2)}"
+        elif (a := _ADDR.search(ln)) and lo <= int(a.group(1), 16) <= hi:
+            per[cur] += 1
+    return per
 
 
 def main() -> None:
@@ -117,14 +142,20 @@ def main() -> None:
     ap.add_argument("--splits", type=int, default=1)
     ap.add_argument("--dump", type=Path)
     ap.add_argument("--top", type=int, default=14)
+    ap.add_argument("--lines", action="store_true", help="also the loop's instructions per source line")
     args = ap.parse_args()
     print(f"triton {triton.__version__}, sm_90")
     for name in args.variants:
         c = compile_variant(name, args.fmt, args.splits)
         sass, usage = sass_of(c)
-        n, ops = loop_counts(sass)
+        lo, hi = loop_range(sass)
+        ops = loop_counts(sass, lo, hi)
+        n = sum(ops.values())
         print(f"{name}: {c.metadata.num_warps} warps, {usage}; "
               f"loop {n} instr/warp/tile: " + ", ".join(f"{k} {v}" for k, v in ops.most_common(args.top)))
+        if args.lines:
+            for where, count in loop_lines(sass, lo, hi).most_common(24):
+                print(f"    {count:4d}  {where}")
         if args.dump:
             args.dump.mkdir(parents=True, exist_ok=True)
             (args.dump / f"{name}.ptx").write_text(c.asm["ptx"])
