@@ -53,6 +53,9 @@ def compile_variant(name: str, fmt: int = 1, num_splits: int = 1):
                   **knobs}
     if "V_KEYS" in kernel.arg_names:  # the V-transposed layout (lab/patches/s17-kv8-fp8-wgmma.patch.gz)
         constexprs["V_KEYS"] = vt
+    for param in kernel.params:  # the variant's other knobs (K_BITS, ...), the rest at their defaults
+        if param.is_constexpr and param.name not in constexprs:
+            constexprs[param.name] = cfg.pop(param.name, param.default)
     signature, attrs = {}, {}
     for i, arg in enumerate(kernel.arg_names):
         if arg in constexprs:
