@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import json
 import re
 import sys
 from pathlib import Path
@@ -24,6 +25,7 @@ from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 
 from gpu_stage.kernels import decode_attention as da  # noqa: E402
+from gpu_stage.kernels import interpreting  # noqa: E402
 from gpu_stage.kernels.decode_variants import QUANT_VARIANTS  # noqa: E402
 from gpu_stage.kernels.kv_dequant import QUANT_KNOBS  # noqa: E402
 
@@ -146,18 +148,25 @@ def main() -> None:
     ap.add_argument("--dump", type=Path)
     ap.add_argument("--top", type=int, default=14)
     ap.add_argument("--lines", action="store_true", help="also the loop's instructions per source line")
+    ap.add_argument("--json", action="store_true", help="one JSON line per variant (usage, ops, lines)")
     args = ap.parse_args()
-    print(f"triton {triton.__version__}, sm_90")
+    if interpreting():
+        raise SystemExit("unset TRITON_INTERPRET: the interpreter's kernels cannot be compiled for sm_90")
+    if not args.json:
+        print(f"triton {triton.__version__}, sm_90")
     for name in args.variants:
         c = compile_variant(name, args.fmt, args.splits)
         sass, usage = sass_of(c)
         lo, hi = loop_range(sass)
-        ops = loop_counts(sass, lo, hi)
-        n = sum(ops.values())
-        print(f"{name}: {c.metadata.num_warps} warps, {usage}; "
-              f"loop {n} instr/warp/tile: " + ", ".join(f"{k} {v}" for k, v in ops.most_common(args.top)))
+        ops, lines = loop_counts(sass, lo, hi), loop_lines(sass, lo, hi)
+        if args.json:
+            print(json.dumps({"variant": name, "usage": usage, "ops": ops, "lines": lines,
+                              "e4m3_unpacks": sum("E4M3.UNPACK" in ln for ln in sass.splitlines())}))
+            continue
+        top = ", ".join(f"{k} {v}" for k, v in ops.most_common(args.top))
+        print(f"{name}: {c.metadata.num_warps} warps, {usage}; loop {sum(ops.values())} instr/warp/tile: {top}")
         if args.lines:
-            for where, count in loop_lines(sass, lo, hi).most_common(24):
+            for where, count in lines.most_common(24):
                 print(f"    {count:4d}  {where}")
         if args.dump:
             args.dump.mkdir(parents=True, exist_ok=True)

@@ -1,6 +1,12 @@
-"""lab.sass_probe: the decode kernel compiled for sm_90 without a GPU, its tile loop found and counted."""
+"""lab.sass_probe: the decode kernel compiled for sm_90 without a GPU, its tile loop found and counted.
+The probe runs in a process of its own without TRITON_INTERPRET (the tests' conftest sets it, and
+the interpreter's kernels cannot be compiled)."""
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -8,26 +14,34 @@ import pytest
 triton = pytest.importorskip("triton")
 TOOLS = Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
 pytestmark = pytest.mark.skipif(not (TOOLS / "nvdisasm").exists(), reason="Triton without its NVIDIA tools")
+ROOT = Path(__file__).resolve().parents[2]
 
 
-def _loop(variant: str):
-    from lab.sass_probe import compile_variant, loop_counts, loop_lines, loop_range, sass_of
-
-    sass, usage = sass_of(compile_variant(variant))
-    lo, hi = loop_range(sass)
-    return usage, loop_counts(sass, lo, hi), loop_lines(sass, lo, hi), sass
-
-
-def test_the_bf16_loop_holds_the_dots_and_the_async_copies() -> None:
-    usage, ops, lines, _ = _loop("bf16")
-    assert usage.startswith("REG:")
-    assert ops["HMMA"] > 0 and ops["LDGSTS"] > 0  # q @ k^T and p @ v; K/V tiles by cp.async
-    assert sum(lines.values()) == sum(ops.values())
-    assert any(where.startswith("decode_attention.py:") for where in lines)
+@pytest.fixture(scope="module")
+def probed() -> dict[str, dict]:
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    out = subprocess.run([sys.executable, "lab/sass_probe.py", "bf16", "kbits_n64_w2_s2", "chain", "--json"],
+                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=True).stdout
+    return {row["variant"]: row for row in map(json.loads, out.splitlines())}
 
 
-def test_the_bit_pattern_variant_converts_without_conversion_instructions() -> None:
-    """kv_dequant.DEQ_BITS builds bf16 patterns with integer ops: PRMT, no fp8 -> f16 unpack."""
-    _, ops, _, sass = _loop("kbits_n64_w2_s2")
-    assert ops["PRMT"] > 0 and ops["HMMA"] > 0
-    assert "E4M3.UNPACK" not in sass  # the hardware's fp8 -> f16 conversion (F2FP.F16.E4M3.UNPACK_B)
+def test_the_bf16_loop_holds_the_dots_and_the_async_copies(probed) -> None:
+    row = probed["bf16"]
+    assert row["usage"].startswith("REG:")
+    assert row["ops"]["HMMA"] > 0 and row["ops"]["LDGSTS"] > 0  # q @ k^T and p @ v; K/V tiles by cp.async
+    assert sum(row["lines"].values()) == sum(row["ops"].values())
+    assert any(where.startswith("decode_attention.py:") for where in row["lines"])
+
+
+def test_the_bit_patterns_convert_without_the_hardware_conversion(probed) -> None:
+    """kv_dequant.DEQ_BITS builds bf16 patterns with integer ops (PRMT, no F2FP.F16.E4M3.UNPACK_B);
+    the chain (Triton's conversions) has them: the count tells the two apart."""
+    assert probed["kbits_n64_w2_s2"]["ops"]["PRMT"] > 0
+    assert probed["kbits_n64_w2_s2"]["e4m3_unpacks"] == 0
+    assert probed["chain"]["e4m3_unpacks"] > 0
+
+
+def test_the_probe_refuses_the_interpreter() -> None:
+    out = subprocess.run([sys.executable, "lab/sass_probe.py", "bf16"], cwd=ROOT, capture_output=True, text=True,
+                         timeout=120, env={**os.environ, "TRITON_INTERPRET": "1"})
+    assert out.returncode != 0 and "TRITON_INTERPRET" in out.stderr
