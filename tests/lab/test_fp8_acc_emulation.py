@@ -1,0 +1,23 @@
+"""lab.fp8_acc_emulation: the modelled fp8 MMA accumulation, on one sequence of the exactness test."""
+from __future__ import annotations
+
+import torch
+
+from lab.fp8_acc_emulation import error, mma_steps
+
+
+def test_the_steps_sum_exactly_without_a_bit_limit_and_truncate_with_one() -> None:
+    a = torch.tensor([[1.0, 2.0 ** -20, 3.0, 2.0 ** -30] * 16], dtype=torch.float64)
+    b = torch.ones_like(a)
+    acc = torch.zeros(1, dtype=torch.float64)
+    exact = mma_steps(a, b, acc, None)
+    assert float(exact) == float(a.sum())
+    kept = mma_steps(a, b, acc, 10)
+    assert float(kept) < float(exact) and float(kept) == 64.0  # the tiny terms fall below 2^-10 of 3
+
+
+def test_a_short_accumulator_costs_the_scores_and_not_p_at_v() -> None:
+    exact = error(1, None, None)
+    assert exact < 0.01
+    assert error(1, 11, None) > 2 * exact  # scores on an 11-bit accumulator
+    assert abs(error(1, None, 11) - exact) < 0.25 * exact  # p @ v on one: about as exact
