@@ -257,7 +257,7 @@ def run_variant(case: Case, cfg: dict | None, reps: int) -> dict:
 
     step()
     torch.cuda.synchronize()
-    kernel_stats(result_stats := {})
+    kernel_stats(result_stats := {}, launch)
     result = {"splits": splits, "layers": case.num_layers, "err_ref": rel(outs[0][: len(case.ref)].float(), case.ref),
               **result_stats}
     result.update(time_graph(step, reps, case.num_layers))
@@ -274,12 +274,12 @@ def _codes_kernel(src, dst, FMT: tl.constexpr, DEQ: tl.constexpr):
     tl.store(dst + i, kv_operand(x, tl.bfloat16, FMT, DEQ))
 
 
-def kernel_stats(into: dict) -> None:
+def kernel_stats(into: dict, cfg: dict | None = None) -> None:
     """Registers, spills and shared memory of the decode kernel compiled last (occupancy)."""
     from gpu_stage.kernels import decode_attention as da
 
     try:
-        caches = da._decode_kernel.device_caches
+        caches = da.decode_kernel_of(cfg or {}).device_caches
         kernels = list(next(iter(caches.values()))[0].values())
         k = kernels[-1]
         into.update(regs=getattr(k, "n_regs", None), spills=getattr(k, "n_spills", None),

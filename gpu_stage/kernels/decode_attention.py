@@ -30,6 +30,7 @@ import triton.language as tl
 
 from gpu_stage.kernels import interpreting, next_pow2
 from gpu_stage.kernels.common import dot_flags, mma
+from gpu_stage.kernels.decode_e4m3_mma import _decode_e4m3_kernel
 from gpu_stage.kernels.decode_variants import served_variant
 from gpu_stage.kernels.kv_dequant import kv_operand, launch_knobs, tile_scales
 from gpu_stage.kernels.kv_store import cache_args
@@ -50,6 +51,11 @@ def default_config(fmt_name: str | None, num_splits: int) -> dict:
         return dict(INTERPRETER_CONFIG if interpreting() else GPU_CONFIG)
     cfg = served_variant(fmt_name, num_splits)
     return {**cfg, **INTERPRETER_CONFIG} if interpreting() else cfg
+
+
+def decode_kernel_of(cfg: dict):
+    """The jit kernel a launch config runs: decode_e4m3_mma's where the variant says MMA_T."""
+    return _decode_e4m3_kernel if cfg.get("MMA_T") else _decode_kernel
 
 
 def choose_num_splits(num_seqs: int, num_kv_heads: int, max_seq_len: int, num_sms: int, block_n: int) -> int:
@@ -205,11 +211,14 @@ def decode_attention(
     num_splits = workspace.num_splits
     fmt_name = kv_layer.fmt.name if quant["QUANT"] else None
     cfg = dict(config or default_config(fmt_name, num_splits))
+    kernel = decode_kernel_of(cfg)
+    if cfg.pop("MMA_T", None) and fmt_name != "fp8_e4m3":
+        raise ValueError(f"an MMA_T decode variant reads fp8_e4m3 codes, not a {fmt_name or 'plain'} pool")
     knobs = launch_knobs(cfg, quant, kv_layer, block_size)
     out = torch.empty_like(q) if out is None else out
     assert q.stride(-1) == 1 and cache.stride(-1) == 1 and out.stride(-1) == 1
     block_d = max(16, next_pow2(head_dim))
-    _decode_kernel[(num_seqs, num_kv_heads, num_splits)](
+    kernel[(num_seqs, num_kv_heads, num_splits)](
         q, cache, out, workspace.part_out, workspace.part_lse, seq_lens, block_tables,
         LOG2E / math.sqrt(head_dim),
         q.stride(0), q.stride(1), out.stride(0), out.stride(1),

@@ -53,6 +53,12 @@ for _k_bits in (False, True):
                            (32, 2, 4, 200), (32, 1, 3, None), (64, 1, 2, None), (128, 4, 2, None), (128, 2, 2, None)):
         _variant(_k_bits, _n, _w, _s, _r)
 
+# K's e4m3 codes as the wgmma's operand, scores transposed (decode_e4m3_mma.py): e4m3 only
+for _n, _w, _s in ((64, 4, 2), (64, 4, 3), (128, 4, 2), (128, 8, 2), (64, 8, 2)):
+    QUANT_VARIANTS[f"kmma_n{_n}_w{_w}_s{_s}"] = {
+        "BLOCK_N": _n, "num_warps": _w, "num_stages": _s, "DEQ_K": DEQ_DIRECT, "DEQ_V": DEQ_BITS_HERE,
+        "SCALE_WORDS": True, "CONST_BLOCK": True, "MMA_T": True}
+
 # format -> (variant for one split: many sequences, variant for split-K: few). fp8 e5m2 was not
 # measured and takes e4m3's. Change these after a run of lab/kv8_decode_ab.py.
 SERVED = {
@@ -60,6 +66,11 @@ SERVED = {
     "fp8_e5m2": ("kbits_n64_w2_s2", "kbits_n128_w4_s2"),
     "int8": ("kdirect_n64_w2_s2", "kdirect_n128_w4_s2"),
 }
+
+
+def variant_runs_on(name: str, fmt_name: str) -> bool:
+    """Whether variant `name` reads a pool of `fmt_name`: the MMA_T ones need e4m3 codes."""
+    return not QUANT_VARIANTS[name].get("MMA_T") or fmt_name == "fp8_e4m3"
 
 
 def served_variant(fmt_name: str, num_splits: int) -> dict:

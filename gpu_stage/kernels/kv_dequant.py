@@ -32,8 +32,9 @@ import triton.language as tl
 
 from gpu_stage.kernels import interpreting
 
-DEQ_CHAIN, DEQ_DIRECT, DEQ_BITS, DEQ_BITS_HERE = 0, 1, 2, 3
+DEQ_CHAIN, DEQ_DIRECT, DEQ_BITS, DEQ_BITS_HERE, DEQ_MMA8 = 0, 1, 2, 3, 4
 _DIRECT, _BITS, _HERE = tl.constexpr(DEQ_DIRECT), tl.constexpr(DEQ_BITS), tl.constexpr(DEQ_BITS_HERE)  # for jit code
+MMA8 = tl.constexpr(DEQ_MMA8)
 _EMULATE = tl.constexpr(interpreting())
 
 # {fp8 format: (magnitude shift right, 2^(127 - bias) as bf16x2)}: e4m3 bias 7, e5m2 bias 15
@@ -104,6 +105,21 @@ def kv_operand(x, dtype: tl.constexpr, FMT: tl.constexpr, DEQ: tl.constexpr):
     else:
         y = x.to(tl.float32).to(dtype)
     return y
+
+
+@triton.jit
+def split_query_e4m3(q):
+    """q [rows, d] -> (hi, lo, scale): two fp8 e4m3 tiles with hi + lo = q * scale to about 8
+    significant bits (bf16's own), scale a power of two that puts q's largest entry just under
+    e4m3's 448. K codes of an e4m3 pool are then MMA operands as they are (DEQ_MMA8):
+    q . k = (hi . k + lo . k) / scale, with no conversion of K at all."""
+    qf = q.to(tl.float32)
+    qmax = tl.maximum(tl.max(tl.max(tl.abs(qf), 1), 0), 1e-30)
+    scale = tl.exp2(tl.floor(tl.log2(448.0 / qmax)))
+    qs = qf * scale
+    hi = qs.to(tl.float8e4nv)
+    lo = (qs - hi.to(tl.float32)).to(tl.float8e4nv)
+    return hi, lo, scale
 
 
 @triton.jit

@@ -22,7 +22,7 @@ import triton.language as tl  # noqa: E402
 
 from gpu_stage.kernels import rope_store as rope  # noqa: E402
 from gpu_stage.kernels.decode_attention import DecodeWorkspace, decode_attention, default_config  # noqa: E402
-from gpu_stage.kernels.decode_variants import QUANT_VARIANTS, SERVED  # noqa: E402
+from gpu_stage.kernels.decode_variants import QUANT_VARIANTS, SERVED, variant_runs_on  # noqa: E402
 from gpu_stage.kernels.kv_dequant import (  # noqa: E402
     DEQ_BITS, DEQ_BITS_HERE, DEQ_CHAIN, DEQ_DIRECT, kv_operand, scale_words_ok,
 )
@@ -270,6 +270,8 @@ def test_store_kernel_bytes_llama3_shape_gpu(fmt: str) -> None:
 def test_every_decode_variant_over_8_bit_kv(fmt: str, variant: str) -> None:
     """Each variant equals the reference (a bf16 query: the DEQ_BITS patterns), at any split count;
     on the CPU at the interpreter's BLOCK_N, with the variant's codes and scale reads."""
+    if not variant_runs_on(variant, fmt):
+        pytest.skip(f"{variant} reads fp8_e4m3 codes only")
     layer, q, meta, ref = _case(fmt, [(4, 1), (40, 1), (70, 1), (15, 1)], 8, 2, 32, 4, torch.bfloat16, seed=5)
     cfg = dict(QUANT_VARIANTS[variant])
     if not torch.cuda.is_available():
