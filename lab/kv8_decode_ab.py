@@ -14,6 +14,13 @@ torch's conversion (fp8 subnormals included). Kernels compile first, in parallel
 (they fill Triton's disk cache; the timing process then loads them); a variant that fails to
 compile or run is reported and skipped. Prints a table and writes JSON to --out.
 
+`vt_*` variants read the V-transposed layout (gpu_stage/kv/layout.py: V as [head, dim, token] in
+each block, keys contiguous): their pool is a copy of the case's K/V and scales in that layout, so
+the reference is the same. Only them, bf16 and the served kernel, fp8 (about a minute):
+
+    python3 lab/kv8_decode_ab.py --out $OUT/kv8_ab.json --formats fp8_e4m3 --variants 'vt_kbits_*' \
+        --split-sweep '' --prefill 0 --budget-s 120
+
 "served" is what the server runs (decode_variants.SERVED, with triton_backend's split count). Then
 set SERVED to the fastest variants that passed: for one split (batch 64, issue 23's target) and
 for split-K (batch 1).
@@ -21,6 +28,7 @@ for split-K (batch 1).
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import json
 import math
 import os
@@ -97,6 +105,12 @@ def launch_config(cfg: dict | None) -> dict | None:
     return {k: v for k, v in cfg.items() if k != "SPLITS"}
 
 
+def v_transposed(cfg: dict | None) -> bool:
+    """Whether a variant reads the V-transposed layout (kv/layout.py): its pool is then another
+    one, the same K/V copied into that layout (Case.cache_for)."""
+    return bool(cfg) and cfg.get("V_LAYOUT") == "vt"
+
+
 def _compile_job(job: tuple) -> tuple:
     """In a worker: launch one (variant, format, batch, splits) on tiny inputs of the real strides'
     divisibility, so that Triton's disk cache holds the kernel the timing process will ask for."""
@@ -113,7 +127,8 @@ def _compile_job(job: tuple) -> tuple:
         from gpu_stage.model.config import ModelConfig
 
         config = ModelConfig("llama", 10, H * D, 8, 2, H, HKV, D)
-        cache = KvCache(config, 64, BS, "cuda", torch.bfloat16, None if fmt == "bf16" else KvFormat(fmt))
+        cache = KvCache(config, 64, BS, "cuda", torch.bfloat16, None if fmt == "bf16" else KvFormat(fmt),
+                        v_transposed=v_transposed(cfg))
         q = torch.zeros(batch, H, D, dtype=torch.bfloat16, device="cuda")
         ws = da.DecodeWorkspace(batch, H, D, splits, "cuda")
         seq_lens = torch.full((batch,), 40, dtype=torch.int32, device="cuda")
@@ -186,6 +201,27 @@ class Case:
         self.seq_lens = torch.full((batch,), ctx, dtype=torch.int32, device="cuda")
         self.q = torch.randn(batch, H, D, generator=gen, device="cuda").to(torch.bfloat16)
         self.ref = self._reference(min(batch, 4))
+        self._config, self._num_blocks, self._vt = config, num_blocks, None
+
+    def cache_for(self, cfg: dict | None):
+        """The pool a variant reads: this case's, or (V-transposed variants) a copy of the same K/V
+        and scales in that layout, made once."""
+        if not v_transposed(cfg):
+            return self.cache
+        if self._vt is None:
+            import torch
+
+            from gpu_stage.kv.cache import KvCache
+            from gpu_stage.kv.format import KvFormat
+
+            self._vt = KvCache(self._config, self._num_blocks, BS, "cuda", torch.bfloat16, KvFormat(self.fmt),
+                               v_transposed=True)
+            for i in range(self.num_layers):
+                src, dst = self.cache.layer(i), self._vt.layer(i)
+                dst.k_data.copy_(src.k_data)
+                dst.v_data.copy_(src.v_data)
+                dst.scales.copy_(src.scales)
+        return self._vt
 
     def _fill(self, layer, gen, quant: bool) -> None:
         import torch
@@ -248,7 +284,8 @@ def run_variant(case: Case, cfg: dict | None, reps: int) -> dict:
     launch = launch_config(cfg)
     ws = da.DecodeWorkspace(case.batch, H, D, splits, "cuda")
     outs = [torch.empty_like(case.q) for _ in range(case.num_layers)]
-    layers = [case.cache.layer(i) for i in range(case.num_layers)]
+    cache = case.cache_for(cfg)
+    layers = [cache.layer(i) for i in range(case.num_layers)]
 
     def step():
         for layer, out in zip(layers, outs):
@@ -408,7 +445,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", required=True)
     ap.add_argument("--formats", default="fp8_e4m3")
-    ap.add_argument("--variants", default="", help="comma list of QUANT_VARIANTS names (default: all)")
+    ap.add_argument("--variants", default="", help="comma list of QUANT_VARIANTS names or globs, e.g. 'vt_*' "
+                    "(default: all)")
     ap.add_argument("--cases", default=",".join(f"{b}x{c}" for b, c in CASES))
     ap.add_argument("--reps", type=int, default=15)
     ap.add_argument("--split-sweep", default="kbits_n64_w2_s2,kbits_n64_w4_s3_r128",
@@ -423,7 +461,8 @@ def main() -> None:
     from gpu_stage.kernels.decode_variants import QUANT_VARIANTS
 
     formats = [f for f in args.formats.split(",") if f]
-    names = [v for v in args.variants.split(",") if v] or list(QUANT_VARIANTS)
+    names = [n for v in args.variants.split(",") if v for n in fnmatch.filter(QUANT_VARIANTS, v)]
+    names = list(dict.fromkeys(names)) or list(QUANT_VARIANTS)
     cases = [tuple(int(x) for x in c.split("x")) for c in args.cases.split(",")]
     cfgs = variant_configs(names, [v for v in args.split_sweep.split(",") if v])
     log(f"{torch.cuda.get_device_name()}; variants: {', '.join(cfgs)}")

@@ -16,6 +16,9 @@ dtype (exact), and the dequantization is a per-key multiply: a key's scale multi
 column after q @ k^T, a value's scale multiplies p's column before p @ v. How codes become operands,
 how scales are read and the launch config are a variant's (decode_variants.py: the measured table,
 SERVED per format for one split and for split-K; kv_dequant.py: the conversions).
+V is read through its own strides (token, head, dim): a plain pool's and the row layout's are K's;
+the V-transposed layout (kv/layout.py) has keys contiguous (V_KEYS), and then tiles start on
+multiples of BLOCK_N (a window's keys before its first masked), so the loads are known aligned.
 
 Batch size 1 at 2k context on an H200: 8 kv heads alone would fill 8 of 132 SMs; 32 splits give 256
 programs. Batch 64: 512 programs already, one split, no reduction.
@@ -33,7 +36,7 @@ from gpu_stage.kernels.common import dot_flags, mma
 from gpu_stage.kernels.decode_e4m3_mma import _decode_e4m3_kernel
 from gpu_stage.kernels.decode_variants import served_variant
 from gpu_stage.kernels.kv_dequant import kv_operand, launch_knobs, tile_scales
-from gpu_stage.kernels.kv_store import cache_args
+from gpu_stage.kernels.kv_store import cache_args, value_strides
 from gpu_stage.kernels.pdl import OFF, pdl_args
 from gpu_stage.kv.layout import QuantKvLayer
 
@@ -73,10 +76,12 @@ def _decode_kernel(
     block_size, num_heads,
     window,
     scale_ptr, stride_s_block, stride_s_kv, stride_s_tok,
+    stride_v_tok, stride_v_head, stride_v_d,
     GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_H: tl.constexpr,
     BLOCK_N: tl.constexpr, NUM_SPLITS: tl.constexpr, IEEE: tl.constexpr, UPCAST: tl.constexpr,
     USE_PDL: tl.constexpr, QUANT: tl.constexpr, FMT: tl.constexpr = 0, DEQ_K: tl.constexpr = 0,
     DEQ_V: tl.constexpr = 0, SCALE_WORDS: tl.constexpr = False, BLOCK_SIZE: tl.constexpr = 0,
+    V_KEYS: tl.constexpr = False,
 ):
     if USE_PDL:  # see pdl.py: every program waits, also a split past the end of its sequence
         tl.extra.cuda.gdc_launch_dependents()
@@ -86,8 +91,12 @@ def _decode_kernel(
     split = tl.program_id(2)
     seq_len = tl.load(seq_lens_ptr + seq)
     first = tl.maximum(seq_len - window, 0)  # the window's first key (0 without one)
-    chunk = tl.cdiv(tl.cdiv(seq_len - first, NUM_SPLITS), BLOCK_N) * BLOCK_N
-    start = first + split * chunk
+    if V_KEYS:  # tiles start on multiples of BLOCK_N (keys before `first` masked): aligned V loads
+        base = first // BLOCK_N * BLOCK_N
+    else:
+        base = first
+    chunk = tl.cdiv(tl.cdiv(seq_len - base, NUM_SPLITS), BLOCK_N) * BLOCK_N
+    start = base + split * chunk
     end = tl.minimum(start + chunk, seq_len)
     h = tl.arange(0, BLOCK_H)
     head = kv_head * GROUP + h
@@ -101,15 +110,22 @@ def _decode_kernel(
     acc = tl.zeros([BLOCK_H, BLOCK_D], tl.float32)
     bt_row_ptr = bt_ptr + seq * stride_bt
     kv_head_off = kv_head.to(tl.int64) * stride_c_head
+    v_head_off = kv_head.to(tl.int64) * stride_v_head
     bs = BLOCK_SIZE if BLOCK_SIZE > 0 else block_size  # a constant: shifts, not divisions
     for tile_start in range(start, end, BLOCK_N):
-        pos = tile_start + tl.arange(0, BLOCK_N)
-        pos_ok = pos < end
+        if V_KEYS:
+            pos = tl.multiple_of(tile_start, BLOCK_N) + tl.arange(0, BLOCK_N)
+            pos_ok = (pos < end) & (pos >= first)
+        else:
+            pos = tile_start + tl.arange(0, BLOCK_N)
+            pos_ok = pos < end
         block = tl.load(bt_row_ptr + pos // bs, mask=pos_ok, other=0).to(tl.int64)
         row_off = block * stride_c_block + (pos % bs) * stride_c_tok + kv_head_off
         kv_mask = pos_ok[:, None] & d_ok[None, :]
         k = tl.load(kv_ptr + row_off[:, None] + d[None, :], mask=kv_mask, other=0.0)
-        v = tl.load(kv_ptr + stride_c_kv + row_off[:, None] + d[None, :], mask=kv_mask, other=0.0)
+        # V by its own strides: the K row's (a plain pool, the row layout) or keys contiguous
+        v_off = block * stride_c_block + (pos % bs) * stride_v_tok + v_head_off
+        v = tl.load(kv_ptr + stride_c_kv + v_off[:, None] + d[None, :] * stride_v_d, mask=kv_mask, other=0.0)
         if QUANT:  # 8-bit codes -> the query's dtype (exact), kv_dequant.py
             k = kv_operand(k, q.dtype, FMT, DEQ_K)
             v = kv_operand(v, q.dtype, FMT, DEQ_V)
@@ -206,6 +222,7 @@ def decode_attention(
 ) -> torch.Tensor:
     num_seqs, num_heads, head_dim = q.shape
     (cache, *scale_args), quant = cache_args(kv_layer)
+    v_strides = value_strides(kv_layer)
     num_kv_heads, block_size = cache.shape[3], cache.shape[2]
     group = num_heads // num_kv_heads
     num_splits = workspace.num_splits
@@ -225,7 +242,7 @@ def decode_attention(
         cache.stride(0), cache.stride(1), cache.stride(2), cache.stride(3),
         block_tables.stride(0), block_size, num_heads,
         NO_WINDOW if window is None else window,
-        *scale_args, QUANT=quant["QUANT"], **knobs,
+        *scale_args, *v_strides, QUANT=quant["QUANT"], **knobs, V_KEYS=v_strides[0] == 1,
         GROUP=group, HEAD_DIM=head_dim, BLOCK_D=block_d, BLOCK_H=max(16, next_pow2(group)),
         BLOCK_N=cfg.pop("BLOCK_N"), NUM_SPLITS=num_splits, **dot_flags(q.dtype), **cfg,
         **decode_pdl_args(q, num_splits),

@@ -59,6 +59,24 @@ for _n, _w, _s in ((64, 4, 2), (64, 4, 3), (128, 4, 2), (128, 8, 2), (64, 8, 2))
         "BLOCK_N": _n, "num_warps": _w, "num_stages": _s, "DEQ_K": DEQ_DIRECT, "DEQ_V": DEQ_BITS_HERE,
         "SCALE_WORDS": True, "CONST_BLOCK": True, "MMA_T": True}
 
+
+def _vt_variant(k_bits: bool, v_deq: str, block_n: int, warps: int, stages: int) -> None:
+    """A variant on the V-transposed layout (kv/layout.py: V keys contiguous, K-major for p @ v).
+    v_deq: how V codes become operands: "direct" (Triton's conversion, in the dot operand's layout:
+    the layout lets it read V from shared memory in words), "bits" (the bit patterns, pure: Triton
+    may convert in the dot operand's layout too), "here" (converted where loaded, as served)."""
+    deq_v = {"direct": DEQ_DIRECT, "bits": DEQ_BITS, "here": DEQ_BITS_HERE}[v_deq]
+    name = f"vt_{'kbits' if k_bits else 'kdirect'}_v{v_deq}_n{block_n}_w{warps}_s{stages}"
+    QUANT_VARIANTS[name] = {"BLOCK_N": block_n, "num_warps": warps, "num_stages": stages,
+                            "DEQ_K": DEQ_BITS if k_bits else DEQ_DIRECT, "DEQ_V": deq_v, "SCALE_WORDS": True,
+                            "CONST_BLOCK": True, "V_LAYOUT": "vt"}
+
+
+for _k_bits in (False, True):
+    for _v in ("direct", "bits", "here"):
+        for _n, _w, _s in ((64, 2, 2), (64, 4, 2), (128, 4, 2), (64, 2, 3), (128, 2, 2)):
+            _vt_variant(_k_bits, _v, _n, _w, _s)
+
 # format -> (variant for one split: many sequences, variant for split-K: few). fp8 e5m2 was not
 # measured and takes e4m3's. Change these after a run of lab/kv8_decode_ab.py.
 SERVED = {

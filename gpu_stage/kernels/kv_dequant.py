@@ -159,8 +159,11 @@ def launch_knobs(cfg: dict, quant: dict, kv_layer, block_size: int) -> dict:
     pool's launch gets none (it stays as it was); an 8-bit one its format, the scale-word loads
     where the scales' alignment allows, and the block size as a constant when asked."""
     knobs = {k: cfg.pop(k) for k in QUANT_KNOBS if k in cfg}
+    v_layout = cfg.pop("V_LAYOUT", None)  # a variant measured on the V-transposed layout ("vt")
     if not quant["QUANT"]:
         return {}
+    if v_layout is not None and (v_layout == "vt") != kv_layer.v_transposed:
+        raise ValueError(f"a variant for the {v_layout!r} V layout on a pool of the other layout")
     knobs["SCALE_WORDS"] = knobs.get("SCALE_WORDS", False) and scale_words_ok(kv_layer.scales)
     knobs["FMT"] = quant["FMT"]
     knobs["BLOCK_SIZE"] = block_size if knobs.pop("CONST_BLOCK", False) else 0

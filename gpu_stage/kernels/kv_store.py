@@ -68,6 +68,17 @@ def cache_args(kv_layer: torch.Tensor | QuantKvLayer) -> tuple[tuple, dict]:
     return (kv_layer, kv_layer, 0, 0, 0), quant_constexprs(None)
 
 
+def value_strides(kv_layer: torch.Tensor | QuantKvLayer) -> tuple[int, int, int]:
+    """(token, head, dim) element strides of a layer's V values, for the kernels that read them
+    (a value's address: the K tile's pointer + stride_c_kv + block * stride_c_block + these): a
+    plain pool's and the row layout's are K's; the V-transposed layout has keys contiguous."""
+    if isinstance(kv_layer, QuantKvLayer):
+        v = kv_layer.v_data
+        assert v.storage_offset() - kv_layer.data.storage_offset() == kv_layer.data.stride(1)
+        return v.stride(1), v.stride(2), v.stride(3)
+    return kv_layer.stride(2), kv_layer.stride(3), kv_layer.stride(4)
+
+
 def store_kv(kv_layer: torch.Tensor | QuantKvLayer, k: torch.Tensor, v: torch.Tensor,
              slot_mapping: torch.Tensor) -> None:
     """k, v [T, kv_heads, head_dim] (last dim contiguous) -> kv_layer at slot_mapping [T]."""

@@ -16,7 +16,8 @@ from __future__ import annotations
 import torch
 
 from gpu_stage.kv.format import KvFormat
-from gpu_stage.kv.layout import LAYOUT_VERSION, QuantKvLayer, layer_views, layout_name, quantized_bytes_per_token
+from gpu_stage.kv import layout as kv_layout
+from gpu_stage.kv.layout import QuantKvLayer, layer_views, layout_name, layout_version, quantized_bytes_per_token
 from gpu_stage.model.config import ModelConfig
 
 PLAIN_LAYOUT_VERSION = 1  # the block-file fingerprint's layout version of a plain float pool
@@ -31,6 +32,7 @@ class KvCache:
         device: torch.device | str,
         dtype: torch.dtype,  # the model's dtype
         kv_format: KvFormat | None = None,  # None: the model's dtype (a plain pool)
+        v_transposed: bool | None = None,  # an 8-bit pool's V layout (kv/layout.py); None: the default
     ) -> None:
         if num_blocks <= 0 or block_size <= 0:
             raise ValueError(f"need num_blocks > 0 and block_size > 0, got {num_blocks}, {block_size}")
@@ -40,6 +42,9 @@ class KvCache:
         self.num_layers = config.num_layers
         self.kv_format = kv_format or KvFormat(str(dtype).removeprefix("torch."))
         self.is_quantized = self.kv_format.is_quantized
+        if v_transposed is None:
+            v_transposed = kv_layout.V_TRANSPOSED_DEFAULT
+        self.v_transposed = bool(v_transposed) and self.is_quantized
         # The storage's element dtype: the float dtype of a plain pool, uint8 for an 8-bit one.
         self.dtype = torch.uint8 if self.is_quantized else self.kv_format.torch_dtype
         # Zeros so that padded reads of unwritten slots are finite (they are masked, but NaN * 0 would
@@ -48,7 +53,8 @@ class KvCache:
             self.kv = torch.zeros((num_blocks, bytes_per_block(config, block_size, self.kv_format)),
                                   dtype=torch.uint8, device=device)
             self._layer_views: list = [
-                layer_views(self.kv, layer, block_size, config.num_kv_heads, config.head_dim, self.kv_format)
+                layer_views(self.kv, layer, block_size, config.num_kv_heads, config.head_dim, self.kv_format,
+                            self.v_transposed)
                 for layer in range(config.num_layers)]
         else:
             # [num_blocks, num_layers, 2, block_size, num_kv_heads, head_dim]
@@ -81,7 +87,7 @@ class KvCache:
     def value_cache(self, layer: int) -> torch.Tensor:
         """[num_blocks, block_size, num_kv_heads, head_dim] view of one layer's values."""
         view = self._layer_views[layer]
-        return (view.data if self.is_quantized else view)[:, 1]
+        return view.v_data if self.is_quantized else view[:, 1]
 
     def block(self, block_id: int) -> torch.Tensor:
         """One block, contiguous, all layers: [num_layers, 2, block_size, num_kv_heads, head_dim],
@@ -120,7 +126,7 @@ class KvCache:
             return str(self.dtype), tuple(self.block(0).shape), PLAIN_LAYOUT_VERSION
         c = self.config
         shape = (c.num_layers, 2, self.block_size, c.num_kv_heads, c.head_dim)
-        return layout_name(self.kv_format), shape, LAYOUT_VERSION
+        return layout_name(self.kv_format, self.v_transposed), shape, layout_version(self.v_transposed)
 
     def summary(self) -> str:
         return (f"KV cache: {self.kv_dtype}, {self.num_bytes_per_token} bytes per token, {self.num_blocks} blocks "

@@ -31,6 +31,10 @@ from gpu_stage.kv.format import KvFormat
 from gpu_stage.model.config import ModelConfig
 
 LAYOUT_VERSION = 2  # the plain pool's layout is version 1 (pipeline/build_tiers.py)
+LAYOUT_VERSION_V_TRANSPOSED = 3
+# The switch: whether a new 8-bit pool takes the V-transposed layout (KvCache's default). Set it
+# after the decode A/B (lab/kv8_decode_ab.py, variants `vt_*`) shows that layout faster.
+V_TRANSPOSED_DEFAULT = False
 SCALE_DTYPE = torch.bfloat16
 SCALE_BYTES = 2
 
@@ -44,24 +48,49 @@ def quantized_bytes_per_token(config: ModelConfig) -> int:
     return 2 * config.num_layers * row_bytes(config.num_kv_heads, config.head_dim)
 
 
-def layout_name(fmt: KvFormat) -> str:
-    """What the block-file fingerprint records for this layout (with LAYOUT_VERSION)."""
+def layout_name(fmt: KvFormat, v_transposed: bool = False) -> str:
+    """What the block-file fingerprint records for this layout (with layout_version)."""
+    if v_transposed:
+        return f"{fmt.name}+scales:bfloat16/token-head/per-half+v:head-dim-token"
     return f"{fmt.name}+scales:bfloat16/token-head/in-row"
+
+
+def layout_version(v_transposed: bool) -> int:
+    return LAYOUT_VERSION_V_TRANSPOSED if v_transposed else LAYOUT_VERSION
 
 
 @dataclass(frozen=True)
 class QuantKvLayer:
     """One layer of an 8-bit pool: the views attention reads and writes (all alias the pool).
 
-    rows    uint8 [num_blocks, 2, block_size, row_bytes]: whole rows (the torch path)
-    data    [num_blocks, 2, block_size, H, D] in fmt.torch_dtype: the values (the kernels)
+    rows    uint8 [num_blocks, 2, block_size, row_bytes]: whole rows (the torch path); in the
+            V-transposed layout only the geometry of the layer's bytes (rows hold no tokens)
+    data    [num_blocks, 2, block_size, H, D] in fmt.torch_dtype: the values (the kernels); in the
+            V-transposed layout data[:, 0] is K and data[:, 1] is not V (use v_data)
     scales  bfloat16 [num_blocks, 2, block_size, H]: the scales (the kernels)
+    v_data  [num_blocks, block_size, H, D]: the V values (data[:, 1], or strided with keys
+            contiguous in the V-transposed layout)
     """
 
     rows: torch.Tensor
     data: torch.Tensor
     scales: torch.Tensor
     fmt: KvFormat
+    v_data: torch.Tensor | None = None
+    v_transposed: bool = False
+
+    def __post_init__(self) -> None:
+        if self.v_data is None:
+            object.__setattr__(self, "v_data", self.data[:, 1])
+
+    @property
+    def k_data(self) -> torch.Tensor:
+        """[num_blocks, block_size, H, D]: the K values."""
+        return self.data[:, 0]
+
+    def values(self, kv: int) -> torch.Tensor:
+        """K (kv 0) or V (kv 1) values, [num_blocks, block_size, H, D], in either layout."""
+        return self.k_data if kv == 0 else self.v_data
 
     @property
     def num_kv_heads(self) -> int:
@@ -73,13 +102,15 @@ class QuantKvLayer:
 
 
 def layer_views(storage: torch.Tensor, layer: int, block_size: int, num_kv_heads: int, head_dim: int,
-                fmt: KvFormat) -> QuantKvLayer:
+                fmt: KvFormat, v_transposed: bool = False) -> QuantKvLayer:
     """The views of `layer` in a pool `storage` (uint8 [num_blocks, block_bytes], contiguous)."""
     assert storage.dtype == torch.uint8 and storage.is_contiguous() and head_dim % 2 == 0
     num_blocks, block_bytes = storage.shape
     width = row_bytes(num_kv_heads, head_dim)
     offset = layer * 2 * block_size * width
     rows = storage.as_strided((num_blocks, 2, block_size, width), (block_bytes, block_size * width, width, 1), offset)
+    if v_transposed:
+        return _v_transposed_views(storage, rows, offset, block_size, num_kv_heads, head_dim, fmt)
     data = storage.view(fmt.torch_dtype).as_strided(
         (num_blocks, 2, block_size, num_kv_heads, head_dim),
         (block_bytes, block_size * width, width, head_dim, 1), offset)
@@ -88,3 +119,20 @@ def layer_views(storage: torch.Tensor, layer: int, block_size: int, num_kv_heads
         (num_blocks, 2, block_size, num_kv_heads),
         (block_bytes // 2, block_size * width // 2, width // 2, 1), (offset + num_kv_heads * head_dim) // 2)
     return QuantKvLayer(rows, data, scales, fmt)
+
+
+def _v_transposed_views(storage: torch.Tensor, rows: torch.Tensor, offset: int, block_size: int,
+                        num_kv_heads: int, head_dim: int, fmt: KvFormat) -> QuantKvLayer:
+    """The V-transposed layout's views (module docstring); `offset`: the layer's first byte."""
+    num_blocks, block_bytes = storage.shape
+    half_bytes = block_size * row_bytes(num_kv_heads, head_dim)
+    values_bytes = block_size * num_kv_heads * head_dim
+    typed = storage.view(fmt.torch_dtype)
+    data = typed.as_strided((num_blocks, 2, block_size, num_kv_heads, head_dim),
+                            (block_bytes, half_bytes, num_kv_heads * head_dim, head_dim, 1), offset)
+    v_data = typed.as_strided((num_blocks, block_size, num_kv_heads, head_dim),
+                              (block_bytes, 1, head_dim * block_size, block_size), offset + half_bytes)
+    scales = storage.view(SCALE_DTYPE).as_strided(
+        (num_blocks, 2, block_size, num_kv_heads), (block_bytes // 2, half_bytes // 2, num_kv_heads, 1),
+        (offset + values_bytes) // 2)
+    return QuantKvLayer(rows, data, scales, fmt, v_data, True)

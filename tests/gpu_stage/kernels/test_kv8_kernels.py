@@ -169,9 +169,10 @@ def _slot_metadata(slots: torch.Tensor, block_size: int):
 
 # --- attention over 8-bit K/V ---------------------------------------------------------------------------
 
-def _case(fmt, specs, num_heads, num_kv_heads, head_dim, block_size, dtype, seed):
+def _case(fmt, specs, num_heads, num_kv_heads, head_dim, block_size, dtype, seed, v_transposed=False):
     """Context + new tokens of each sequence stored into an 8-bit pool; the reference attends over
-    the pool's dequantized K/V (float64)."""
+    the pool's dequantized K/V (float64). v_transposed: the layer returned is a copy of the pool in
+    the V-transposed layout (kv/layout.py), the same K/V and scales."""
     gen, rng = torch.Generator().manual_seed(seed), random.Random(seed)
     num_blocks = sum(-(-(c + n) // block_size) for c, n in specs) + 3
     free = list(range(1, num_blocks))
@@ -197,7 +198,22 @@ def _case(fmt, specs, num_heads, num_kv_heads, head_dim, block_size, dtype, seed
                                              v.transpose(0, 1)[None], attn_mask=causal, enable_gqa=True)
         refs.append(out[0].transpose(0, 1))
         row += new
+    if v_transposed:
+        layer = v_transposed_copy(layer)
     return layer, q, meta, torch.cat(refs)
+
+
+def v_transposed_copy(layer):
+    """A QuantKvLayer of the row layout -> the same K/V and scales in a V-transposed pool (layer 1
+    of 3, as _case's)."""
+    num_blocks, _, block_size, kv_heads, head_dim = layer.data.shape
+    vt = KvCache(_config(kv_heads, kv_heads, head_dim), num_blocks, block_size, layer.data.device, torch.float32,
+                 layer.fmt, v_transposed=True)
+    dst = vt.layer(1)
+    dst.k_data.copy_(layer.k_data)
+    dst.v_data.copy_(layer.v_data)
+    dst.scales.copy_(layer.scales)
+    return dst
 
 
 MIXED = [(0, 11), (9, 7), (5, 1), (17, 1), (0, 1), (3, 4), (30, 1)]
@@ -265,15 +281,32 @@ def test_store_kernel_bytes_llama3_shape_gpu(fmt: str) -> None:
 
 # --- the decode kernel's 8-bit variants (decode_variants.py, kv_dequant.py) --------------------------------
 
+def _distinct_on_this_device(variants: dict) -> list[str]:
+    """Every variant with CUDA; on the CPU one per set of knobs (the interpreter's launch numbers
+    replace the rest), so the interpreter runs each code path once."""
+    if torch.cuda.is_available():
+        return sorted(variants)
+    seen, out = set(), []
+    for name in sorted(variants):
+        key = tuple(sorted((k, v) for k, v in variants[name].items() if k not in ("BLOCK_N", "num_warps",
+                                                                                  "num_stages", "maxnreg")))
+        if key not in seen:
+            seen.add(key)
+            out.append(name)
+    return out
+
+
 @pytest.mark.parametrize("fmt", FORMATS)
-@pytest.mark.parametrize("variant", sorted(QUANT_VARIANTS))
+@pytest.mark.parametrize("variant", _distinct_on_this_device(QUANT_VARIANTS))
 def test_every_decode_variant_over_8_bit_kv(fmt: str, variant: str) -> None:
     """Each variant equals the reference (a bf16 query: the DEQ_BITS patterns), at any split count;
-    on the CPU at the interpreter's BLOCK_N, with the variant's codes and scale reads."""
+    on the CPU at the interpreter's BLOCK_N, with the variant's codes and scale reads; a `vt_`
+    variant over the same K/V in the V-transposed layout."""
     if not variant_runs_on(variant, fmt):
         pytest.skip(f"{variant} reads fp8_e4m3 codes only")
-    layer, q, meta, ref = _case(fmt, [(4, 1), (40, 1), (70, 1), (15, 1)], 8, 2, 32, 4, torch.bfloat16, seed=5)
     cfg = dict(QUANT_VARIANTS[variant])
+    layer, q, meta, ref = _case(fmt, [(4, 1), (40, 1), (70, 1), (15, 1)], 8, 2, 32, 4, torch.bfloat16, seed=5,
+                                v_transposed=cfg.get("V_LAYOUT") == "vt")
     if not torch.cuda.is_available():
         cfg["BLOCK_N"] = 16
     for splits in (1, 4):

@@ -73,3 +73,40 @@ def test_describe_reports_format_and_size() -> None:
                                 "bytes_per_token": 3 * 2 * ROW, "block_size": 4, "num_blocks": 9,
                                 "pool_tokens": 8 * 4, "pool_bytes": 9 * 4 * 3 * 2 * ROW}
     assert "int8, 216 bytes per token, 9 blocks of 4 = 32 tokens" in cache.summary()
+
+
+@pytest.mark.parametrize("name", ["int8", "fp8_e4m3"])
+def test_v_transposed_layout_offsets_inside_the_slab(name: str) -> None:
+    """Layer 1 of block 3: K values [token, head, dim] then K scales [token, head]; V values
+    [head, dim, token] then V scales [token, head]; each half as many bytes as the row layout's."""
+    fmt = KvFormat(name)
+    cache = KvCache(CONFIG, num_blocks=5, block_size=4, device="cpu", dtype=torch.float32, kv_format=fmt,
+                    v_transposed=True)
+    assert cache.v_transposed and cache.kv.shape == (5, 3 * 2 * 4 * ROW)
+    layer = cache.layer(1)
+    assert layer.v_transposed and layer.v_data.shape == (5, 4, 2, 16) and layer.v_data.stride()[1:] == (1, 64, 4)
+    vals = torch.arange(16, dtype=torch.float32).to(fmt.torch_dtype)
+    layer.k_data[3, 2, 1] = vals
+    layer.v_data[3, 2, 1] = vals
+    layer.scales[3, 0, 2, 1] = 0.5
+    layer.scales[3, 1, 2, 1] = 0.25
+    slab = cache.block(3)
+    base, half, values_bytes = 1 * 2 * 4 * ROW, 4 * ROW, 4 * 2 * 16
+    k_at = base + (2 * 2 + 1) * 16
+    assert torch.equal(slab[k_at: k_at + 16], vals.view(torch.uint8))
+    v_at = base + half + 1 * 16 * 4 + torch.arange(16) * 4 + 2  # head 1, dim d, token 2
+    assert torch.equal(slab[v_at], vals.view(torch.uint8))
+    for kv, scale in ((0, 0.5), (1, 0.25)):
+        at = base + kv * half + values_bytes + 2 * (2 * 2 + 1)
+        assert torch.equal(slab[at: at + 2], torch.tensor([scale], dtype=torch.bfloat16).view(torch.uint8))
+    assert int(cache.kv.count_nonzero()) == int(slab.count_nonzero())  # nothing else written
+    assert torch.equal(cache.value_cache(1)[3, 2, 1].float(), vals.float())
+
+
+def test_v_transposed_layout_has_its_own_fingerprint() -> None:
+    rows = KvCache(CONFIG, 2, 4, "cpu", torch.bfloat16, KvFormat("fp8_e4m3"), v_transposed=False)
+    vt = KvCache(CONFIG, 2, 4, "cpu", torch.bfloat16, KvFormat("fp8_e4m3"), v_transposed=True)
+    assert rows.fingerprint_fields() != vt.fingerprint_fields()
+    assert vt.fingerprint_fields()[2] == 3 and rows.fingerprint_fields()[2] == 2
+    plain = KvCache(CONFIG, 2, 4, "cpu", torch.bfloat16, v_transposed=True)  # a plain pool has one layout
+    assert not plain.v_transposed and plain.fingerprint_fields() == ("torch.bfloat16", (3, 2, 4, 2, 16), 1)

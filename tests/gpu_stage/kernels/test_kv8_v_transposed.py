@@ -1,0 +1,79 @@
+"""The decode kernel over the V-transposed 8-bit layout (gpu_stage/kv/layout.py, issue 23's A/B):
+the same K/V and scales copied from a row-layout pool give the same output as over that pool (the
+kernel reads V through its own strides, keys contiguous), and both equal float64 attention over
+the dequantized K/V: in float32 with exact dots (< 1e-5), at any split count, with sliding windows
+whose first key is not on a tile boundary (the V-transposed path aligns its tiles and masks the
+keys before the window). Without CUDA under TRITON_INTERPRET=1."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+pytest.importorskip("triton")
+
+from test_kv8_kernels import DEVICE, TOL, _case, _rel, v_transposed_copy  # noqa: E402
+
+from gpu_stage.kernels.decode_attention import DecodeWorkspace, decode_attention  # noqa: E402
+from gpu_stage.kernels.decode_variants import QUANT_VARIANTS  # noqa: E402
+from gpu_stage.kernels.kv_store import value_strides  # noqa: E402
+from gpu_stage.kv.quant import dequantize  # noqa: E402
+
+SPECS = [(4, 1), (40, 1), (70, 1), (15, 1), (33, 1)]
+
+
+def _windowed_reference(layer, q, meta, window: int) -> torch.Tensor:
+    """float64 attention of each sequence's one query over its last `window` dequantized keys."""
+    outs = []
+    bs = meta.block_size
+    for i, n in enumerate(meta.seq_lens_host):
+        pos = torch.arange(max(0, n - window), n, device=DEVICE)
+        blocks, offsets = meta.block_tables[i].long()[pos // bs], pos % bs
+        k, v = (dequantize(layer.values(j)[blocks, offsets], layer.scales[blocks, j, offsets], torch.float64)
+                for j in (0, 1))
+        group = q.shape[1] // k.shape[1]
+        k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)  # [L, H, D]
+        s = torch.einsum("hd,lhd->hl", q[i].double(), k) / math.sqrt(q.shape[2])
+        outs.append(torch.einsum("hl,lhd->hd", torch.softmax(s, -1), v))
+    return torch.stack(outs)
+
+
+@pytest.mark.parametrize("fmt", ["int8", "fp8_e4m3", "fp8_e5m2"])
+def test_v_transposed_layout_has_keys_contiguous_and_the_same_values(fmt: str) -> None:
+    rows_layer, q, meta, ref = _case(fmt, SPECS, 8, 2, 16, 4, torch.float32, seed=2)
+    vt = v_transposed_copy(rows_layer)
+    assert value_strides(vt)[0] == 1 and value_strides(rows_layer)[2] == 1
+    assert torch.equal(vt.v_data.float(), rows_layer.v_data.float())
+    assert torch.equal(vt.k_data.float(), rows_layer.k_data.float())
+
+
+@pytest.mark.parametrize("fmt,splits", [("int8", 1), ("fp8_e4m3", 2), ("fp8_e5m2", 4), ("fp8_e4m3", 1)])
+def test_decode_over_v_transposed_equals_the_row_layout_and_the_reference(fmt: str, splits: int) -> None:
+    rows_layer, q, meta, ref = _case(fmt, SPECS, 8, 2, 16, 4, torch.float32, seed=splits)
+    vt = v_transposed_copy(rows_layer)
+    ws = DecodeWorkspace(q.shape[0], 8, 16, splits, DEVICE)
+    out_rows = decode_attention(q, rows_layer, meta.seq_lens, meta.block_tables, ws).clone()
+    out_vt = decode_attention(q, vt, meta.seq_lens, meta.block_tables, ws)
+    assert _rel(out_vt, ref) < TOL[torch.float32] and _rel(out_rows, ref) < TOL[torch.float32]
+    assert _rel(out_vt, out_rows) < 1e-6
+
+
+@pytest.mark.parametrize("window,splits", [(3, 1), (17, 2), (21, 4), (1, 1), (64, 2)])
+def test_windowed_decode_over_v_transposed(window: int, splits: int) -> None:
+    """First keys at 40 - 17 = 23, 70 - 21 = 49, ...: mid-tile, so the aligned tiles mask keys."""
+    rows_layer, q, meta, _ = _case("fp8_e4m3", SPECS, 8, 2, 16, 4, torch.float32, seed=window)
+    q = q * 1e-3  # near-uniform attention: every key counts (later keys are the largest in _case)
+    vt = v_transposed_copy(rows_layer)
+    ref = _windowed_reference(vt, q, meta, window)
+    ws = DecodeWorkspace(q.shape[0], 8, 16, splits, DEVICE)
+    out = decode_attention(q, vt, meta.seq_lens, meta.block_tables, ws, window=window)
+    assert _rel(out, ref) < TOL[torch.float32]
+
+
+def test_a_v_transposed_variant_refuses_the_row_layout() -> None:
+    rows_layer, q, meta, _ = _case("int8", SPECS, 8, 2, 16, 4, torch.bfloat16, seed=0)
+    name = next(n for n in QUANT_VARIANTS if n.startswith("vt_"))
+    ws = DecodeWorkspace(q.shape[0], 8, 16, 1, DEVICE)
+    with pytest.raises(ValueError, match="V layout"):
+        decode_attention(q, rows_layer, meta.seq_lens, meta.block_tables, ws, config=dict(QUANT_VARIANTS[name]))
