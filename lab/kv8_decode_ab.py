@@ -152,7 +152,8 @@ def _compile_prefill(job: tuple, t: float) -> tuple:
         from gpu_stage.model.config import ModelConfig
 
         config = ModelConfig("llama", 10, H * D, 8, 2, H, HKV, D)
-        cache = KvCache(config, 64, BS, "cuda", torch.bfloat16, None if fmt == "bf16" else KvFormat(fmt))
+        cache = KvCache(config, 64, BS, "cuda", torch.bfloat16, None if fmt == "bf16" else KvFormat(fmt),
+                        v_transposed=v_transposed(cfg))
         meta = build_metadata([20, 1], [40, 30], [[1, 2, 3], [4, 5]], BS, "cuda")
         q = torch.zeros(21, H, D, dtype=torch.bfloat16, device="cuda")
         prefill_attention(q, cache.layer(1), meta.cu_seqlens_q, meta.seq_lens, meta.block_tables, meta.num_seqs,
@@ -329,10 +330,14 @@ PREFILL_CASES = (("fresh 128", [128], [128]), ("512 over 1536", [512], [2048]),
                  ("mixed 512 + 63 decodes", [512] + [1] * 63, [2048] * 64))
 
 
+PREFILL_GLOBS = ["*"]  # --prefill-variants
+
+
 def prefill_variants() -> dict[str, dict | None]:
     from gpu_stage.kernels.prefill_variants import QUANT_VARIANTS
 
-    return {"bf16": None, "served": {"SERVED": True}, **{k: dict(v) for k, v in QUANT_VARIANTS.items()}}
+    names = [n for g in PREFILL_GLOBS for n in fnmatch.filter(QUANT_VARIANTS, g)]
+    return {"bf16": None, "served": {"SERVED": True}, **{k: dict(QUANT_VARIANTS[k]) for k in dict.fromkeys(names)}}
 
 
 def run_prefill(case: Case, cfg: dict | None, q_lens: list[int], seq_lens: list[int], reps: int) -> dict:
@@ -346,7 +351,8 @@ def run_prefill(case: Case, cfg: dict | None, q_lens: list[int], seq_lens: list[
     meta = build_metadata(q_lens, seq_lens, tables, BS, "cuda")
     gen = torch.Generator(device="cuda").manual_seed(len(q_lens))
     q = torch.randn(sum(q_lens), H, D, generator=gen, device="cuda").to(torch.bfloat16)
-    layers = [case.cache.layer(i) for i in range(case.num_layers)] * 8  # 8 rounds: calls of ~10 us
+    cache = case.cache_for(cfg)
+    layers = [cache.layer(i) for i in range(case.num_layers)] * 8  # 8 rounds: calls of ~10 us
     outs = [torch.empty_like(q) for _ in layers]
     launch = launch_config(cfg)
 
@@ -453,6 +459,7 @@ def main() -> None:
                     help="variants also timed with 2 and 4 splits at batch 64")
     ap.add_argument("--workers", type=int, default=min(12, max(1, (os.cpu_count() or 2) - 2)))
     ap.add_argument("--prefill", type=int, default=1, help="also the prefill/mixed kernel's variants (0: not)")
+    ap.add_argument("--prefill-variants", default="*", help="comma list of prefill QUANT_VARIANTS names or globs")
     ap.add_argument("--budget-s", type=float, default=80.0, help="stop timing new variants past this")
     args = ap.parse_args()
 
@@ -461,6 +468,7 @@ def main() -> None:
     from gpu_stage.kernels.decode_variants import QUANT_VARIANTS
 
     formats = [f for f in args.formats.split(",") if f]
+    PREFILL_GLOBS[:] = [g for g in args.prefill_variants.split(",") if g]
     names = [n for v in args.variants.split(",") if v for n in fnmatch.filter(QUANT_VARIANTS, v)]
     names = list(dict.fromkeys(names)) or list(QUANT_VARIANTS)
     cases = [tuple(int(x) for x in c.split("x")) for c in args.cases.split(",")]

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import torch
 
 from gpu_stage.attention.long_kernels import KERNELS, merge_into
-from gpu_stage.attention.torch_backend import read_rows
+from gpu_stage.attention.torch_backend import gather_rows, read_rows
 from gpu_stage.kv.layout import QuantKvLayer
 
 log = logging.getLogger("ttft.gpu")
@@ -152,13 +152,13 @@ class LongContextAttention:
     def _gather(self, kv_layer: torch.Tensor | QuantKvLayer, seq: LongSeq) -> None:
         length = seq.seq_len
         src = read_rows(kv_layer, self.dtype)  # the pool's rows, or rows that dequantize / cast
-        for rows, out in ((seq.k_rows, self.k), (seq.v_rows, self.v)):
+        for kv, rows, out in ((0, seq.k_rows, self.k), (1, seq.v_rows, self.v)):
             if isinstance(src, torch.Tensor):
                 torch.index_select(src, 0, rows, out=out[:length])
                 continue
             for a in range(0, length, GATHER_SLAB):
                 b = min(length, a + GATHER_SLAB)
-                out[a:b] = src.index_select(0, rows[a:b])
+                out[a:b] = gather_rows(src, rows[a:b], kv)
 
     def warm(self) -> str | None:
         """On the launch thread (torch keeps cuDNN's plans per thread), before any step: check the

@@ -10,7 +10,8 @@ Interface (a Triton backend provides the same functions):
 an 8-bit pool's QuantKvLayer (gpu_stage/kv/layout.py): its K/V are quantized as they are stored
 and dequantized (kv_quant.py) as they are gathered, every read going through the cache, a fresh
 prefill's own keys included, so a prompt's output does not depend on how it was chunked. A plain
-pool of another float dtype than the model's is cast the same way.
+pool of another float dtype than the model's is cast the same way. The V-transposed 8-bit layout
+is addressed with the same row indices (_VtRows maps them to block, half and token).
 Every query attends to its own sequence's keys at positions <= its own (the earlier context is
 already in the cache: chunked prefill, prefix hits, decode). Grouped-query attention: q head h reads
 kv head h // (num_heads // num_kv_heads), as in HF's repeat_kv.
@@ -32,7 +33,7 @@ import torch.nn.functional as F
 from gpu_stage.attention.metadata import AttentionMetadata
 from gpu_stage.attention.window_masks import decode_window_mask, prefill_window_mask
 from gpu_stage.kv.layout import QuantKvLayer
-from gpu_stage.kv.quant import dequantize_rows, quantize_rows
+from gpu_stage.kv.quant import dequantize, dequantize_rows, quantize, quantize_rows
 
 
 @dataclass
@@ -88,6 +89,42 @@ class _DequantRows:
         return dequantize_rows(raw, self.layer.num_kv_heads, self.layer.fmt, self.dtype)
 
 
+class _VtRows:
+    """An 8-bit layer in the V-transposed layout (kv/layout.py), addressed by the row layout's row
+    indices (pool_rows of its `rows` view: the plan is the same): a row's block, half (K or V) and
+    token pick the values from the layer's K or V view and the scales beside them. Gathers and
+    stores go through `gather_rows` / `scatter`: the caller says which half (no device read)."""
+
+    def __init__(self, layer: QuantKvLayer, dtype: torch.dtype) -> None:
+        self.layer, self.dtype = layer, dtype
+        self.block_rows, self.v_delta = row_layout(layer.rows)
+        self.block_size = layer.data.shape[2]
+
+    def _at(self, index: torch.Tensor, kv: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return index // self.block_rows, index % self.block_rows - kv * self.block_size
+
+    def gather(self, index: torch.Tensor, kv: int) -> torch.Tensor:
+        """Rows `index` of half `kv` -> [N, kv_heads * head_dim] dequantized to `dtype`."""
+        block, offset = self._at(index, kv)
+        values = self.layer.values(kv).view(torch.uint8)[block, offset].view(self.layer.fmt.torch_dtype)
+        scales = self.layer.scales[:, kv][block, offset]
+        return dequantize(values, scales, self.dtype).reshape(index.shape[0], -1)
+
+    def scatter(self, index: torch.Tensor, kv: int, x: torch.Tensor) -> None:
+        """x [T, kv_heads, head_dim] quantized into rows `index` of half `kv`."""
+        values, scales = quantize(x, self.layer.fmt)
+        block, offset = self._at(index, kv)
+        self.layer.values(kv).view(torch.uint8)[block, offset] = values.view(torch.uint8)
+        self.layer.scales[:, kv][block, offset] = scales
+
+
+def gather_rows(rows, index: torch.Tensor, kv: int) -> torch.Tensor:
+    """What read_rows returned, at row indices `index` of the K (kv 0) or V (kv 1) half."""
+    if isinstance(rows, _VtRows):
+        return rows.gather(index, kv)
+    return rows.index_select(0, index)
+
+
 class _CastRows:
     """A plain pool of another float dtype than the model's: rows gathered, then cast."""
 
@@ -101,7 +138,7 @@ class _CastRows:
 def read_rows(kv_layer: torch.Tensor | QuantKvLayer, dtype: torch.dtype):
     """What forward gathers from: the plain pool's rows themselves, or rows that convert."""
     if isinstance(kv_layer, QuantKvLayer):
-        return _DequantRows(kv_layer, dtype)
+        return _VtRows(kv_layer, dtype) if kv_layer.v_transposed else _DequantRows(kv_layer, dtype)
     rows = pool_rows(kv_layer)
     return rows if rows.dtype == dtype else _CastRows(rows, dtype)
 
@@ -117,6 +154,11 @@ def store_kv(kv_layer: torch.Tensor | QuantKvLayer, k: torch.Tensor, v: torch.Te
     """k, v [T, num_kv_heads, head_dim] -> the cache slots of meta.slot_mapping."""
     plan = _get_plan(meta, kv_layer)
     num_tokens = k.shape[0]
+    if isinstance(kv_layer, QuantKvLayer) and kv_layer.v_transposed:
+        target = _VtRows(kv_layer, k.dtype)
+        target.scatter(plan.store_k_rows, 0, k)
+        target.scatter(plan.store_k_rows + plan.v_delta, 1, v)
+        return
     if isinstance(kv_layer, QuantKvLayer):
         rows = pool_rows(kv_layer.rows)
         rows.index_copy_(0, plan.store_k_rows, quantize_rows(k, kv_layer.fmt))
@@ -158,8 +200,8 @@ def _decode(q: torch.Tensor, rows: torch.Tensor, num_kv_heads: int, plan: _Plan)
     """q [Bd, num_heads, head_dim] with one query per sequence -> [Bd, num_heads, head_dim]."""
     num_seqs, num_heads, head_dim = q.shape
     shape = (num_seqs, plan.decode_max_len, num_kv_heads, head_dim)
-    k = rows.index_select(0, plan.decode_k_rows).view(shape).transpose(1, 2)  # [Bd, kv_heads, Ld, D]
-    v = rows.index_select(0, plan.decode_k_rows + plan.v_delta).view(shape).transpose(1, 2)
+    k = gather_rows(rows, plan.decode_k_rows, 0).view(shape).transpose(1, 2)  # [Bd, kv_heads, Ld, D]
+    v = gather_rows(rows, plan.decode_k_rows + plan.v_delta, 1).view(shape).transpose(1, 2)
     # The group's query heads act as query rows: [Bd, kv_heads, group, D]; no causal mask is
     # needed because a decode token sees its whole context.
     q_grouped = q.view(num_seqs, num_kv_heads, num_heads // num_kv_heads, head_dim)
@@ -170,8 +212,8 @@ def _decode(q: torch.Tensor, rows: torch.Tensor, num_kv_heads: int, plan: _Plan)
 def _prefill(q: torch.Tensor, rows: torch.Tensor, num_kv_heads: int, seq: _PrefillSeq, v_delta: int) -> torch.Tensor:
     """q [Tq, num_heads, head_dim] of one sequence -> [Tq, num_heads, head_dim]."""
     shape = (seq.k_rows.shape[0], num_kv_heads, q.shape[2])
-    k = rows.index_select(0, seq.k_rows).view(shape).transpose(0, 1)[None]  # [1, kv_heads, L, D]
-    v = rows.index_select(0, seq.k_rows + v_delta).view(shape).transpose(0, 1)[None]
+    k = gather_rows(rows, seq.k_rows, 0).view(shape).transpose(0, 1)[None]  # [1, kv_heads, L, D]
+    v = gather_rows(rows, seq.k_rows + v_delta, 1).view(shape).transpose(0, 1)[None]
     q4 = q.transpose(0, 1)[None]  # [1, num_heads, Tq, D]
     out = F.scaled_dot_product_attention(
         q4, k, v, attn_mask=seq.mask, is_causal=seq.mask is None, enable_gqa=True

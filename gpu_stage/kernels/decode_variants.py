@@ -91,11 +91,25 @@ def variant_runs_on(name: str, fmt_name: str) -> bool:
     return not QUANT_VARIANTS[name].get("MMA_T") or fmt_name == "fp8_e4m3"
 
 
-def served_variant(fmt_name: str, num_splits: int) -> dict:
-    """The config served for an 8-bit pool of `fmt_name` at `num_splits` (a copy)."""
-    return dict(QUANT_VARIANTS[SERVED[fmt_name][0 if num_splits == 1 else 1]])
+# The same for a pool in the V-transposed layout (kv/layout.py V_TRANSPOSED_DEFAULT). NOT YET
+# MEASURED: set these from the `vt_*` rows of a lab/kv8_decode_ab.py run before switching the layout in.
+SERVED_VT = {
+    "fp8_e4m3": ("vt_kbits_vdirect_n64_w2_s2", "vt_kbits_vdirect_n128_w4_s2"),
+    "fp8_e5m2": ("vt_kbits_vdirect_n64_w2_s2", "vt_kbits_vdirect_n128_w4_s2"),
+    "int8": ("vt_kdirect_vdirect_n64_w2_s2", "vt_kdirect_vdirect_n128_w4_s2"),
+}
 
 
-def split_block_n(fmt_name: str) -> int:
+def _served(fmt_name: str, v_transposed: bool) -> tuple[str, str]:
+    return (SERVED_VT if v_transposed else SERVED)[fmt_name]
+
+
+def served_variant(fmt_name: str, num_splits: int, v_transposed: bool = False) -> dict:
+    """The config served for an 8-bit pool of `fmt_name` (in the V-transposed layout or not) at
+    `num_splits` (a copy)."""
+    return dict(QUANT_VARIANTS[_served(fmt_name, v_transposed)[0 if num_splits == 1 else 1]])
+
+
+def split_block_n(fmt_name: str, v_transposed: bool = False) -> int:
     """BLOCK_N of the split-K variant: the split count's cap (triton_backend.decode_num_splits)."""
-    return QUANT_VARIANTS[SERVED[fmt_name][1]]["BLOCK_N"]
+    return QUANT_VARIANTS[_served(fmt_name, v_transposed)[1]]["BLOCK_N"]

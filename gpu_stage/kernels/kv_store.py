@@ -7,7 +7,9 @@ use that; the null block 0 works too). Block offsets are computed in int64: at 8
 block's stride times 30k blocks overflows int32.
 
 An 8-bit pool (QUANT, gpu_stage/kv/layout.py) gets each token-head's values divided by its scale
-(amax / qmax, in bfloat16) and rounded (kernels/kv_quant.py), and the scale beside them.
+(amax / qmax, in bfloat16) and rounded (kernels/kv_quant.py), and the scale beside them. V is
+written through its own strides (`value_strides`): the V-transposed layout puts a token's values
+one byte per (head, dim) row of its block, keys contiguous.
 """
 from __future__ import annotations
 
@@ -27,6 +29,7 @@ def _store_kv_kernel(
     stride_c_block, stride_c_kv, stride_c_tok, stride_c_head,
     block_size, num_kv_heads,
     scale_ptr, stride_s_block, stride_s_kv, stride_s_tok,
+    stride_v_tok, stride_v_head, stride_v_d,
     HEAD_DIM: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr,
     QUANT: tl.constexpr, FMT: tl.constexpr, QMAX: tl.constexpr, MBITS: tl.constexpr, EMIN: tl.constexpr,
 ):
@@ -41,6 +44,7 @@ def _store_kv_kernel(
     k = tl.load(k_ptr + t * stride_k_t + h * stride_k_h + d, mask=mask, other=0.0)
     v = tl.load(v_ptr + t * stride_v_t + h * stride_v_h + d, mask=mask, other=0.0)
     dst = cache_ptr + block * stride_c_block + offset * stride_c_tok + h * stride_c_head + d
+    v_dst = cache_ptr + stride_c_kv + block * stride_c_block + offset * stride_v_tok + h * stride_v_head + d * stride_v_d
     if QUANT:
         heads = tl.arange(0, BLOCK_H)
         s_mask = (heads < num_kv_heads) & ((heads * 0 + slot) >= 0)
@@ -54,7 +58,7 @@ def _store_kv_kernel(
         tl.store(s_dst, k_scale.to(scale_ptr.dtype.element_ty), mask=s_mask)
         tl.store(s_dst + stride_s_kv, v_scale.to(scale_ptr.dtype.element_ty), mask=s_mask)
     tl.store(dst, k.to(cache_ptr.dtype.element_ty), mask=mask)
-    tl.store(dst + stride_c_kv, v.to(cache_ptr.dtype.element_ty), mask=mask)
+    tl.store(v_dst, v.to(cache_ptr.dtype.element_ty), mask=mask)
 
 
 def cache_args(kv_layer: torch.Tensor | QuantKvLayer) -> tuple[tuple, dict]:
@@ -92,7 +96,7 @@ def store_kv(kv_layer: torch.Tensor | QuantKvLayer, k: torch.Tensor, v: torch.Te
         k, v, cache, slot_mapping,
         k.stride(0), k.stride(1), v.stride(0), v.stride(1),
         cache.stride(0), cache.stride(1), cache.stride(2), cache.stride(3),
-        cache.shape[2], num_kv_heads, *scale_args,
+        cache.shape[2], num_kv_heads, *scale_args, *value_strides(kv_layer),
         HEAD_DIM=head_dim, BLOCK_H=next_pow2(num_kv_heads), BLOCK_D=next_pow2(head_dim),
         num_warps=4, **quant,
     )

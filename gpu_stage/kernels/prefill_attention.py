@@ -15,7 +15,8 @@ sequence by binary search over cu_seqlens_q and exits when its tile lies past th
 
 An 8-bit pool (QUANT) is read as decode_attention.py reads it: values converted to the query's
 dtype in registers, a key's scale on its score column, a value's on p's column; how codes become
-operands and scales are read is the served variant's (prefill_variants.py, kv_dequant.py).
+operands and scales are read is the served variant's (prefill_variants.py, kv_dequant.py). V is
+read through its own strides (kv_store.value_strides): keys contiguous in the V-transposed layout.
 
 Keys come from the paged cache only (store_kv runs first): positions [0, seq_len), where the last
 query_len positions are this step's tokens. Keys every row of the tile may see run without a mask;
@@ -39,7 +40,7 @@ from gpu_stage.kernels import interpreting, next_pow2
 from gpu_stage.kernels.common import dot_flags, mma
 from gpu_stage.kernels.decode_attention import NO_WINDOW
 from gpu_stage.kernels.kv_dequant import kv_operand, launch_knobs, tile_scales
-from gpu_stage.kernels.kv_store import cache_args
+from gpu_stage.kernels.kv_store import cache_args, value_strides
 from gpu_stage.kernels.prefill_variants import served_variant
 from gpu_stage.kv.layout import QuantKvLayer
 
@@ -52,18 +53,21 @@ INTERPRETER_CONFIG = {"BLOCK_M": 16, "BLOCK_N": 16, "num_warps": 4, "num_stages"
 @triton.jit
 def _attend_tile(
     q, acc, m_i, l_i, kv_ptr, bt_row_ptr, start, kv_end, q_pos, d, d_ok, stride_c_block, stride_c_kv,
-    stride_c_tok, kv_head_off, block_size,
+    stride_c_tok, kv_head_off, block_size, stride_v_tok, v_head_off, stride_v_d,
     BLOCK_N: tl.constexpr, CAUSAL_MASK: tl.constexpr, IEEE: tl.constexpr, UPCAST: tl.constexpr,
     sm_scale_log2, window, scale_ptr, stride_s_block, stride_s_kv, stride_s_tok, kv_head, QUANT: tl.constexpr,
-    FMT: tl.constexpr, DEQ_K: tl.constexpr, DEQ_V: tl.constexpr, SCALE_WORDS: tl.constexpr,
+    FMT: tl.constexpr, DEQ_K: tl.constexpr, DEQ_V: tl.constexpr, SCALE_WORDS: tl.constexpr, V_KEYS: tl.constexpr,
 ):
+    if V_KEYS:  # every tile starts on a multiple of BLOCK_N: say so, for aligned V loads
+        start = tl.multiple_of(start, BLOCK_N)
     pos = start + tl.arange(0, BLOCK_N)  # [BLOCK_N] key positions
     pos_ok = pos < kv_end
     block = tl.load(bt_row_ptr + pos // block_size, mask=pos_ok, other=0).to(tl.int64)
     row_off = block * stride_c_block + (pos % block_size) * stride_c_tok + kv_head_off  # [BLOCK_N]
     kv_mask = pos_ok[:, None] & d_ok[None, :]
     k = tl.load(kv_ptr + row_off[:, None] + d[None, :], mask=kv_mask, other=0.0)  # [BLOCK_N, BLOCK_D]
-    v = tl.load(kv_ptr + stride_c_kv + row_off[:, None] + d[None, :], mask=kv_mask, other=0.0)
+    v_off = block * stride_c_block + (pos % block_size) * stride_v_tok + v_head_off  # V by its own strides
+    v = tl.load(kv_ptr + stride_c_kv + v_off[:, None] + d[None, :] * stride_v_d, mask=kv_mask, other=0.0)
     if QUANT:  # 8-bit codes -> the query's dtype (exact), kv_dequant.py
         k = kv_operand(k, q.dtype, FMT, DEQ_K)
         v = kv_operand(v, q.dtype, FMT, DEQ_V)
@@ -106,10 +110,12 @@ def _prefill_attention_kernel(
     block_size,
     window,
     scale_ptr, stride_s_block, stride_s_kv, stride_s_tok,
+    stride_v_tok, stride_v_head, stride_v_d,
     GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_N: tl.constexpr,
     IEEE: tl.constexpr, UPCAST: tl.constexpr, QUANT: tl.constexpr, FMT: tl.constexpr = 0,
     DEQ_K: tl.constexpr = 0, DEQ_V: tl.constexpr = 0, SCALE_WORDS: tl.constexpr = False, BLOCK_SIZE: tl.constexpr = 0,
+    V_KEYS: tl.constexpr = False,
 ):
     tile = tl.program_id(0)
     bs = BLOCK_SIZE if BLOCK_SIZE > 0 else block_size  # a constant: shifts, not divisions
@@ -146,6 +152,7 @@ def _prefill_attention_kernel(
         acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
         bt_row_ptr = bt_ptr + seq.to(tl.int64) * stride_bt
         kv_head_off = kv_head.to(tl.int64) * stride_c_head
+        v_head_off = kv_head.to(tl.int64) * stride_v_head
         last_q = tl.minimum(q_first + BLOCK_Q, q_len) - 1
         kv_end = context + last_q + 1  # keys past this are seen by no row of the tile
         full_end = ((context + q_first + 1) // BLOCK_N) * BLOCK_N  # tiles every row sees whole
@@ -156,18 +163,21 @@ def _prefill_attention_kernel(
         for start in range(lo, mid_lo, BLOCK_N):
             acc, m_i, l_i = _attend_tile(
                 q, acc, m_i, l_i, kv_ptr, bt_row_ptr, start, kv_end, q_pos, d, d_ok, stride_c_block,
-                stride_c_kv, stride_c_tok, kv_head_off, bs, BLOCK_N, True, IEEE, UPCAST, sm_scale_log2, window,
-                scale_ptr, stride_s_block, stride_s_kv, stride_s_tok, kv_head, QUANT, FMT, DEQ_K, DEQ_V, SCALE_WORDS)
+                stride_c_kv, stride_c_tok, kv_head_off, bs, stride_v_tok, v_head_off, stride_v_d, BLOCK_N, True, IEEE, UPCAST, sm_scale_log2, window,
+                scale_ptr, stride_s_block, stride_s_kv, stride_s_tok, kv_head, QUANT, FMT, DEQ_K, DEQ_V, SCALE_WORDS,
+                V_KEYS)
         for start in range(mid_lo, full_end, BLOCK_N):
             acc, m_i, l_i = _attend_tile(
                 q, acc, m_i, l_i, kv_ptr, bt_row_ptr, start, kv_end, q_pos, d, d_ok, stride_c_block,
-                stride_c_kv, stride_c_tok, kv_head_off, bs, BLOCK_N, False, IEEE, UPCAST, sm_scale_log2, window,
-                scale_ptr, stride_s_block, stride_s_kv, stride_s_tok, kv_head, QUANT, FMT, DEQ_K, DEQ_V, SCALE_WORDS)
+                stride_c_kv, stride_c_tok, kv_head_off, bs, stride_v_tok, v_head_off, stride_v_d, BLOCK_N, False, IEEE, UPCAST, sm_scale_log2, window,
+                scale_ptr, stride_s_block, stride_s_kv, stride_s_tok, kv_head, QUANT, FMT, DEQ_K, DEQ_V, SCALE_WORDS,
+                V_KEYS)
         for start in range(full_end, kv_end, BLOCK_N):
             acc, m_i, l_i = _attend_tile(
                 q, acc, m_i, l_i, kv_ptr, bt_row_ptr, start, kv_end, q_pos, d, d_ok, stride_c_block,
-                stride_c_kv, stride_c_tok, kv_head_off, bs, BLOCK_N, True, IEEE, UPCAST, sm_scale_log2, window,
-                scale_ptr, stride_s_block, stride_s_kv, stride_s_tok, kv_head, QUANT, FMT, DEQ_K, DEQ_V, SCALE_WORDS)
+                stride_c_kv, stride_c_tok, kv_head_off, bs, stride_v_tok, v_head_off, stride_v_d, BLOCK_N, True, IEEE, UPCAST, sm_scale_log2, window,
+                scale_ptr, stride_s_block, stride_s_kv, stride_s_tok, kv_head, QUANT, FMT, DEQ_K, DEQ_V, SCALE_WORDS,
+                V_KEYS)
         out = acc / l_i[:, None]
         tl.store(out_ptr + q_rows[:, None] * stride_o_t + head[:, None] * stride_o_h + d[None, :],
                  out.to(out_ptr.dtype.element_ty), mask=q_mask)
@@ -191,10 +201,11 @@ def prefill_attention(
     """-> out [T, num_heads, head_dim]; rows outside every sequence are left unwritten."""
     num_tokens, num_heads, head_dim = q.shape
     (cache, *scale_args), quant = cache_args(kv_layer)
+    v_strides = value_strides(kv_layer)
     num_kv_heads, block_size = cache.shape[3], cache.shape[2]
     group = num_heads // num_kv_heads
     if config is None and quant["QUANT"]:  # the served variant of prefill_variants.py
-        config = served_variant()
+        config = served_variant(kv_layer.v_transposed)
         config = {**config, **INTERPRETER_CONFIG} if interpreting() else config
     cfg = dict(config or (INTERPRETER_CONFIG if interpreting() else GPU_CONFIG))
     knobs = launch_knobs(cfg, quant, kv_layer, block_size)
@@ -210,7 +221,7 @@ def prefill_attention(
         cache.stride(0), cache.stride(1), cache.stride(2), cache.stride(3),
         block_tables.stride(0), block_size,
         NO_WINDOW if window is None else window,
-        *scale_args, QUANT=quant["QUANT"], **knobs,
+        *scale_args, *v_strides, QUANT=quant["QUANT"], **knobs, V_KEYS=v_strides[0] == 1,
         GROUP=group, HEAD_DIM=head_dim, BLOCK_D=max(16, next_pow2(head_dim)), BLOCK_M=block_m,
         BLOCK_Q=block_q, BLOCK_N=cfg.pop("BLOCK_N"), **dot_flags(q.dtype), **cfg,
     )

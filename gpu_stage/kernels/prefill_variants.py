@@ -22,9 +22,16 @@ QUANT_VARIANTS: dict[str, dict] = {
     "khere_vhere_m64_w4": {**_LAUNCH, "BLOCK_M": 64, "num_warps": 4, "DEQ_K": DEQ_BITS_HERE, "DEQ_V": DEQ_BITS_HERE,
                            "SCALE_WORDS": True, "CONST_BLOCK": True},
 }
+# On the V-transposed layout (kv/layout.py: V keys contiguous, K-major for p @ v): V converted
+# in the dot operand's layout ("vdirect", "vbits") may now be read from shared memory in words.
+for _v, _deq in (("vdirect", DEQ_DIRECT), ("vbits", DEQ_BITS), ("vhere", DEQ_BITS_HERE)):
+    QUANT_VARIANTS[f"vt_khere_{_v}_m64_w4"] = {**_LAUNCH, "BLOCK_M": 64, "num_warps": 4, "DEQ_K": DEQ_BITS_HERE,
+                                              "DEQ_V": _deq, "SCALE_WORDS": True, "CONST_BLOCK": True,
+                                              "V_LAYOUT": "vt"}
 SERVED = "khere_vhere_m64_w4"  # measured: bench/results/20261202-NVIDIA-H200/s14-final/kv8_ab.log (mixed 512 + 63 decodes 389 us vs chain 718)
+SERVED_VT = "vt_khere_vhere_m64_w4"  # NOT YET MEASURED: the served one's knobs; set it from a lab run
 
 
-def served_variant() -> dict:
-    """The config served for an 8-bit pool (a copy)."""
-    return dict(QUANT_VARIANTS[SERVED])
+def served_variant(v_transposed: bool = False) -> dict:
+    """The config served for an 8-bit pool in the row or the V-transposed layout (a copy)."""
+    return dict(QUANT_VARIANTS[SERVED_VT if v_transposed else SERVED])

@@ -17,7 +17,7 @@ import triton.language as tl
 
 from gpu_stage.kernels import next_pow2
 from gpu_stage.kernels.kv_quant import kv_quantize, kv_scale, quant_constexprs
-from gpu_stage.kernels.kv_store import cache_args
+from gpu_stage.kernels.kv_store import cache_args, value_strides
 from gpu_stage.kernels.pdl import pdl_args
 from gpu_stage.kv.layout import QuantKvLayer
 
@@ -48,6 +48,7 @@ def _rope_kernel(
     v_ptr, cache_ptr, slot_ptr, stride_v_t, stride_v_h, stride_c_block, stride_c_kv, stride_c_tok,
     stride_c_head, block_size,
     scale_ptr, stride_s_block, stride_s_kv, stride_s_tok,
+    stride_vc_tok, stride_vc_head, stride_vc_d,
     HALF: tl.constexpr, BLOCK_HALF: tl.constexpr, BLOCK_HQ: tl.constexpr, BLOCK_HK: tl.constexpr,
     STORE: tl.constexpr, USE_PDL: tl.constexpr,
     QUANT: tl.constexpr, FMT: tl.constexpr, QMAX: tl.constexpr, MBITS: tl.constexpr, EMIN: tl.constexpr,
@@ -72,22 +73,24 @@ def _rope_kernel(
         slot = tl.maximum(raw_slot, 0)
         dst = (cache_ptr + (slot // block_size) * stride_c_block + (slot % block_size) * stride_c_tok
                + hk * stride_c_head + j[None, :])
+        v_dst = (cache_ptr + stride_c_kv + (slot // block_size) * stride_c_block + (slot % block_size) * stride_vc_tok
+                 + hk * stride_vc_head + j[None, :] * stride_vc_d)  # V by its own strides (kv_store.py)
         elem = cache_ptr.dtype.element_ty
         v_row = v_ptr + t * stride_v_t + hk * stride_v_h + j[None, :]
         if QUANT:
             _store_quantized(k1, k2, tl.load(v_row, mask=mask, other=0.0), tl.load(v_row + HALF, mask=mask, other=0.0),
-                             dst, stride_c_kv, mask, scale_ptr + (slot // block_size) * stride_s_block
+                             dst, v_dst, HALF * stride_vc_d, mask, scale_ptr + (slot // block_size) * stride_s_block
                              + (slot % block_size) * stride_s_tok, stride_s_kv, raw_slot, num_kv_heads,
                              HALF, BLOCK_HK, QMAX, FMT, MBITS, EMIN)
         else:
             tl.store(dst, k1.to(elem), mask=mask)
             tl.store(dst + HALF, k2.to(elem), mask=mask)
-            tl.store(dst + stride_c_kv, tl.load(v_row, mask=mask).to(elem), mask=mask)
-            tl.store(dst + stride_c_kv + HALF, tl.load(v_row + HALF, mask=mask).to(elem), mask=mask)
+            tl.store(v_dst, tl.load(v_row, mask=mask).to(elem), mask=mask)
+            tl.store(v_dst + HALF * stride_vc_d, tl.load(v_row + HALF, mask=mask).to(elem), mask=mask)
 
 
 @triton.jit
-def _store_quantized(k1, k2, v1, v2, dst, stride_c_kv, mask, s_dst, stride_s_kv, raw_slot, num_kv_heads,
+def _store_quantized(k1, k2, v1, v2, dst, v_dst, v_half, mask, s_dst, stride_s_kv, raw_slot, num_kv_heads,
                      HALF: tl.constexpr, BLOCK_HK: tl.constexpr, QMAX: tl.constexpr, FMT: tl.constexpr,
                      MBITS: tl.constexpr, EMIN: tl.constexpr):
     """Both halves of each head's rotated k (and of v) under one scale per token-head."""
@@ -100,9 +103,8 @@ def _store_quantized(k1, k2, v1, v2, dst, stride_c_kv, mask, s_dst, stride_s_kv,
     v_scale = kv_scale(tl.maximum(tl.max(tl.abs(v1), 1), tl.max(tl.abs(v2), 1)), QMAX)
     tl.store(dst, kv_quantize(k1, k_scale[:, None], QMAX, FMT, MBITS, EMIN).to(elem), mask=mask)
     tl.store(dst + HALF, kv_quantize(k2, k_scale[:, None], QMAX, FMT, MBITS, EMIN).to(elem), mask=mask)
-    tl.store(dst + stride_c_kv, kv_quantize(v1, v_scale[:, None], QMAX, FMT, MBITS, EMIN).to(elem), mask=mask)
-    tl.store(dst + stride_c_kv + HALF, kv_quantize(v2, v_scale[:, None], QMAX, FMT, MBITS, EMIN).to(elem),
-             mask=mask)
+    tl.store(v_dst, kv_quantize(v1, v_scale[:, None], QMAX, FMT, MBITS, EMIN).to(elem), mask=mask)
+    tl.store(v_dst + v_half, kv_quantize(v2, v_scale[:, None], QMAX, FMT, MBITS, EMIN).to(elem), mask=mask)
     tl.store(s_dst + heads, k_scale.to(s_dst.dtype.element_ty), mask=s_mask)
     tl.store(s_dst + stride_s_kv + heads, v_scale.to(s_dst.dtype.element_ty), mask=s_mask)
 
@@ -133,9 +135,9 @@ def _launch(q, k, cos, sin, v, kv_layer, slot_mapping) -> None:
         (cache, *scale_args), quant = cache_args(kv_layer)
         assert cache.stride(-1) == 1
         store_args = (v, cache, slot_mapping, v.stride(0), v.stride(1), cache.stride(0), cache.stride(1),
-                      cache.stride(2), cache.stride(3), cache.shape[2], *scale_args)
+                      cache.stride(2), cache.stride(3), cache.shape[2], *scale_args, *value_strides(kv_layer))
     else:  # unused pointers (STORE=False): any tensor will do
-        store_args, quant = (k, k, cos, 0, 0, 0, 0, 0, 0, 1, k, 0, 0, 0), quant_constexprs(None)
+        store_args, quant = (k, k, cos, 0, 0, 0, 0, 0, 0, 1, k, 0, 0, 0, 0, 0, 0), quant_constexprs(None)
     _rope_kernel[(num_tokens,)](
         q, k, cos, sin, q.stride(0), q.stride(1), k.stride(0), k.stride(1), cos.stride(0),
         num_heads, k.shape[1], *store_args,

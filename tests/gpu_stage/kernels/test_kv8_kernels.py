@@ -46,8 +46,12 @@ def _config(num_heads: int, num_kv_heads: int, head_dim: int, num_layers: int = 
 
 
 def _pool(fmt: str, num_blocks: int, block_size: int, num_heads: int, num_kv_heads: int, head_dim: int,
-          dtype: torch.dtype) -> KvCache:
-    return KvCache(_config(num_heads, num_kv_heads, head_dim), num_blocks, block_size, DEVICE, dtype, KvFormat(fmt))
+          dtype: torch.dtype, v_transposed: bool = False) -> KvCache:
+    return KvCache(_config(num_heads, num_kv_heads, head_dim), num_blocks, block_size, DEVICE, dtype, KvFormat(fmt),
+                   v_transposed=v_transposed)
+
+
+LAYOUTS = pytest.mark.parametrize("vt", [False, True], ids=["rows", "vt"])  # kv/layout.py: V transposed or not
 
 
 def _rel(out: torch.Tensor, ref: torch.Tensor) -> float:
@@ -65,13 +69,14 @@ def _kv(tokens: int, heads: int, head_dim: int, gen: torch.Generator, dtype: tor
 
 # --- store ----------------------------------------------------------------------------------------------
 
+@LAYOUTS
 @pytest.mark.parametrize("fmt", FORMATS)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("kv_heads,head_dim", [(2, 16), (3, 48)])
 def test_store_kernel_writes_the_reference_bytes_and_scales(fmt: str, dtype: torch.dtype, kv_heads: int,
-                                                            head_dim: int) -> None:
+                                                            head_dim: int, vt: bool) -> None:
     gen = torch.Generator().manual_seed(kv_heads * head_dim)
-    ref, out = (_pool(fmt, 8, 4, kv_heads, kv_heads, head_dim, dtype) for _ in range(2))
+    ref, out = (_pool(fmt, 8, 4, kv_heads, kv_heads, head_dim, dtype, vt) for _ in range(2))
     k, v = _kv(13, kv_heads, head_dim, gen, dtype), _kv(13, kv_heads, head_dim, gen, dtype)
     k[2, 0] = 0.0  # an all-zero token-head: scale 0, values 0
     meta = build_metadata([13], [13], [[5, 2, 7, 1]], 4, DEVICE)
@@ -83,6 +88,9 @@ def test_store_kernel_writes_the_reference_bytes_and_scales(fmt: str, dtype: tor
     layer = out.layer(1)
     assert torch.equal(layer.data[block, 0, offset].view(torch.uint8), values[5].view(torch.uint8))
     assert torch.equal(layer.scales[block, 0, offset], scales[5])
+    values, scales = quantize(v, KvFormat(fmt))
+    assert torch.equal(layer.v_data[block, offset].view(torch.uint8), values[5].view(torch.uint8))
+    assert torch.equal(layer.scales[block, 1, offset], scales[5])
 
 
 @pytest.mark.parametrize("fmt", ["int8", "fp8_e4m3", "fp8_e5m2"])
@@ -108,23 +116,25 @@ def test_store_kernel_rounds_ties_to_even_and_carries_into_the_next_binade(fmt: 
     assert torch.equal(out.kv, ref.kv)
 
 
-def test_store_kernel_skips_negative_slots() -> None:
+@LAYOUTS
+def test_store_kernel_skips_negative_slots(vt: bool) -> None:
     gen = torch.Generator().manual_seed(3)
-    cache = _pool("int8", 6, 4, 2, 2, 16, torch.float32)
+    cache = _pool("int8", 6, 4, 2, 2, 16, torch.float32, vt)
     k, v = _kv(3, 2, 16, gen, torch.float32), _kv(3, 2, 16, gen, torch.float32)
     store_kv(cache.layer(2), k, v, torch.tensor([9, -1, 20], dtype=torch.int32, device=DEVICE))
-    ref = _pool("int8", 6, 4, 2, 2, 16, torch.float32)
+    ref = _pool("int8", 6, 4, 2, 2, 16, torch.float32, vt)
     meta = build_metadata([1, 1], [2, 1], [[2], [5]], 4, DEVICE)  # slots 9 = (2, 1) and 20 = (5, 0)
     torch_backend.store_kv(ref.layer(2), k[[0, 2]], v[[0, 2]], meta)
     assert torch.equal(cache.kv, ref.kv)
 
 
+@LAYOUTS
 @pytest.mark.parametrize("fmt", FORMATS)
 @pytest.mark.parametrize("tokens,heads,kv_heads,head_dim", [(7, 4, 2, 16), (5, 6, 3, 32)]
                          + [pytest.param(64, 32, 8, 128, marks=pytest.mark.gpu)])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_rope_store_kv_quantizes_as_rope_then_store(fmt: str, tokens: int, heads: int, kv_heads: int,
-                                                    head_dim: int, dtype: torch.dtype) -> None:
+                                                    head_dim: int, dtype: torch.dtype, vt: bool) -> None:
     """The fused kernel writes the bytes of rope_ then the store kernel (a negative slot skipped);
     in float32 also those of the torch path (torch rope, then torch_backend.store_kv)."""
     from gpu_stage.model.rotary import RotaryEmbedding
@@ -140,7 +150,7 @@ def test_rope_store_kv_quantizes_as_rope_then_store(fmt: str, tokens: int, heads
     pools = []
     for how in ("fused", "triton", "torch"):
         buf = qkv.clone()
-        cache = KvCache(config, num_blocks, 4, DEVICE, dtype, KvFormat(fmt))
+        cache = KvCache(config, num_blocks, 4, DEVICE, dtype, KvFormat(fmt), v_transposed=vt)
         q, k, v = (x.view(tokens, -1, head_dim) for x in buf.split([heads * head_dim, kv_heads * head_dim,
                                                                      kv_heads * head_dim], dim=-1))
         if how == "fused":
@@ -171,13 +181,13 @@ def _slot_metadata(slots: torch.Tensor, block_size: int):
 
 def _case(fmt, specs, num_heads, num_kv_heads, head_dim, block_size, dtype, seed, v_transposed=False):
     """Context + new tokens of each sequence stored into an 8-bit pool; the reference attends over
-    the pool's dequantized K/V (float64). v_transposed: the layer returned is a copy of the pool in
-    the V-transposed layout (kv/layout.py), the same K/V and scales."""
+    the pool's dequantized K/V (float64). v_transposed: the pool is in the V-transposed layout
+    (kv/layout.py)."""
     gen, rng = torch.Generator().manual_seed(seed), random.Random(seed)
     num_blocks = sum(-(-(c + n) // block_size) for c, n in specs) + 3
     free = list(range(1, num_blocks))
     rng.shuffle(free)
-    cache = _pool(fmt, num_blocks, block_size, num_heads, num_kv_heads, head_dim, dtype)
+    cache = _pool(fmt, num_blocks, block_size, num_heads, num_kv_heads, head_dim, dtype, v_transposed)
     layer = cache.layer(1)
     tables = [[free.pop() for _ in range(-(-(c + n) // block_size))] for c, n in specs]
     ks = [_kv(c + n, num_kv_heads, head_dim, gen, dtype) for c, n in specs]
@@ -190,7 +200,7 @@ def _case(fmt, specs, num_heads, num_kv_heads, head_dim, block_size, dtype, seed
     for (context, new), table in zip(specs, tables):
         pos = torch.arange(context + new, device=DEVICE)
         blocks, offsets = torch.tensor(table, device=DEVICE)[pos // block_size], pos % block_size
-        k, v = (dequantize(layer.data[blocks, i, offsets], layer.scales[blocks, i, offsets], torch.float64)
+        k, v = (dequantize(layer.values(i)[blocks, offsets], layer.scales[blocks, i, offsets], torch.float64)
                 for i in (0, 1))
         qs = q[row:row + new].double()
         causal = pos[None, :] <= (context + torch.arange(new, device=DEVICE))[:, None]  # [new, L]
@@ -198,8 +208,6 @@ def _case(fmt, specs, num_heads, num_kv_heads, head_dim, block_size, dtype, seed
                                              v.transpose(0, 1)[None], attn_mask=causal, enable_gqa=True)
         refs.append(out[0].transpose(0, 1))
         row += new
-    if v_transposed:
-        layer = v_transposed_copy(layer)
     return layer, q, meta, torch.cat(refs)
 
 
@@ -219,18 +227,22 @@ def v_transposed_copy(layer):
 MIXED = [(0, 11), (9, 7), (5, 1), (17, 1), (0, 1), (3, 4), (30, 1)]
 
 
+@LAYOUTS
 @pytest.mark.parametrize("fmt,backend,num_heads,num_kv_heads",
                          [(f, b, 4, 2) for f in FORMATS for b in (triton_backend, torch_backend)]
                          + [("int8", triton_backend, 6, 1), ("fp8_e4m3", torch_backend, 6, 1)])
-def test_mixed_batch_attention_over_8_bit_kv(fmt: str, backend, num_heads: int, num_kv_heads: int) -> None:
-    layer, q, meta, ref = _case(fmt, MIXED, num_heads, num_kv_heads, 16, 4, torch.float32, seed=num_heads)
+def test_mixed_batch_attention_over_8_bit_kv(fmt: str, backend, num_heads: int, num_kv_heads: int, vt: bool) -> None:
+    layer, q, meta, ref = _case(fmt, MIXED, num_heads, num_kv_heads, 16, 4, torch.float32, seed=num_heads,
+                                v_transposed=vt)
     out = backend.forward(q, layer, meta)
     assert out.dtype == q.dtype and _rel(out, ref) < TOL[torch.float32]
 
 
+@LAYOUTS
 @pytest.mark.parametrize("fmt,splits", [("int8", 1), ("fp8_e4m3", 2), ("fp8_e5m2", 4)])
-def test_split_k_decode_over_8_bit_kv(fmt: str, splits: int) -> None:
-    layer, q, meta, ref = _case(fmt, [(4, 1), (40, 1), (70, 1), (15, 1)], 8, 2, 16, 4, torch.float32, seed=splits)
+def test_split_k_decode_over_8_bit_kv(fmt: str, splits: int, vt: bool) -> None:
+    layer, q, meta, ref = _case(fmt, [(4, 1), (40, 1), (70, 1), (15, 1)], 8, 2, 16, 4, torch.float32, seed=splits,
+                                v_transposed=vt)
     meta.decode_num_splits = splits
     out = triton_backend.forward(q, layer, meta)
     assert meta.backend_plan.decode_only and meta.backend_plan.workspace.num_splits == splits
@@ -243,35 +255,39 @@ def _tables(meta) -> list[list[int]]:
     return [row[: -(-n // meta.block_size)] for row, n in zip(meta.block_tables.tolist(), meta.seq_lens_host)]
 
 
+@LAYOUTS
 @pytest.mark.parametrize("fmt", ["int8", "fp8_e4m3"])
-def test_bf16_attention_over_8_bit_kv(fmt: str) -> None:
+def test_bf16_attention_over_8_bit_kv(fmt: str, vt: bool) -> None:
     for specs in ([(0, 40), (21, 19), (7, 1)], [(60, 1), (3, 1)]):
-        layer, q, meta, ref = _case(fmt, specs, 8, 2, 32, 8, torch.bfloat16, seed=len(specs))
+        layer, q, meta, ref = _case(fmt, specs, 8, 2, 32, 8, torch.bfloat16, seed=len(specs), v_transposed=vt)
         assert _rel(triton_backend.forward(q, layer, meta), ref) < TOL[torch.bfloat16]
 
 
 @pytest.mark.gpu
+@LAYOUTS
 @pytest.mark.parametrize("fmt", ["fp8_e4m3", "int8"])
-def test_attention_over_8_bit_kv_llama3_shapes_gpu(fmt: str) -> None:
+def test_attention_over_8_bit_kv_llama3_shapes_gpu(fmt: str, vt: bool) -> None:
     # a chunk after a 1.5k prefix, decodes up to 3k context beside it, a fresh 2k prefill
     specs = [(1536, 512), (3000, 1), (129, 1), (0, 1), (511, 33), (0, 2048)]
-    layer, q, meta, ref = _case(fmt, specs, 32, 8, 128, 16, torch.bfloat16, seed=11)
+    layer, q, meta, ref = _case(fmt, specs, 32, 8, 128, 16, torch.bfloat16, seed=11, v_transposed=vt)
     assert _rel(triton_backend.forward(q, layer, meta), ref) < TOL[torch.bfloat16]
 
 
 @pytest.mark.gpu
+@LAYOUTS
 @pytest.mark.parametrize("fmt", ["fp8_e4m3", "int8"])
 @pytest.mark.parametrize("batch", [1, 64])
-def test_decode_over_8_bit_kv_llama3_shapes_gpu(fmt: str, batch: int) -> None:
-    layer, q, meta, ref = _case(fmt, [(2047, 1)] * batch, 32, 8, 128, 16, torch.bfloat16, seed=batch)
+def test_decode_over_8_bit_kv_llama3_shapes_gpu(fmt: str, batch: int, vt: bool) -> None:
+    layer, q, meta, ref = _case(fmt, [(2047, 1)] * batch, 32, 8, 128, 16, torch.bfloat16, seed=batch, v_transposed=vt)
     assert _rel(triton_backend.forward(q, layer, meta), ref) < TOL[torch.bfloat16]
 
 
 @pytest.mark.gpu
+@LAYOUTS
 @pytest.mark.parametrize("fmt", ["fp8_e4m3", "int8"])
-def test_store_kernel_bytes_llama3_shape_gpu(fmt: str) -> None:
+def test_store_kernel_bytes_llama3_shape_gpu(fmt: str, vt: bool) -> None:
     gen = torch.Generator().manual_seed(7)
-    ref, out = (_pool(fmt, 140, 16, 32, 8, 128, torch.bfloat16) for _ in range(2))
+    ref, out = (_pool(fmt, 140, 16, 32, 8, 128, torch.bfloat16, vt) for _ in range(2))
     k, v = _kv(2048, 8, 128, gen, torch.bfloat16), _kv(2048, 8, 128, gen, torch.bfloat16)
     meta = build_metadata([2048], [2048], [list(range(3, 131))], 16, DEVICE)
     torch_backend.store_kv(ref.layer(2), k, v, meta)  # the last of the pools' three layers
@@ -356,9 +372,11 @@ def test_the_served_variant_depends_on_format_and_splits() -> None:
 @pytest.mark.parametrize("fmt", FORMATS)
 @pytest.mark.parametrize("variant", sorted(PREFILL_VARIANTS))
 def test_every_prefill_variant_over_8_bit_kv(fmt: str, variant: str) -> None:
-    """The general kernel's variants (prefill_variants.py) on a mixed batch, bf16 queries."""
-    layer, q, meta, ref = _case(fmt, [(0, 11), (9, 7), (17, 1), (3, 4)], 8, 2, 32, 4, torch.bfloat16, seed=3)
+    """The general kernel's variants (prefill_variants.py) on a mixed batch, bf16 queries; a `vt_`
+    variant on a pool of the V-transposed layout."""
     cfg = dict(PREFILL_VARIANTS[variant])
+    layer, q, meta, ref = _case(fmt, [(0, 11), (9, 7), (17, 1), (3, 4)], 8, 2, 32, 4, torch.bfloat16, seed=3,
+                                v_transposed=cfg.get("V_LAYOUT") == "vt")
     if not torch.cuda.is_available():
         cfg.update(BLOCK_M=16, BLOCK_N=16, num_warps=4, num_stages=1)
     out = prefill_attention(q, layer, meta.cu_seqlens_q, meta.seq_lens, meta.block_tables, meta.num_seqs, config=cfg)
