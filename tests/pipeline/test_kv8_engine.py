@@ -108,3 +108,21 @@ async def test_metrics_and_debug_say_the_format_and_pool_size() -> None:
     assert debug == {"dtype": "fp8_e4m3", "quantized": True, "scales": "bfloat16/token-head",
                      "bytes_per_token": per_token, "block_size": 16, "num_blocks": 33, "pool_tokens": 512,
                      "pool_bytes": 33 * 16 * per_token}
+
+
+async def test_the_v_transposed_layout_gives_the_row_layouts_tokens(monkeypatch) -> None:
+    """kv/layout.py's switch: the same values in the other byte layout, so the same greedy tokens
+    (chunked, batched, preempted) and the same logprobs."""
+    from gpu_stage.kv import layout
+
+    config = EngineConfig(model="dummy:tiny", kv_cache_dtype="fp8_e4m3", max_num_batched_tokens=64, num_kv_blocks=24,
+                          max_model_len=320, long_prefill_threshold=16, shadow=False, enable_prefix_caching=False,
+                          scheduler_policy="fcfs")
+    outs = {}
+    for vt in (False, True):
+        monkeypatch.setattr(layout, "V_TRANSPOSED_DEFAULT", vt)
+        async with Engine(config) as engine:
+            assert engine.built.runner.kv_cache.v_transposed == vt
+            outs[vt] = await asyncio.gather(*(run(engine, p) for p in prompts(2)))
+            assert engine.built.scheduler.stats().num_preemptions > 0
+    assert outs[True] == outs[False]

@@ -29,10 +29,12 @@ def _long(dtype: torch.dtype = torch.float32, max_model_len: int = 160, max_quer
 
 
 def _pool(num_blocks: int, dtype: torch.dtype, fmt: str | None, device: str = "cpu", seed: int = 0,
-          head_dim: int = HEAD_DIM):
-    """A one-layer pool filled with random K/V (an 8-bit pool: random quantized values)."""
+          head_dim: int = HEAD_DIM, v_transposed: bool = False):
+    """A one-layer pool filled with random K/V (an 8-bit pool: random quantized values; in the
+    V-transposed layout with `v_transposed`)."""
     config = ModelConfig("llama", 10, HEADS * head_dim, 8, 1, HEADS, KV_HEADS, head_dim)
-    cache = KvCache(config, num_blocks, BLOCK, device, dtype, KvFormat(fmt) if fmt else None)
+    cache = KvCache(config, num_blocks, BLOCK, device, dtype, KvFormat(fmt) if fmt else None,
+                    v_transposed=v_transposed)
     layer = cache.layer(0)
     gen = torch.Generator(device=device).manual_seed(seed)
     slots = torch.arange(num_blocks * BLOCK, device=device)
@@ -119,6 +121,28 @@ def test_bfloat16_and_8_bit_pools(dtype: torch.dtype, fmt: str | None, tol: floa
     finally:
         lc.GATHER_SLAB = old
     assert _rel(got, _reference(q, layer, meta)) < tol
+
+
+@pytest.mark.parametrize("fmt", ["int8", "fp8_e4m3"])
+def test_a_v_transposed_8_bit_pool_reads_as_the_row_layout(fmt: str) -> None:
+    """The same K/V stored into both 8-bit layouts: the gather (in slabs) dequantizes the same
+    values, so the chunk's attention is the same, and the torch backend's on the V-transposed pool."""
+    import gpu_stage.attention.long_context as lc
+
+    seq_lens = [12 + 45]
+    num_blocks = -(-seq_lens[0] // BLOCK) + 4
+    layers = [_pool(num_blocks, torch.float32, fmt, v_transposed=vt) for vt in (False, True)]
+    assert torch.equal(layers[0].v_data.float(), layers[1].v_data.float())
+    meta = build_metadata([12], seq_lens, _tables(seq_lens, num_blocks, 1), BLOCK, "cpu")
+    q = torch.randn(12, HEADS + 2 * KV_HEADS, HEAD_DIM, generator=torch.Generator().manual_seed(2))[:, :HEADS]
+    long = _long()
+    old, lc.GATHER_SLAB = lc.GATHER_SLAB, 10
+    try:
+        got = [long.attend(q, layer, make_plan(_fresh(meta), layer, long).seqs[0]).clone() for layer in layers]
+    finally:
+        lc.GATHER_SLAB = old
+    assert _rel(got[1], got[0]) < 1e-6
+    assert _rel(got[1], _reference(q, layers[1], meta)) < 1e-5
 
 
 def test_mixed_step_only_the_long_chunk_takes_the_path() -> None:

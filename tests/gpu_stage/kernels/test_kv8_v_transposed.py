@@ -77,3 +77,23 @@ def test_a_v_transposed_variant_refuses_the_row_layout() -> None:
     ws = DecodeWorkspace(q.shape[0], 8, 16, 1, DEVICE)
     with pytest.raises(ValueError, match="V layout"):
         decode_attention(q, rows_layer, meta.seq_lens, meta.block_tables, ws, config=dict(QUANT_VARIANTS[name]))
+
+
+def test_a_v_transposed_block_moves_as_one_slab() -> None:
+    """A tier move copies a block's slab (every layer, K, V and scales): with every block's slab
+    moved to another id and the tables renamed to match, attention is the same to the bit."""
+    from gpu_stage.attention import triton_backend
+    from gpu_stage.attention.metadata import build_metadata
+
+    layer, q, meta, ref = _case("fp8_e4m3", [(9, 1), (20, 1)], 8, 2, 16, 4, torch.float32, seed=4, v_transposed=True)
+    num_blocks = layer.rows.shape[0]
+    pool = torch.empty(0, dtype=torch.uint8, device=DEVICE).set_(layer.rows.untyped_storage()).view(num_blocks, -1)
+    before = triton_backend.forward(q, layer, meta).clone()
+    perm = torch.randperm(num_blocks - 1, generator=torch.Generator().manual_seed(0)) + 1  # block b -> perm[b - 1]
+    slabs = pool[1:].clone()
+    pool[perm.to(DEVICE)] = slabs
+    tables = [[int(perm[b - 1]) for b in row[: -(-n // 4)]]
+              for row, n in zip(meta.block_tables.tolist(), meta.seq_lens_host)]
+    moved = build_metadata(meta.query_lens_host, meta.seq_lens_host, tables, 4, DEVICE)
+    assert torch.equal(triton_backend.forward(q, layer, moved), before)
+    assert _rel(before, ref) < TOL[torch.float32]

@@ -65,3 +65,23 @@ def test_a_shard_is_read_only_by_its_own_rank_of_its_own_world(tmp_path: Path) -
     assert stores[(0, 2)].scan() == [HASH]  # still there for its own rank
     # A one-rank server on the parent folder finds nothing of the ranks' folders.
     assert build_rank_tiers(s, kv(), 0, 1).store.scan() == []
+
+
+def test_an_8_bit_block_file_of_one_v_layout_is_a_miss_for_the_other(tmp_path: Path) -> None:
+    """The V-transposed 8-bit layout (kv/layout.py) has the row layout's block size but its own
+    fingerprint: a block file written by one is never read by the other, and a plain pool's is
+    a miss for both."""
+    from gpu_stage.kv.format import KvFormat
+
+    pools = {vt: KvCache(TINY, 8, 16, torch.device("cpu"), torch.float32, KvFormat("fp8_e4m3"), v_transposed=vt)
+             for vt in (False, True)}
+    assert pools[False].num_bytes_per_block == pools[True].num_bytes_per_block
+    nbytes = pools[False].num_bytes_per_block
+    s = TierSpec(4.5 * nbytes / 2**30, str(tmp_path), 10.5 * nbytes / 2**30, "dummy:tiny:seed=0")
+    stores = {vt: build_rank_tiers(s, cache).store for vt, cache in pools.items()}
+    assert stores[False].fingerprint != stores[True].fingerprint
+    payload = torch.arange(nbytes, dtype=torch.int64).to(torch.uint8)
+    assert stores[False].write(HASH, payload)
+    out = torch.empty_like(payload)
+    assert not stores[True].read_into(HASH, out) and stores[True].scan() == []
+    assert stores[False].read_into(HASH, out) and torch.equal(out, payload)
