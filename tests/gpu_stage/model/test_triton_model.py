@@ -56,8 +56,13 @@ def test_model_logits_triton_equal_torch(name_sampled_rows: bool) -> None:
     assert float(torch.linalg.norm(got - ref) / torch.linalg.norm(ref)) < 1e-5
 
 
-@pytest.mark.parametrize("kv_cache_dtype", ["auto", "int8", "fp8_e4m3"])
-def test_runner_triton_backend_matches_torch_backend(kv_cache_dtype: str) -> None:
+@pytest.mark.parametrize("kv_cache_dtype,v_transposed", [("auto", False), ("int8", False), ("fp8_e4m3", False),
+                                                         ("int8", True), ("fp8_e4m3", True)])
+def test_runner_triton_backend_matches_torch_backend(kv_cache_dtype: str, v_transposed: bool, monkeypatch) -> None:
+    """v_transposed: an 8-bit pool in the V-transposed layout (gpu_stage/kv/layout.py's switch)."""
+    from gpu_stage.kv import layout
+
+    monkeypatch.setattr(layout, "V_TRANSPOSED_DEFAULT", v_transposed)
     hf = hf_model("llama", num_hidden_layers=2)
     state = hf.state_dict()
     source = ModelSource("tiny", model_config(hf), lambda d, dt: ((k, v.to(d, dt)) for k, v in state.items()), _Tokenizer(), "t")
@@ -66,6 +71,7 @@ def test_runner_triton_backend_matches_torch_backend(kv_cache_dtype: str) -> Non
     for backend in ("torch", "triton"):
         runner = ModelRunner.build(source, DEVICE, torch.float32, 16, 4, max_num_batched_tokens=32, max_num_seqs=4,
                              attention_backend=backend, enforce_eager=True, kv_cache_dtype=kv_cache_dtype)
+        assert runner.kv_cache.v_transposed == v_transposed
         new = [NewRequestData(r, p, SamplingParams(temperature=0.0, logprobs=2)) for r, p in prompts.items()]
         chunks = [ScheduledChunk("a", prompts["a"][:10], 0, [3, 5, 7], False), ScheduledChunk("b", prompts["b"], 0, [2, 9], True)]
         got = {r: [] for r in prompts}
