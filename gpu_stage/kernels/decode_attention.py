@@ -18,7 +18,8 @@ how scales are read and the launch config are a variant's (decode_variants.py: t
 SERVED per format for one split and for split-K; kv_dequant.py: the conversions).
 V is read through its own strides (token, head, dim): a plain pool's and the row layout's are K's;
 the V-transposed layout (kv/layout.py) has keys contiguous (V_KEYS), and then tiles start on
-multiples of BLOCK_N (a window's keys before its first masked), so the loads are known aligned.
+multiples of BLOCK_N (a window's keys before its first masked) and V is read by whole blocks
+(v_keys.py), so its loads are known aligned and wide.
 
 Batch size 1 at 2k context on an H200: 8 kv heads alone would fill 8 of 132 SMs; 32 splits give 256
 programs. Batch 64: 512 programs already, one split, no reduction.
@@ -38,6 +39,7 @@ from gpu_stage.kernels.decode_variants import served_variant
 from gpu_stage.kernels.kv_dequant import kv_operand, launch_knobs, tile_scales
 from gpu_stage.kernels.kv_store import cache_args, value_strides
 from gpu_stage.kernels.pdl import OFF, pdl_args
+from gpu_stage.kernels.v_keys import whole_block_ids
 from gpu_stage.kv.layout import QuantKvLayer
 
 LOG2E = 1.4426950408889634
@@ -113,19 +115,22 @@ def _decode_kernel(
     v_head_off = kv_head.to(tl.int64) * stride_v_head
     bs = BLOCK_SIZE if BLOCK_SIZE > 0 else block_size  # a constant: shifts, not divisions
     for tile_start in range(start, end, BLOCK_N):
-        if V_KEYS:
+        if V_KEYS:  # whole blocks: V read in runs of keys (v_keys.py)
             pos = tl.multiple_of(tile_start, BLOCK_N) + tl.arange(0, BLOCK_N)
             pos_ok = (pos < end) & (pos >= first)
+            block, v_ok = whole_block_ids(bt_row_ptr, pos, first, end, bs, BLOCK_SIZE)
         else:
             pos = tile_start + tl.arange(0, BLOCK_N)
             pos_ok = pos < end
-        block = tl.load(bt_row_ptr + pos // bs, mask=pos_ok, other=0).to(tl.int64)
+            block = tl.load(bt_row_ptr + pos // bs, mask=pos_ok, other=0).to(tl.int64)
+            v_ok = pos_ok
         row_off = block * stride_c_block + (pos % bs) * stride_c_tok + kv_head_off
         kv_mask = pos_ok[:, None] & d_ok[None, :]
         k = tl.load(kv_ptr + row_off[:, None] + d[None, :], mask=kv_mask, other=0.0)
         # V by its own strides: the K row's (a plain pool, the row layout) or keys contiguous
         v_off = block * stride_c_block + (pos % bs) * stride_v_tok + v_head_off
-        v = tl.load(kv_ptr + stride_c_kv + v_off[:, None] + d[None, :] * stride_v_d, mask=kv_mask, other=0.0)
+        v = tl.load(kv_ptr + stride_c_kv + v_off[:, None] + d[None, :] * stride_v_d,
+                    mask=v_ok[:, None] & d_ok[None, :], other=0.0)
         if QUANT:  # 8-bit codes -> the query's dtype (exact), kv_dequant.py
             k = kv_operand(k, q.dtype, FMT, DEQ_K)
             v = kv_operand(v, q.dtype, FMT, DEQ_V)

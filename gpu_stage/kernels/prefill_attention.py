@@ -42,6 +42,7 @@ from gpu_stage.kernels.decode_attention import NO_WINDOW
 from gpu_stage.kernels.kv_dequant import kv_operand, launch_knobs, tile_scales
 from gpu_stage.kernels.kv_store import cache_args, value_strides
 from gpu_stage.kernels.prefill_variants import served_variant
+from gpu_stage.kernels.v_keys import whole_block_ids
 from gpu_stage.kv.layout import QuantKvLayer
 
 LOG2E = 1.4426950408889634
@@ -57,17 +58,23 @@ def _attend_tile(
     BLOCK_N: tl.constexpr, CAUSAL_MASK: tl.constexpr, IEEE: tl.constexpr, UPCAST: tl.constexpr,
     sm_scale_log2, window, scale_ptr, stride_s_block, stride_s_kv, stride_s_tok, kv_head, QUANT: tl.constexpr,
     FMT: tl.constexpr, DEQ_K: tl.constexpr, DEQ_V: tl.constexpr, SCALE_WORDS: tl.constexpr, V_KEYS: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr,
 ):
-    if V_KEYS:  # every tile starts on a multiple of BLOCK_N: say so, for aligned V loads
-        start = tl.multiple_of(start, BLOCK_N)
-    pos = start + tl.arange(0, BLOCK_N)  # [BLOCK_N] key positions
-    pos_ok = pos < kv_end
-    block = tl.load(bt_row_ptr + pos // block_size, mask=pos_ok, other=0).to(tl.int64)
+    if V_KEYS:  # every tile starts on a multiple of BLOCK_N; V read by whole blocks (v_keys.py)
+        pos = tl.multiple_of(start, BLOCK_N) + tl.arange(0, BLOCK_N)  # [BLOCK_N] key positions
+        pos_ok = pos < kv_end
+        block, v_ok = whole_block_ids(bt_row_ptr, pos, 0, kv_end, block_size, BLOCK_SIZE)
+    else:
+        pos = start + tl.arange(0, BLOCK_N)  # [BLOCK_N] key positions
+        pos_ok = pos < kv_end
+        block = tl.load(bt_row_ptr + pos // block_size, mask=pos_ok, other=0).to(tl.int64)
+        v_ok = pos_ok
     row_off = block * stride_c_block + (pos % block_size) * stride_c_tok + kv_head_off  # [BLOCK_N]
     kv_mask = pos_ok[:, None] & d_ok[None, :]
     k = tl.load(kv_ptr + row_off[:, None] + d[None, :], mask=kv_mask, other=0.0)  # [BLOCK_N, BLOCK_D]
     v_off = block * stride_c_block + (pos % block_size) * stride_v_tok + v_head_off  # V by its own strides
-    v = tl.load(kv_ptr + stride_c_kv + v_off[:, None] + d[None, :] * stride_v_d, mask=kv_mask, other=0.0)
+    v = tl.load(kv_ptr + stride_c_kv + v_off[:, None] + d[None, :] * stride_v_d, mask=v_ok[:, None] & d_ok[None, :],
+                other=0.0)
     if QUANT:  # 8-bit codes -> the query's dtype (exact), kv_dequant.py
         k = kv_operand(k, q.dtype, FMT, DEQ_K)
         v = kv_operand(v, q.dtype, FMT, DEQ_V)
@@ -165,19 +172,19 @@ def _prefill_attention_kernel(
                 q, acc, m_i, l_i, kv_ptr, bt_row_ptr, start, kv_end, q_pos, d, d_ok, stride_c_block,
                 stride_c_kv, stride_c_tok, kv_head_off, bs, stride_v_tok, v_head_off, stride_v_d, BLOCK_N, True, IEEE, UPCAST, sm_scale_log2, window,
                 scale_ptr, stride_s_block, stride_s_kv, stride_s_tok, kv_head, QUANT, FMT, DEQ_K, DEQ_V, SCALE_WORDS,
-                V_KEYS)
+                V_KEYS, BLOCK_SIZE)
         for start in range(mid_lo, full_end, BLOCK_N):
             acc, m_i, l_i = _attend_tile(
                 q, acc, m_i, l_i, kv_ptr, bt_row_ptr, start, kv_end, q_pos, d, d_ok, stride_c_block,
                 stride_c_kv, stride_c_tok, kv_head_off, bs, stride_v_tok, v_head_off, stride_v_d, BLOCK_N, False, IEEE, UPCAST, sm_scale_log2, window,
                 scale_ptr, stride_s_block, stride_s_kv, stride_s_tok, kv_head, QUANT, FMT, DEQ_K, DEQ_V, SCALE_WORDS,
-                V_KEYS)
+                V_KEYS, BLOCK_SIZE)
         for start in range(full_end, kv_end, BLOCK_N):
             acc, m_i, l_i = _attend_tile(
                 q, acc, m_i, l_i, kv_ptr, bt_row_ptr, start, kv_end, q_pos, d, d_ok, stride_c_block,
                 stride_c_kv, stride_c_tok, kv_head_off, bs, stride_v_tok, v_head_off, stride_v_d, BLOCK_N, True, IEEE, UPCAST, sm_scale_log2, window,
                 scale_ptr, stride_s_block, stride_s_kv, stride_s_tok, kv_head, QUANT, FMT, DEQ_K, DEQ_V, SCALE_WORDS,
-                V_KEYS)
+                V_KEYS, BLOCK_SIZE)
         out = acc / l_i[:, None]
         tl.store(out_ptr + q_rows[:, None] * stride_o_t + head[:, None] * stride_o_h + d[None, :],
                  out.to(out_ptr.dtype.element_ty), mask=q_mask)

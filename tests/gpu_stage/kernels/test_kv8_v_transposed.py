@@ -97,3 +97,44 @@ def test_a_v_transposed_block_moves_as_one_slab() -> None:
     moved = build_metadata(meta.query_lens_host, meta.seq_lens_host, tables, 4, DEVICE)
     assert torch.equal(triton_backend.forward(q, layer, moved), before)
     assert _rel(before, ref) < TOL[torch.float32]
+
+
+def _fill_unused_slots(layer, meta, gen: torch.Generator) -> None:
+    """Every slot no sequence of `meta` owns (the tails of last blocks, spare blocks, the null
+    block) gets random finite codes and scales: what another sequence may have left there."""
+    bs = meta.block_size
+    used = set()
+    for row, n in zip(meta.block_tables.tolist(), meta.seq_lens_host):
+        used.update((row[p // bs], p % bs) for p in range(n))
+    num_blocks = layer.data.shape[0]
+    for b in range(num_blocks):
+        for o in range(bs):
+            if (b, o) in used:
+                continue
+            for kv in (0, 1):
+                codes = torch.randint(0, 256, layer.values(kv)[b, o].shape, generator=gen, dtype=torch.uint8)
+                codes[(codes & 0x7F) == 0x7F] = 0x3C  # fp8 e4m3's NaN codes left out (never stored)
+                layer.values(kv).view(torch.uint8)[b, o] = codes.to(DEVICE)
+                layer.scales[b, kv, o] = (torch.rand(layer.scales.shape[-1], generator=gen) * 10).to(
+                    torch.bfloat16).to(DEVICE)
+
+
+@pytest.mark.parametrize("fmt", ["int8", "fp8_e4m3"])
+def test_the_whole_block_reads_ignore_what_other_slots_hold(fmt: str) -> None:
+    """The V-transposed kernels read V by whole blocks (kernels/v_keys.py): the keys of those blocks
+    past a sequence's end (or before its window) must weigh nothing, whatever they hold."""
+    from gpu_stage.attention import triton_backend
+
+    specs = [(4, 1), (40, 1), (70, 1), (15, 1), (33, 1)]
+    layer, q, meta, ref = _case(fmt, specs, 8, 2, 16, 4, torch.float32, seed=7, v_transposed=True)
+    _fill_unused_slots(layer, meta, torch.Generator().manual_seed(1))
+    for splits in (1, 4):
+        ws = DecodeWorkspace(q.shape[0], 8, 16, splits, DEVICE)
+        assert _rel(decode_attention(q, layer, meta.seq_lens, meta.block_tables, ws), ref) < TOL[torch.float32]
+    window_ref = _windowed_reference(layer, q, meta, 9)
+    ws = DecodeWorkspace(q.shape[0], 8, 16, 2, DEVICE)
+    assert _rel(decode_attention(q, layer, meta.seq_lens, meta.block_tables, ws, window=9), window_ref) < 1e-5
+    mixed, qm, mmeta, mref = _case(fmt, [(0, 11), (9, 7), (5, 1), (3, 4)], 8, 2, 16, 4, torch.float32, seed=8,
+                                   v_transposed=True)
+    _fill_unused_slots(mixed, mmeta, torch.Generator().manual_seed(2))
+    assert _rel(triton_backend.forward(qm, mixed, mmeta), mref) < TOL[torch.float32]
