@@ -106,6 +106,7 @@ async def test_metrics_and_debug_say_the_format_and_pool_size() -> None:
     assert series["ttft_kv_cache_bytes_per_token"] == per_token
     assert series["ttft_kv_pool_tokens"] == 512  # 32 usable blocks of 16
     assert debug == {"dtype": "fp8_e4m3", "quantized": True, "scales": "bfloat16/token-head",
+                     "v_layout": "token-head-dim",
                      "bytes_per_token": per_token, "block_size": 16, "num_blocks": 33, "pool_tokens": 512,
                      "pool_bytes": 33 * 16 * per_token}
 
@@ -123,6 +124,7 @@ async def test_the_v_transposed_layout_gives_the_row_layouts_tokens(monkeypatch)
         monkeypatch.setattr(layout, "V_TRANSPOSED_DEFAULT", vt)
         async with Engine(config) as engine:
             assert engine.built.runner.kv_cache.v_transposed == vt
+            assert engine.built.runner.kv_cache.describe()["v_layout"] == ("head-dim-token" if vt else "token-head-dim")
             outs[vt] = await asyncio.gather(*(run(engine, p) for p in prompts(2)))
             assert engine.built.scheduler.stats().num_preemptions > 0
     assert outs[True] == outs[False]

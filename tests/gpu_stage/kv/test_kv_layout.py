@@ -70,6 +70,7 @@ def test_pool_tokens_at_the_llama_3_8b_shape_are_1_95x_bf16s() -> None:
 def test_describe_reports_format_and_size() -> None:
     cache = KvCache(CONFIG, 9, 4, "cpu", torch.float32, KvFormat("int8"))
     assert cache.describe() == {"dtype": "int8", "quantized": True, "scales": "bfloat16/token-head",
+                                "v_layout": "token-head-dim",
                                 "bytes_per_token": 3 * 2 * ROW, "block_size": 4, "num_blocks": 9,
                                 "pool_tokens": 8 * 4, "pool_bytes": 9 * 4 * 3 * 2 * ROW}
     assert "int8, 216 bytes per token, 9 blocks of 4 = 32 tokens" in cache.summary()
