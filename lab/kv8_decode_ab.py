@@ -312,8 +312,30 @@ def _codes_kernel(src, dst, FMT: tl.constexpr, DEQ: tl.constexpr):
     tl.store(dst + i, kv_operand(x, tl.bfloat16, FMT, DEQ))
 
 
+_CP = r"cp\.async\.c[ag]\.shared\.global\S*\s+\[[^\]]*\],\s*\[[^\]]*\],\s*"
+PTX_OPS = {  # static counts in the kernel's PTX: how K/V bytes travel (see decode_variants.py)
+    "ldg_v4": r"ld\.global\S*\.v4\.",
+    "ldg_8bit": r"ld\.global\S*\.[bsu]8\b",
+    "cp_async_16": _CP + r"(?:16|0x10)\s*[,;]",
+    "cp_async_4": _CP + r"(?:4|0x4)\s*[,;]",
+    "cp_async_other": _CP + r"(?:1|2|8|0x1|0x2|0x8)\s*[,;]",
+    "lds_8bit": r"ld\.shared\S*\.[bsu]8\b",
+    "lds_v4": r"ld\.shared\S*\.v4\.",
+    "ldmatrix": r"ldmatrix\.",
+    "mma": r"mma\.sync\.",
+    "cvt": r"\bcvt\.",
+}
+
+
+def ptx_counts(ptx: str) -> dict:
+    import re
+
+    return {name: len(re.findall(pattern, ptx)) for name, pattern in PTX_OPS.items()}
+
+
 def kernel_stats(into: dict, cfg: dict | None = None) -> None:
-    """Registers, spills and shared memory of the decode kernel compiled last (occupancy)."""
+    """Registers, spills and shared memory of the decode kernel compiled last (occupancy), and
+    the counts of its PTX's loads and conversions (PTX_OPS)."""
     from gpu_stage.kernels import decode_attention as da
 
     try:
@@ -322,6 +344,7 @@ def kernel_stats(into: dict, cfg: dict | None = None) -> None:
         k = kernels[-1]
         into.update(regs=getattr(k, "n_regs", None), spills=getattr(k, "n_spills", None),
                     smem=k.metadata.shared)
+        into["ptx"] = ptx_counts(k.asm.get("ptx", ""))
     except Exception as exc:  # Triton's internals move between versions: a note, not a failure
         into["stats_error"] = type(exc).__name__
 
@@ -548,6 +571,7 @@ def _line(row: dict) -> str:
         return head + " skipped (" + row["skipped"] + ")"
     return (head + f" {row['us']:8.1f} us  {row['tbps']:5.2f} TB/s  err {row['err_ref']:.1e}"
             + f"  regs {row.get('regs')} smem {row.get('smem')} spl {row['splits']}"
+            + ("  ptx " + " ".join(f"{k}={v}" for k, v in row["ptx"].items() if v) if row.get("ptx") else "")
             + (f"  vs first {row['err_vs_first']:.1e}" if "err_vs_first" in row else "")
             + ("" if row["ok"] else "  FAILS CHECK"))
 
