@@ -44,7 +44,8 @@ def _store_kv_kernel(
     k = tl.load(k_ptr + t * stride_k_t + h * stride_k_h + d, mask=mask, other=0.0)
     v = tl.load(v_ptr + t * stride_v_t + h * stride_v_h + d, mask=mask, other=0.0)
     dst = cache_ptr + block * stride_c_block + offset * stride_c_tok + h * stride_c_head + d
-    v_dst = cache_ptr + stride_c_kv + block * stride_c_block + offset * stride_v_tok + h * stride_v_head + d * stride_v_d
+    v_dst = (cache_ptr + stride_c_kv + block * stride_c_block + offset * stride_v_tok + h * stride_v_head
+             + d * stride_v_d)
     if QUANT:
         heads = tl.arange(0, BLOCK_H)
         s_mask = (heads < num_kv_heads) & ((heads * 0 + slot) >= 0)

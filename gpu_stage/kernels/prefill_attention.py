@@ -170,21 +170,21 @@ def _prefill_attention_kernel(
         for start in range(lo, mid_lo, BLOCK_N):
             acc, m_i, l_i = _attend_tile(
                 q, acc, m_i, l_i, kv_ptr, bt_row_ptr, start, kv_end, q_pos, d, d_ok, stride_c_block,
-                stride_c_kv, stride_c_tok, kv_head_off, bs, stride_v_tok, v_head_off, stride_v_d, BLOCK_N, True, IEEE, UPCAST, sm_scale_log2, window,
-                scale_ptr, stride_s_block, stride_s_kv, stride_s_tok, kv_head, QUANT, FMT, DEQ_K, DEQ_V, SCALE_WORDS,
-                V_KEYS, BLOCK_SIZE)
+                stride_c_kv, stride_c_tok, kv_head_off, bs, stride_v_tok, v_head_off, stride_v_d, BLOCK_N, True, IEEE,
+                UPCAST, sm_scale_log2, window, scale_ptr, stride_s_block, stride_s_kv, stride_s_tok, kv_head, QUANT, FMT,
+                DEQ_K, DEQ_V, SCALE_WORDS, V_KEYS, BLOCK_SIZE)
         for start in range(mid_lo, full_end, BLOCK_N):
             acc, m_i, l_i = _attend_tile(
                 q, acc, m_i, l_i, kv_ptr, bt_row_ptr, start, kv_end, q_pos, d, d_ok, stride_c_block,
-                stride_c_kv, stride_c_tok, kv_head_off, bs, stride_v_tok, v_head_off, stride_v_d, BLOCK_N, False, IEEE, UPCAST, sm_scale_log2, window,
-                scale_ptr, stride_s_block, stride_s_kv, stride_s_tok, kv_head, QUANT, FMT, DEQ_K, DEQ_V, SCALE_WORDS,
-                V_KEYS, BLOCK_SIZE)
+                stride_c_kv, stride_c_tok, kv_head_off, bs, stride_v_tok, v_head_off, stride_v_d, BLOCK_N, False, IEEE,
+                UPCAST, sm_scale_log2, window, scale_ptr, stride_s_block, stride_s_kv, stride_s_tok, kv_head, QUANT, FMT,
+                DEQ_K, DEQ_V, SCALE_WORDS, V_KEYS, BLOCK_SIZE)
         for start in range(full_end, kv_end, BLOCK_N):
             acc, m_i, l_i = _attend_tile(
                 q, acc, m_i, l_i, kv_ptr, bt_row_ptr, start, kv_end, q_pos, d, d_ok, stride_c_block,
-                stride_c_kv, stride_c_tok, kv_head_off, bs, stride_v_tok, v_head_off, stride_v_d, BLOCK_N, True, IEEE, UPCAST, sm_scale_log2, window,
-                scale_ptr, stride_s_block, stride_s_kv, stride_s_tok, kv_head, QUANT, FMT, DEQ_K, DEQ_V, SCALE_WORDS,
-                V_KEYS, BLOCK_SIZE)
+                stride_c_kv, stride_c_tok, kv_head_off, bs, stride_v_tok, v_head_off, stride_v_d, BLOCK_N, True, IEEE,
+                UPCAST, sm_scale_log2, window, scale_ptr, stride_s_block, stride_s_kv, stride_s_tok, kv_head, QUANT, FMT,
+                DEQ_K, DEQ_V, SCALE_WORDS, V_KEYS, BLOCK_SIZE)
         out = acc / l_i[:, None]
         tl.store(out_ptr + q_rows[:, None] * stride_o_t + head[:, None] * stride_o_h + d[None, :],
                  out.to(out_ptr.dtype.element_ty), mask=q_mask)

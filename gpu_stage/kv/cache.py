@@ -115,7 +115,8 @@ class KvCache:
         """The pool's format and size, as /metrics and /debug/kv report them."""
         return {"dtype": self.kv_dtype, "quantized": self.is_quantized,
                 "scales": "bfloat16/token-head" if self.is_quantized else None,
-                "v_layout": ("head-dim-token" if self.v_transposed else "token-head-dim") if self.is_quantized else None,
+                "v_layout": (("head-dim-token" if self.v_transposed else "token-head-dim")
+                             if self.is_quantized else None),
                 "bytes_per_token": self.num_bytes_per_token, "block_size": self.block_size,
                 "num_blocks": self.num_blocks, "pool_tokens": self.num_tokens, "pool_bytes": self.num_bytes}
 
