@@ -72,6 +72,11 @@ def _vt_variant(k_bits: bool, v_deq: str, block_n: int, warps: int, stages: int)
                             "CONST_BLOCK": True, "V_LAYOUT": "vt"}
 
 
+for _n, _w, _s in ((64, 4, 2), (64, 4, 3), (128, 4, 2), (128, 8, 2), (64, 8, 2)):  # both products on fp8 wgmma
+    QUANT_VARIANTS[f"vt_kmma_n{_n}_w{_w}_s{_s}"] = {
+        "BLOCK_N": _n, "num_warps": _w, "num_stages": _s, "DEQ_K": DEQ_DIRECT, "DEQ_V": DEQ_DIRECT,
+        "SCALE_WORDS": True, "CONST_BLOCK": True, "MMA_T": True, "V_LAYOUT": "vt"}
+
 for _k_bits in (False, True):
     for _v in ("direct", "bits", "here"):
         for _n, _w, _s in ((64, 2, 2), (64, 4, 2), (128, 4, 2), (64, 2, 3), (128, 2, 2)):
