@@ -27,3 +27,13 @@ def mma(a, b, IEEE: tl.constexpr, UPCAST: tl.constexpr):
     else:
         out = tl.dot(a, b)
     return out
+
+
+@triton.jit
+def mma_acc(a, b, acc, UPCAST: tl.constexpr):
+    """acc + a @ b, accumulated by the tensor cores (8-bit or 16-bit operands, float32 acc)."""
+    if UPCAST:
+        out = acc + tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision="ieee")
+    else:
+        out = tl.dot(a, b, acc=acc)
+    return out

@@ -21,7 +21,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from gpu_stage.kernels.common import mma
+from gpu_stage.kernels.common import mma, mma_acc
 from gpu_stage.kernels.kv_dequant import kv_operand, split_query_e4m3, tile_scales
 from gpu_stage.kernels.v_keys import whole_block_ids
 
@@ -85,13 +85,17 @@ def _decode_e4m3_kernel(
             block = tl.load(bt_row_ptr + pos // bs, mask=pos_ok, other=0).to(tl.int64)
             v_ok = pos_ok
         row_off = block * stride_c_block + (pos % bs) * stride_c_tok + kv_head_off
-        k = tl.load(kv_ptr + row_off[:, None] + d[None, :], mask=pos_ok[:, None] & d_ok[None, :], other=0.0)
         v_off = block * stride_c_block + (pos % bs) * stride_v_tok + v_head_off
-        v = tl.load(kv_ptr + stride_c_kv + v_off[:, None] + d[None, :] * stride_v_d,
-                    mask=v_ok[:, None] & d_ok[None, :], other=0.0)
-        if not V_KEYS:
+        if V_KEYS:  # no masks: a block outside the keys is block 0's (finite codes), and masked keys
+            # weigh nothing (-inf scores, p * v_scale = 0); a mask would cost a predicate per copy
+            k = tl.load(kv_ptr + row_off[:, None] + d[None, :])
+            v = tl.load(kv_ptr + stride_c_kv + v_off[:, None] + d[None, :] * stride_v_d)
+        else:
+            k = tl.load(kv_ptr + row_off[:, None] + d[None, :], mask=pos_ok[:, None] & d_ok[None, :], other=0.0)
+            v = tl.load(kv_ptr + stride_c_kv + v_off[:, None] + d[None, :] * stride_v_d,
+                        mask=v_ok[:, None] & d_ok[None, :], other=0.0)
             v = kv_operand(v, q.dtype, FMT, DEQ_V)
-        s_t = mma(k, q_hi_t, IEEE, UPCAST) + mma(k, q_lo_t, IEEE, UPCAST)  # [BLOCK_N, BLOCK_H]
+        s_t = mma_acc(k, q_lo_t, mma(k, q_hi_t, IEEE, UPCAST), UPCAST)  # [BLOCK_N, BLOCK_H]
         k_scale, v_scale = tile_scales(scale_ptr, block, pos % bs, pos_ok, kv_head,
                                        stride_s_block, stride_s_kv, stride_s_tok, SCALE_WORDS)
         s_t = tl.where(pos_ok[:, None], s_t * (k_scale * score_scale)[:, None], float("-inf"))
@@ -100,12 +104,11 @@ def _decode_e4m3_kernel(
         p_t = tl.exp2(s_t - m_new[None, :])
         l_i = l_i * alpha + tl.sum(p_t, 0)
         if V_KEYS:  # V^T is K-major: codes as they are, w = p * v_scale in two e4m3 parts
-            w = p_t * v_scale[:, None]
-            w_scale = 448.0 / tl.maximum(tl.max(tl.max(w, 1), 0), 1e-30)
-            ws = w * w_scale
+            w_scale = 448.0 / tl.maximum(tl.max(v_scale, 0), 1e-30)  # p <= 1: w <= the tile's largest scale
+            ws = p_t * (v_scale * w_scale)[:, None]
             w_hi = ws.to(tl.float8e4nv)
             w_lo = (ws - w_hi.to(tl.float32)).to(tl.float8e4nv)
-            pv_t = (mma(tl.trans(v), w_hi, IEEE, UPCAST) + mma(tl.trans(v), w_lo, IEEE, UPCAST)) * (1.0 / w_scale)
+            pv_t = mma_acc(tl.trans(v), w_lo, mma(tl.trans(v), w_hi, IEEE, UPCAST), UPCAST) * (1.0 / w_scale)
         else:
             pv_t = mma(tl.trans(v), (p_t * v_scale[:, None]).to(v.dtype), IEEE, UPCAST)  # [BLOCK_D, BLOCK_H]
         acc_t = acc_t * alpha[None, :] + pv_t

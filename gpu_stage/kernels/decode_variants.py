@@ -72,10 +72,11 @@ def _vt_variant(k_bits: bool, v_deq: str, block_n: int, warps: int, stages: int)
                             "CONST_BLOCK": True, "V_LAYOUT": "vt"}
 
 
-for _n, _w, _s in ((64, 4, 2), (64, 4, 3), (128, 4, 2), (128, 8, 2), (64, 8, 2)):  # both products on fp8 wgmma
-    QUANT_VARIANTS[f"vt_kmma_n{_n}_w{_w}_s{_s}"] = {
+for _n, _w, _s, _r in ((64, 4, 2, None), (64, 4, 3, None), (128, 4, 2, None), (128, 8, 2, None), (64, 8, 2, None),
+                       (64, 4, 2, 96), (64, 4, 3, 96), (64, 4, 2, 80)):  # both products on fp8 wgmma
+    QUANT_VARIANTS[f"vt_kmma_n{_n}_w{_w}_s{_s}" + (f"_r{_r}" if _r else "")] = {
         "BLOCK_N": _n, "num_warps": _w, "num_stages": _s, "DEQ_K": DEQ_DIRECT, "DEQ_V": DEQ_DIRECT,
-        "SCALE_WORDS": True, "CONST_BLOCK": True, "MMA_T": True, "V_LAYOUT": "vt"}
+        "SCALE_WORDS": True, "CONST_BLOCK": True, "MMA_T": True, "V_LAYOUT": "vt", **({"maxnreg": _r} if _r else {})}
 
 for _k_bits in (False, True):
     for _v in ("direct", "bits", "here"):
