@@ -1,20 +1,20 @@
-"""Decode attention over an fp8 e4m3 pool with K's codes as the tensor cores' own operand.
+"""Decode attention over an fp8 e4m3 pool in the V-transposed layout, both products on the tensor
+cores' fp8 path: no code of K or V is converted at all.
 
 On sm_90 the only fp8 matrix instruction is the warpgroup MMA (wgmma: 4 warps, 64 rows per
 instruction, fp8 operands K-major): `mma.sync` on fp8 is emulated there by a conversion to float16
-and an HMMA. A decode program has 4 query rows per KV head, so the kernel computes the scores
-transposed, s^T = K @ q^T: the 64 keys of a tile are the wgmma's rows, K's tile goes from global
-memory to shared memory (cp.async) and into the instruction as it is, with no conversion and no
-register round trip, and the query is the B operand in two e4m3 parts (kv_dequant.split_query_e4m3:
-hi + lo keeps bf16's 8 significant bits). The output is built transposed too, out^T = V^T @ p^T:
-- on the row layout V is converted to bf16 where it is loaded (DEQ_BITS_HERE) and the bf16 wgmma
-  takes V^T from shared memory as it is;
-- on the V-transposed layout (kv/layout.py: V_KEYS, keys contiguous) V^T is K-major, so its codes
-  are the fp8 wgmma's A operand as they are too, and p * v_scale becomes two e4m3 parts scaled per
-  tile to e4m3's range. No code of K or V is converted at all.
+and an HMMA. A decode program has 4 query rows per KV head, so the kernel works transposed:
+- scores s^T = K @ q^T: a tile's 64 keys are the wgmma's rows, K's codes go from global to shared
+  memory (cp.async) and into the instruction as they are; the query is the B operand in two e4m3
+  parts (kv_dequant.split_query_e4m3: hi + lo keeps bf16's 8 significant bits);
+- output out^T = V^T @ w^T, w = p * v_scale: the layout (kv/layout.py, V_KEYS: keys contiguous) makes
+  V^T K-major, so its codes are the A operand as they are too, and w becomes two e4m3 parts scaled
+  per tile to e4m3's range (p <= 1, so the tile's largest V scale bounds w).
+K, V and scales are read by whole blocks without masks (a block outside a sequence's keys is the
+null block 0; every slot of the pool holds finite codes and scales, and masked keys weigh nothing).
 
 Same arguments, grid and split-K epilogue as decode_attention._decode_kernel, whose docstring says
-the rest; decode_variants names this kernel's variants `kmma_...` (knob MMA_T).
+the rest; decode_variants names this kernel's variants `vt_kmma_...` (knob MMA_T).
 """
 from __future__ import annotations
 
@@ -22,8 +22,7 @@ import triton
 import triton.language as tl
 
 from gpu_stage.kernels.common import mma, mma_acc
-from gpu_stage.kernels.kv_dequant import kv_operand, split_query_e4m3, tile_scales
-from gpu_stage.kernels.v_keys import whole_block_ids
+from gpu_stage.kernels.kv_dequant import split_query_e4m3, tile_scales
 
 
 @triton.jit(do_not_specialize=["window"])
@@ -50,12 +49,9 @@ def _decode_e4m3_kernel(
     split = tl.program_id(2)
     seq_len = tl.load(seq_lens_ptr + seq)
     first = tl.maximum(seq_len - window, 0)
-    if V_KEYS:  # tiles start on multiples of BLOCK_N (keys before `first` masked): aligned V loads
-        base = first // BLOCK_N * BLOCK_N
-    else:
-        base = first
-    chunk = tl.cdiv(tl.cdiv(seq_len - base, NUM_SPLITS), BLOCK_N) * BLOCK_N
-    start = base + split * chunk
+    aligned = first // BLOCK_N * BLOCK_N
+    chunk = tl.cdiv(tl.cdiv(seq_len - aligned, NUM_SPLITS), BLOCK_N) * BLOCK_N
+    start = aligned + split * chunk
     end = tl.minimum(start + chunk, seq_len)
     h = tl.arange(0, BLOCK_H)
     head = kv_head * GROUP + h
@@ -68,51 +64,55 @@ def _decode_e4m3_kernel(
     q_hi_t, q_lo_t = tl.trans(q_hi), tl.trans(q_lo)  # [BLOCK_D, BLOCK_H]: the B operand, K-major
     score_scale = sm_scale_log2 / q_scale
     m_i = tl.full([BLOCK_H], float("-inf"), tl.float32)
-    l_i = tl.zeros([BLOCK_H], tl.float32)
+    l_t = tl.zeros([BLOCK_N, BLOCK_H], tl.float32)  # the softmax's denominators, per key slot
     acc_t = tl.zeros([BLOCK_D, BLOCK_H], tl.float32)  # out^T
     bt_row_ptr = bt_ptr + seq * stride_bt
-    kv_head_off = kv_head.to(tl.int64) * stride_c_head
-    v_head_off = kv_head.to(tl.int64) * stride_v_head
-    bs = BLOCK_SIZE if BLOCK_SIZE > 0 else block_size
+    # Tiles start on multiples of BLOCK_N (keys before `first` masked), so where a tile spans whole
+    # blocks (BLOCK_N >= BLOCK_SIZE) a key's slot in its block is the same in every tile: the offsets
+    # inside a block are computed once, and a tile adds one 64-bit block base per block (unsigned:
+    # no sign fix-ups). Blocks larger than a tile add the tile's place in its block instead.
+    WHOLE: tl.constexpr = BLOCK_N >= BLOCK_SIZE
+    slot = tl.arange(0, BLOCK_N) % BLOCK_SIZE if WHOLE else tl.arange(0, BLOCK_N)
+    k_rows = slot.to(tl.int64) * stride_c_tok + kv_head.to(tl.int64) * stride_c_head
+    v_rows = slot.to(tl.int64) * stride_v_tok + kv_head.to(tl.int64) * stride_v_head
     for tile_start in range(start, end, BLOCK_N):
-        if V_KEYS:  # whole blocks: V read in runs of keys (v_keys.py)
-            pos = tl.multiple_of(tile_start, BLOCK_N) + tl.arange(0, BLOCK_N)
-            pos_ok = (pos < end) & (pos >= first)
-            block, v_ok = whole_block_ids(bt_row_ptr, pos, first, end, bs, BLOCK_SIZE)
+        tile_start = tl.multiple_of(tile_start, BLOCK_N)
+        pos = tile_start + tl.arange(0, BLOCK_N)
+        blk = tile_start // BLOCK_SIZE + tl.arange(0, BLOCK_N) // BLOCK_SIZE
+        blk_ok = (blk * BLOCK_SIZE < end) & (blk * BLOCK_SIZE + BLOCK_SIZE > first)
+        block = tl.load(bt_row_ptr + blk, mask=blk_ok, other=0)  # 0 outside the keys: the null block
+        block = tl.max_constancy(block, [min(BLOCK_SIZE, BLOCK_N)]).to(tl.uint32).to(tl.int64)
+        base = block * stride_c_block
+        tile_slot = slot if WHOLE else slot + tile_start % BLOCK_SIZE
+        if not WHOLE:
+            base_k = base + tile_slot.to(tl.int64) * stride_c_tok + kv_head.to(tl.int64) * stride_c_head
+            base_v = base + tile_slot.to(tl.int64) * stride_v_tok + kv_head.to(tl.int64) * stride_v_head
         else:
-            pos = tile_start + tl.arange(0, BLOCK_N)
-            pos_ok = pos < end
-            block = tl.load(bt_row_ptr + pos // bs, mask=pos_ok, other=0).to(tl.int64)
-            v_ok = pos_ok
-        row_off = block * stride_c_block + (pos % bs) * stride_c_tok + kv_head_off
-        v_off = block * stride_c_block + (pos % bs) * stride_v_tok + v_head_off
-        if V_KEYS:  # no masks: a block outside the keys is block 0's (finite codes), and masked keys
-            # weigh nothing (-inf scores, p * v_scale = 0); a mask would cost a predicate per copy
-            k = tl.load(kv_ptr + row_off[:, None] + d[None, :])
-            v = tl.load(kv_ptr + stride_c_kv + v_off[:, None] + d[None, :] * stride_v_d)
-        else:
-            k = tl.load(kv_ptr + row_off[:, None] + d[None, :], mask=pos_ok[:, None] & d_ok[None, :], other=0.0)
-            v = tl.load(kv_ptr + stride_c_kv + v_off[:, None] + d[None, :] * stride_v_d,
-                        mask=v_ok[:, None] & d_ok[None, :], other=0.0)
-            v = kv_operand(v, q.dtype, FMT, DEQ_V)
+            base_k = base + k_rows
+            base_v = base + v_rows
+        # No masks: a block outside the keys is block 0's (finite codes), and masked keys weigh
+        # nothing (-inf scores, p * v_scale = 0); a mask would cost a predicate per copy.
+        k = tl.load(kv_ptr + base_k[:, None] + d[None, :])
+        v = tl.load(kv_ptr + stride_c_kv + base_v[:, None] + d[None, :] * stride_v_d)
         s_t = mma_acc(k, q_lo_t, mma(k, q_hi_t, IEEE, UPCAST), UPCAST)  # [BLOCK_N, BLOCK_H]
-        k_scale, v_scale = tile_scales(scale_ptr, block, pos % bs, pos_ok, kv_head,
+        k_scale, v_scale = tile_scales(scale_ptr, block, tile_slot, None, kv_head,
                                        stride_s_block, stride_s_kv, stride_s_tok, SCALE_WORDS)
-        s_t = tl.where(pos_ok[:, None], s_t * (k_scale * score_scale)[:, None], float("-inf"))
+        s_t = s_t * (k_scale * score_scale)[:, None]
+        if (tile_start < first) | (tile_start + BLOCK_N > end):  # only the first and last tiles mask
+            s_t = tl.where(((pos < end) & (pos >= first))[:, None], s_t, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s_t, 0))
         alpha = tl.exp2(m_i - m_new)
         p_t = tl.exp2(s_t - m_new[None, :])
-        l_i = l_i * alpha + tl.sum(p_t, 0)
-        if V_KEYS:  # V^T is K-major: codes as they are, w = p * v_scale in two e4m3 parts
-            w_scale = 448.0 / tl.maximum(tl.max(v_scale, 0), 1e-30)  # p <= 1: w <= the tile's largest scale
-            ws = p_t * (v_scale * w_scale)[:, None]
-            w_hi = ws.to(tl.float8e4nv)
-            w_lo = (ws - w_hi.to(tl.float32)).to(tl.float8e4nv)
-            pv_t = mma_acc(tl.trans(v), w_lo, mma(tl.trans(v), w_hi, IEEE, UPCAST), UPCAST) * (1.0 / w_scale)
-        else:
-            pv_t = mma(tl.trans(v), (p_t * v_scale[:, None]).to(v.dtype), IEEE, UPCAST)  # [BLOCK_D, BLOCK_H]
+        l_t = l_t * alpha[None, :] + p_t  # summed over keys once, after the loop
+        # V^T is K-major: its codes as they are, w = p * v_scale in two e4m3 parts
+        w_scale = 448.0 / tl.maximum(tl.max(v_scale, 0), 1e-30)  # p <= 1: w <= the tile's largest scale
+        ws = p_t * (v_scale * w_scale)[:, None]
+        w_hi = ws.to(tl.float8e4nv)
+        w_lo = (ws - w_hi.to(tl.float32)).to(tl.float8e4nv)
+        pv_t = mma_acc(tl.trans(v), w_lo, mma(tl.trans(v), w_hi, IEEE, UPCAST), UPCAST) * (1.0 / w_scale)
         acc_t = acc_t * alpha[None, :] + pv_t
         m_i = m_new
+    l_i = tl.sum(l_t, 0)
     nonempty = l_i > 0
     out = tl.trans(acc_t / tl.where(nonempty, l_i, 1.0)[None, :])
     if NUM_SPLITS == 1:

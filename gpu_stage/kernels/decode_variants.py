@@ -53,12 +53,6 @@ for _k_bits in (False, True):
                            (32, 2, 4, 200), (32, 1, 3, None), (64, 1, 2, None), (128, 4, 2, None), (128, 2, 2, None)):
         _variant(_k_bits, _n, _w, _s, _r)
 
-# K's e4m3 codes as the wgmma's operand, scores transposed (decode_e4m3_mma.py): e4m3 only
-for _n, _w, _s in ((64, 4, 2), (64, 4, 3), (128, 4, 2), (128, 8, 2), (64, 8, 2)):
-    QUANT_VARIANTS[f"kmma_n{_n}_w{_w}_s{_s}"] = {
-        "BLOCK_N": _n, "num_warps": _w, "num_stages": _s, "DEQ_K": DEQ_DIRECT, "DEQ_V": DEQ_BITS_HERE,
-        "SCALE_WORDS": True, "CONST_BLOCK": True, "MMA_T": True}
-
 
 def _vt_variant(k_bits: bool, v_deq: str, block_n: int, warps: int, stages: int) -> None:
     """A variant on the V-transposed layout (kv/layout.py: V keys contiguous, K-major for p @ v).
@@ -73,7 +67,7 @@ def _vt_variant(k_bits: bool, v_deq: str, block_n: int, warps: int, stages: int)
 
 
 for _n, _w, _s, _r in ((64, 4, 2, None), (64, 4, 3, None), (128, 4, 2, None), (128, 8, 2, None), (64, 8, 2, None),
-                       (64, 4, 2, 96), (64, 4, 3, 96), (64, 4, 2, 80)):  # both products on fp8 wgmma
+                       (64, 4, 2, 96), (64, 4, 3, 96), (64, 4, 2, 80), (64, 4, 2, 128), (64, 4, 3, 128)):  # both on fp8 wgmma
     QUANT_VARIANTS[f"vt_kmma_n{_n}_w{_w}_s{_s}" + (f"_r{_r}" if _r else "")] = {
         "BLOCK_N": _n, "num_warps": _w, "num_stages": _s, "DEQ_K": DEQ_DIRECT, "DEQ_V": DEQ_DIRECT,
         "SCALE_WORDS": True, "CONST_BLOCK": True, "MMA_T": True, "V_LAYOUT": "vt", **({"maxnreg": _r} if _r else {})}

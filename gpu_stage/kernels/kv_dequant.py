@@ -133,8 +133,12 @@ def tile_scales(scale_ptr, block, offset, ok, kv_head, stride_block, stride_kv, 
     if WORDS:
         words = scale_ptr.to(tl.pointer_type(tl.int32), bitcast=True)
         w_off = (off - (kv_head & 1)) >> 1  # off >= 0: a shift, not a signed division
-        kw = tl.load(words + w_off, mask=ok, other=0)
-        vw = tl.load(words + w_off + stride_kv // 2, mask=ok, other=0)
+        if ok is None:  # a caller whose unused keys read finite scales (and weigh nothing)
+            kw = tl.load(words + w_off)
+            vw = tl.load(words + w_off + stride_kv // 2)
+        else:
+            kw = tl.load(words + w_off, mask=ok, other=0)
+            vw = tl.load(words + w_off + stride_kv // 2, mask=ok, other=0)
         low = kv_head % 2 == 0  # the lower address is the word's low half
         kw = tl.where(low, kw << 16, kw & -65536)
         vw = tl.where(low, vw << 16, vw & -65536)
