@@ -65,7 +65,8 @@ def _decode_e4m3_kernel(
     score_scale = sm_scale_log2 / q_scale
     m_i = tl.full([BLOCK_H], float("-inf"), tl.float32)
     l_t = tl.zeros([BLOCK_N, BLOCK_H], tl.float32)  # the softmax's denominators, per key slot
-    acc_t = tl.zeros([BLOCK_D, BLOCK_H], tl.float32)  # out^T
+    acc_t = tl.zeros([BLOCK_D, BLOCK_H], tl.float32)  # out^T, times w_prev
+    w_prev = 1.0
     bt_row_ptr = bt_ptr + seq * stride_bt
     # Tiles start on multiples of BLOCK_N (keys before `first` masked), so where a tile spans whole
     # blocks (BLOCK_N >= BLOCK_SIZE) a key's slot in its block is the same in every tile: the offsets
@@ -104,17 +105,20 @@ def _decode_e4m3_kernel(
         alpha = tl.exp2(m_i - m_new)
         p_t = tl.exp2(s_t - m_new[None, :])
         l_t = l_t * alpha[None, :] + p_t  # summed over keys once, after the loop
-        # V^T is K-major: its codes as they are, w = p * v_scale in two e4m3 parts
-        w_scale = 448.0 / tl.maximum(tl.max(v_scale, 0), 1e-30)  # p <= 1: w <= the tile's largest scale
+        # V^T is K-major: its codes as they are, w = p * v_scale in two e4m3 parts, scaled by
+        # w_scale (p <= 1: the tile's largest V scale bounds w). acc_t is kept in the current tile's
+        # w_scale, so the rescale is one multiply and the tensor cores add the tile's product.
+        w_scale = 448.0 / tl.maximum(tl.max(v_scale, 0), 1e-30)
         ws = p_t * (v_scale * w_scale)[:, None]
         w_hi = ws.to(tl.float8e4nv)
         w_lo = (ws - w_hi.to(tl.float32)).to(tl.float8e4nv)
-        pv_t = mma_acc(tl.trans(v), w_lo, mma(tl.trans(v), w_hi, IEEE, UPCAST), UPCAST) * (1.0 / w_scale)
-        acc_t = acc_t * alpha[None, :] + pv_t
+        acc_t = acc_t * (alpha * (w_scale / w_prev))[None, :]
+        acc_t = mma_acc(tl.trans(v), w_lo, mma_acc(tl.trans(v), w_hi, acc_t, UPCAST), UPCAST)
+        w_prev = w_scale
         m_i = m_new
     l_i = tl.sum(l_t, 0)
     nonempty = l_i > 0
-    out = tl.trans(acc_t / tl.where(nonempty, l_i, 1.0)[None, :])
+    out = tl.trans(acc_t / (tl.where(nonempty, l_i, 1.0) * w_prev)[None, :])
     if NUM_SPLITS == 1:
         tl.store(out_ptr + seq * stride_o_t + head[:, None] * stride_o_h + d[None, :],
                  out.to(out_ptr.dtype.element_ty), mask=hd_mask)
