@@ -93,7 +93,7 @@ def case_splits(batch: int, ctx: int, cfg: dict | None, fmt: str) -> int:
     from gpu_stage.kernels import decode_attention as da
 
     if cfg and "SERVED" in cfg:
-        return decode_num_splits(batch, HKV, ctx, torch.device("cuda"), fmt)
+        return decode_num_splits(batch, HKV, ctx, torch.device("cuda"), fmt, v_transposed(cfg, fmt))
     if cfg and "SPLITS" in cfg and batch > 1:
         return cfg["SPLITS"]
     return splits_for(batch, ctx, (cfg or da.GPU_CONFIG)["BLOCK_N"])
@@ -105,9 +105,15 @@ def launch_config(cfg: dict | None) -> dict | None:
     return {k: v for k, v in cfg.items() if k != "SPLITS"}
 
 
-def v_transposed(cfg: dict | None) -> bool:
+def v_transposed(cfg: dict | None, fmt: str = "bf16") -> bool:
     """Whether a variant reads the V-transposed layout (kv/layout.py): its pool is then another
-    one, the same K/V copied into that layout (Case.cache_for)."""
+    one, the same K/V copied into that layout (Case.cache_for). "served" reads the layout a new
+    pool of `fmt` takes on a GPU."""
+    if cfg and "SERVED" in cfg:
+        from gpu_stage.kv.format import KvFormat
+        from gpu_stage.kv.layout import v_transposed_by_default
+
+        return fmt != "bf16" and v_transposed_by_default(KvFormat(fmt), "cuda")
     return bool(cfg) and cfg.get("V_LAYOUT") == "vt"
 
 
@@ -128,7 +134,7 @@ def _compile_job(job: tuple) -> tuple:
 
         config = ModelConfig("llama", 10, H * D, 8, 2, H, HKV, D)
         cache = KvCache(config, 64, BS, "cuda", torch.bfloat16, None if fmt == "bf16" else KvFormat(fmt),
-                        v_transposed=v_transposed(cfg))
+                        v_transposed=v_transposed(cfg, fmt))
         q = torch.zeros(batch, H, D, dtype=torch.bfloat16, device="cuda")
         ws = da.DecodeWorkspace(batch, H, D, splits, "cuda")
         seq_lens = torch.full((batch,), 40, dtype=torch.int32, device="cuda")
@@ -153,7 +159,7 @@ def _compile_prefill(job: tuple, t: float) -> tuple:
 
         config = ModelConfig("llama", 10, H * D, 8, 2, H, HKV, D)
         cache = KvCache(config, 64, BS, "cuda", torch.bfloat16, None if fmt == "bf16" else KvFormat(fmt),
-                        v_transposed=v_transposed(cfg))
+                        v_transposed=v_transposed(cfg, fmt))
         meta = build_metadata([20, 1], [40, 30], [[1, 2, 3], [4, 5]], BS, "cuda")
         q = torch.zeros(21, H, D, dtype=torch.bfloat16, device="cuda")
         prefill_attention(q, cache.layer(1), meta.cu_seqlens_q, meta.seq_lens, meta.block_tables, meta.num_seqs,
@@ -193,7 +199,8 @@ class Case:
         blocks_per_seq = -(-ctx // BS)
         num_blocks = batch * blocks_per_seq + 1
         config = ModelConfig("llama", 10, H * D, 8, self.num_layers, H, HKV, D)
-        self.cache = KvCache(config, num_blocks, BS, "cuda", torch.bfloat16, KvFormat(fmt) if quant else None)
+        self.cache = KvCache(config, num_blocks, BS, "cuda", torch.bfloat16, KvFormat(fmt) if quant else None,
+                             v_transposed=False)  # the row layout; cache_for copies it to V^T
         gen = torch.Generator(device="cuda").manual_seed(seed)
         for layer in range(self.num_layers):
             self._fill(self.cache.layer(layer), gen, quant)
@@ -207,7 +214,7 @@ class Case:
     def cache_for(self, cfg: dict | None):
         """The pool a variant reads: this case's, or (V-transposed variants) a copy of the same K/V
         and scales in that layout, made once."""
-        if not v_transposed(cfg):
+        if not v_transposed(cfg, self.fmt):
             return self.cache
         if self._vt is None:
             import torch

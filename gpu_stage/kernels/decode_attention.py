@@ -49,12 +49,13 @@ MAX_SPLITS = 64
 NO_WINDOW = 1 << 30  # `window` of a layer that sees its whole context (past any max_model_len)
 
 
-def default_config(fmt_name: str | None, num_splits: int, v_transposed: bool = False) -> dict:
+def default_config(fmt_name: str | None, num_splits: int, v_transposed: bool = False,
+                   bf16_query: bool = True) -> dict:
     """The launch config of a layer's pool: GPU_CONFIG for a plain one (fmt_name None), the served
     variant of decode_variants.py for an 8-bit one (its knobs included; per V layout)."""
     if fmt_name is None:
         return dict(INTERPRETER_CONFIG if interpreting() else GPU_CONFIG)
-    cfg = served_variant(fmt_name, num_splits, v_transposed)
+    cfg = served_variant(fmt_name, num_splits, v_transposed, bf16_query)
     return {**cfg, **INTERPRETER_CONFIG} if interpreting() else cfg
 
 
@@ -232,7 +233,8 @@ def decode_attention(
     group = num_heads // num_kv_heads
     num_splits = workspace.num_splits
     fmt_name = kv_layer.fmt.name if quant["QUANT"] else None
-    cfg = dict(config or default_config(fmt_name, num_splits, quant["QUANT"] and kv_layer.v_transposed))
+    cfg = dict(config or default_config(fmt_name, num_splits, quant["QUANT"] and kv_layer.v_transposed,
+                                        q.dtype == torch.bfloat16))
     kernel = decode_kernel_of(cfg)
     if cfg.pop("MMA_T", None) and fmt_name != "fp8_e4m3":
         raise ValueError(f"an MMA_T decode variant reads fp8_e4m3 codes, not a {fmt_name or 'plain'} pool")

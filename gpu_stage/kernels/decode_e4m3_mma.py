@@ -21,8 +21,14 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from gpu_stage.kernels import interpreting
 from gpu_stage.kernels.common import mma, mma_acc
 from gpu_stage.kernels.kv_dequant import split_query_e4m3, tile_scales
+
+
+# fp8 operands have one precision (no IEEE / tf32 choice); Triton's interpreter multiplies them as
+# float32, whatever the query's dtype
+EMULATE = tl.constexpr(interpreting())
 
 
 @triton.jit(do_not_specialize=["window"])
@@ -95,7 +101,7 @@ def _decode_e4m3_kernel(
         # nothing (-inf scores, p * v_scale = 0); a mask would cost a predicate per copy.
         k = tl.load(kv_ptr + base_k[:, None] + d[None, :])
         v = tl.load(kv_ptr + stride_c_kv + base_v[:, None] + d[None, :] * stride_v_d)
-        s_t = mma_acc(k, q_lo_t, mma(k, q_hi_t, IEEE, UPCAST), UPCAST)  # [BLOCK_N, BLOCK_H]
+        s_t = mma_acc(k, q_lo_t, mma(k, q_hi_t, False, EMULATE), EMULATE)  # [BLOCK_N, BLOCK_H]
         k_scale, v_scale = tile_scales(scale_ptr, block, tile_slot, None, kv_head,
                                        stride_s_block, stride_s_kv, stride_s_tok, SCALE_WORDS)
         s_t = s_t * (k_scale * score_scale)[:, None]
@@ -113,7 +119,7 @@ def _decode_e4m3_kernel(
         w_hi = ws.to(tl.float8e4nv)
         w_lo = (ws - w_hi.to(tl.float32)).to(tl.float8e4nv)
         acc_t = acc_t * (alpha * (w_scale / w_prev))[None, :]
-        acc_t = mma_acc(tl.trans(v), w_lo, mma_acc(tl.trans(v), w_hi, acc_t, UPCAST), UPCAST)
+        acc_t = mma_acc(tl.trans(v), w_lo, mma_acc(tl.trans(v), w_hi, acc_t, EMULATE), EMULATE)
         w_prev = w_scale
         m_i = m_new
     l_i = tl.sum(l_t, 0)

@@ -91,8 +91,9 @@ def variant_runs_on(name: str, fmt_name: str) -> bool:
     return not QUANT_VARIANTS[name].get("MMA_T") or fmt_name == "fp8_e4m3"
 
 
-# The same for a pool in the V-transposed layout (kv/layout.py V_TRANSPOSED_DEFAULT). NOT YET
-# MEASURED: set these from the `vt_*` rows of a lab/kv8_decode_ab.py run before switching the layout in.
+# The same for a pool in the V-transposed layout (kv/layout.py: fp8 e4m3 pools on a GPU take it):
+# the bit-pattern kernels reading V^T, exact for any query dtype (measured for e4m3 codes only:
+# vt_kbits_vdirect_n64_w2_s2 126.6 us at 64 x 2,048 on an H100, bench/results/20261206-NVIDIA-H100/s17-vt3/).
 SERVED_VT = {
     "fp8_e4m3": ("vt_kbits_vdirect_n64_w2_s2", "vt_kbits_vdirect_n128_w4_s2"),
     "fp8_e5m2": ("vt_kbits_vdirect_n64_w2_s2", "vt_kbits_vdirect_n128_w4_s2"),
@@ -100,16 +101,26 @@ SERVED_VT = {
 }
 
 
-def _served(fmt_name: str, v_transposed: bool) -> tuple[str, str]:
+# An e4m3 pool in V^T read by a bf16 query: both products on the fp8 tensor cores
+# (decode_e4m3_mma.py, s17-vt3: 116.6 against the row layout's 130.8 us at 64 x 2,048). The query
+# and p * v_scale each become two e4m3 parts: a bf16 query's 8 significant bits exactly (entries
+# below 2^-11 of its largest within 2^-19 of it), p * v_scale as the bf16 kernels round it; a
+# float32 query would lose bits, so it takes SERVED_VT's exact kernel.
+SERVED_VT_BF16 = {"fp8_e4m3": ("vt_kmma_n64_w4_s2_r128", "vt_kmma_n64_w4_s2_r128")}
+
+
+def _served(fmt_name: str, v_transposed: bool, bf16_query: bool) -> tuple[str, str]:
+    if v_transposed and bf16_query and fmt_name in SERVED_VT_BF16:
+        return SERVED_VT_BF16[fmt_name]
     return (SERVED_VT if v_transposed else SERVED)[fmt_name]
 
 
-def served_variant(fmt_name: str, num_splits: int, v_transposed: bool = False) -> dict:
+def served_variant(fmt_name: str, num_splits: int, v_transposed: bool = False, bf16_query: bool = True) -> dict:
     """The config served for an 8-bit pool of `fmt_name` (in the V-transposed layout or not) at
-    `num_splits` (a copy)."""
-    return dict(QUANT_VARIANTS[_served(fmt_name, v_transposed)[0 if num_splits == 1 else 1]])
+    `num_splits`, for a bf16 query or another (a copy)."""
+    return dict(QUANT_VARIANTS[_served(fmt_name, v_transposed, bf16_query)[0 if num_splits == 1 else 1]])
 
 
-def split_block_n(fmt_name: str, v_transposed: bool = False) -> int:
+def split_block_n(fmt_name: str, v_transposed: bool = False, bf16_query: bool = True) -> int:
     """BLOCK_N of the split-K variant: the split count's cap (triton_backend.decode_num_splits)."""
-    return QUANT_VARIANTS[_served(fmt_name, v_transposed)[1]]["BLOCK_N"]
+    return QUANT_VARIANTS[_served(fmt_name, v_transposed, bf16_query)[1]]["BLOCK_N"]

@@ -43,7 +43,7 @@ class KvCache:
         self.kv_format = kv_format or KvFormat(str(dtype).removeprefix("torch."))
         self.is_quantized = self.kv_format.is_quantized
         if v_transposed is None:
-            v_transposed = kv_layout.V_TRANSPOSED_DEFAULT
+            v_transposed = kv_layout.v_transposed_by_default(self.kv_format, device)
         self.v_transposed = bool(v_transposed) and self.is_quantized
         # The storage's element dtype: the float dtype of a plain pool, uint8 for an 8-bit one.
         self.dtype = torch.uint8 if self.is_quantized else self.kv_format.torch_dtype

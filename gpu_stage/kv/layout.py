@@ -32,9 +32,12 @@ from gpu_stage.model.config import ModelConfig
 
 LAYOUT_VERSION = 2  # the plain pool's layout is version 1 (pipeline/build_tiers.py)
 LAYOUT_VERSION_V_TRANSPOSED = 3
-# The switch: whether a new 8-bit pool takes the V-transposed layout (KvCache's default). Set it
-# after the decode A/B (lab/kv8_decode_ab.py, variants `vt_*`) shows that layout faster.
-V_TRANSPOSED_DEFAULT = False
+# The formats whose pools take the V-transposed layout on a GPU (KvCache's default): fp8 e4m3, whose
+# decode then runs both products on the fp8 tensor cores (kernels/decode_e4m3_mma.py; 116.6 against
+# 130.8 us per layer at 64 x 2,048 on an H100, bench/results/20261206-NVIDIA-H100/s17-vt3/). int8
+# and e5m2 keep the row layout (their kernels convert codes either way); the torch path on CPU
+# decodes ~7% slower on V^T (lab/kv8_vt_cpu_cost.py), so CPU pools keep it too.
+V_TRANSPOSED_FORMATS = frozenset({"fp8_e4m3"})
 SCALE_DTYPE = torch.bfloat16
 SCALE_BYTES = 2
 
@@ -46,6 +49,11 @@ def row_bytes(num_kv_heads: int, head_dim: int) -> int:
 
 def quantized_bytes_per_token(config: ModelConfig) -> int:
     return 2 * config.num_layers * row_bytes(config.num_kv_heads, config.head_dim)
+
+
+def v_transposed_by_default(fmt: KvFormat, device: torch.device | str) -> bool:
+    """Whether a new pool of `fmt` on `device` takes the V-transposed layout."""
+    return fmt.name in V_TRANSPOSED_FORMATS and torch.device(device).type == "cuda"
 
 
 def layout_name(fmt: KvFormat, v_transposed: bool = False) -> str:

@@ -121,7 +121,7 @@ async def test_the_v_transposed_layout_gives_the_row_layouts_tokens(monkeypatch)
                           scheduler_policy="fcfs")
     outs = {}
     for vt in (False, True):
-        monkeypatch.setattr(layout, "V_TRANSPOSED_DEFAULT", vt)
+        monkeypatch.setattr(layout, "v_transposed_by_default", lambda fmt, device, vt=vt: vt)
         async with Engine(config) as engine:
             assert engine.built.runner.kv_cache.v_transposed == vt
             assert engine.built.runner.kv_cache.describe()["v_layout"] == ("head-dim-token" if vt else "token-head-dim")

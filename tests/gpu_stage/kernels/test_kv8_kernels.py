@@ -381,3 +381,14 @@ def test_every_prefill_variant_over_8_bit_kv(fmt: str, variant: str) -> None:
         cfg.update(BLOCK_M=16, BLOCK_N=16, num_warps=4, num_stages=1)
     out = prefill_attention(q, layer, meta.cu_seqlens_q, meta.seq_lens, meta.block_tables, meta.num_seqs, config=cfg)
     assert _rel(out, ref) < TOL[torch.bfloat16]
+
+
+def test_the_fp8_tensor_core_kernel_serves_bf16_queries_on_v_transposed_e4m3_pools_only() -> None:
+    """Its query parts hold a bf16 query's bits, not a float32 one's: other queries, other formats
+    and the row layout get the exact kernels."""
+    assert default_config("fp8_e4m3", 1, v_transposed=True, bf16_query=True).get("MMA_T")
+    assert default_config("fp8_e4m3", 4, v_transposed=True, bf16_query=True).get("MMA_T")
+    assert not default_config("fp8_e4m3", 1, v_transposed=True, bf16_query=False).get("MMA_T")
+    assert not default_config("fp8_e4m3", 1, v_transposed=False, bf16_query=True).get("MMA_T")
+    for fmt in ("int8", "fp8_e5m2"):
+        assert not default_config(fmt, 1, v_transposed=True, bf16_query=True).get("MMA_T")

@@ -111,3 +111,14 @@ def test_v_transposed_layout_has_its_own_fingerprint() -> None:
     assert vt.fingerprint_fields()[2] == 3 and rows.fingerprint_fields()[2] == 2
     plain = KvCache(CONFIG, 2, 4, "cpu", torch.bfloat16, v_transposed=True)  # a plain pool has one layout
     assert not plain.v_transposed and plain.fingerprint_fields() == ("torch.bfloat16", (3, 2, 4, 2, 16), 1)
+
+
+def test_only_e4m3_pools_on_a_gpu_take_the_v_transposed_layout_by_default() -> None:
+    """fp8 e4m3's decode reads V^T on the fp8 tensor cores; int8, e5m2 and CPU pools keep the rows."""
+    from gpu_stage.kv.layout import v_transposed_by_default
+
+    assert v_transposed_by_default(KvFormat("fp8_e4m3"), "cuda")
+    assert v_transposed_by_default(KvFormat("fp8_e4m3"), torch.device("cuda", 1))
+    assert not v_transposed_by_default(KvFormat("fp8_e4m3"), "cpu")
+    assert not v_transposed_by_default(KvFormat("int8"), "cuda")
+    assert not v_transposed_by_default(KvFormat("fp8_e5m2"), "cuda")

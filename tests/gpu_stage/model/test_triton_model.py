@@ -62,7 +62,7 @@ def test_runner_triton_backend_matches_torch_backend(kv_cache_dtype: str, v_tran
     """v_transposed: an 8-bit pool in the V-transposed layout (gpu_stage/kv/layout.py's switch)."""
     from gpu_stage.kv import layout
 
-    monkeypatch.setattr(layout, "V_TRANSPOSED_DEFAULT", v_transposed)
+    monkeypatch.setattr(layout, "v_transposed_by_default", lambda fmt, device: v_transposed)
     hf = hf_model("llama", num_hidden_layers=2)
     state = hf.state_dict()
     source = ModelSource("tiny", model_config(hf), lambda d, dt: ((k, v.to(d, dt)) for k, v in state.items()), _Tokenizer(), "t")
