@@ -19,7 +19,9 @@ SERVED per format for one split and for split-K; kv_dequant.py: the conversions)
 V is read through its own strides (token, head, dim): a plain pool's and the row layout's are K's;
 the V-transposed layout (kv/layout.py) has keys contiguous (V_KEYS), and then tiles start on
 multiples of BLOCK_N (a window's keys before its first masked) and V is read by whole blocks
-(v_keys.py), so its loads are known aligned and wide.
+(v_keys.py), so its loads are known aligned and wide. An fp8 e4m3 pool in that layout read by a bf16
+query runs decode_e4m3_mma.py's kernel instead (variants with MMA_T): both products on the fp8
+tensor cores, no code converted.
 
 Batch size 1 at 2k context on an H200: 8 kv heads alone would fill 8 of 132 SMs; 32 splits give 256
 programs. Batch 64: 512 programs already, one split, no reduction.

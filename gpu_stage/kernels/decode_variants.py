@@ -19,6 +19,11 @@ reduction, strided in shared memory) was read byte by byte (LDS.U8, 64 per threa
 Many sequences (one split) run best on 2 warps (5 programs per SM resident, one wave at 64
 streams); few sequences (split-K) on BLOCK_N 128.
 
+On the V-transposed layout (kv/layout.py) the `vt_` variants; `vt_kmma_*` run decode_e4m3_mma.py
+(both products on the fp8 tensor cores), served for e4m3 pools and bf16 queries (SERVED_VT_BF16):
+on an H100 at 64 x 2,048 / 8,192, 116.6 / 436.7 us against the row layout's 130.8 / 509.8 and
+bf16's 179.2 / 694.6 (bench/results/20261206-NVIDIA-H100/s17-vt3/).
+
 Measured and not kept (commit ead81e6, reverted): codes converted to float16 by the hardware's
 cvt.rn.f16x2.e4m3x2 (one instruction per two codes) with float16 dots. It cut the kernel's
 instructions at 64 x 2,048 from 46.5 M to 30.6 M (ncu) but ran slower, 154 against 126 us on an
