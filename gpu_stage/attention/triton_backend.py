@@ -69,14 +69,14 @@ def sdpa_rows(query_lens: list[int], seq_lens: list[int]) -> list[tuple[int, int
 
 
 def decode_num_splits(num_seqs: int, num_kv_heads: int, max_seq_len: int, device: torch.device,
-                      kv_format: str | None = None, v_transposed: bool = False, bf16_query: bool = True) -> int:
+                      kv_format: str | None = None, v_transposed: bool = False, fp8_mma_ok: bool = True) -> int:
     """A power of two (each count is a separate compiled kernel: few variants, all warmed up).
     `kv_format`: an 8-bit pool's format name (and V layout), whose split-K variant's BLOCK_N caps
     the count."""
     if interpreting():
         block_n = decode_mod.INTERPRETER_CONFIG["BLOCK_N"]
     else:
-        block_n = (split_block_n(kv_format, v_transposed, bf16_query) if kv_format
+        block_n = (split_block_n(kv_format, v_transposed, fp8_mma_ok) if kv_format
                    else decode_mod.GPU_CONFIG["BLOCK_N"])
     n = decode_mod.choose_num_splits(num_seqs, num_kv_heads, max_seq_len, num_sms(device), block_n)
     return 1 << (n.bit_length() - 1)
@@ -89,7 +89,7 @@ def make_plan(meta: AttentionMetadata, q: torch.Tensor, num_kv_heads: int, kv_fo
         return _prefill_plan(meta, q)
     assert q.shape[0] == num_seqs, "decode-only steps have one query row per sequence"
     splits = meta.decode_num_splits or decode_num_splits(num_seqs, num_kv_heads, meta.max_seq_len, q.device, kv_format,
-                                                         v_transposed, q.dtype == torch.bfloat16)
+                                                         v_transposed, decode_mod.fp8_mma_fits(q))
     workspace = decode_mod.DecodeWorkspace(num_seqs, q.shape[1], q.shape[2], splits, q.device)
     return TritonPlan(True, num_seqs, workspace)
 

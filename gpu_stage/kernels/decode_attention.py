@@ -51,13 +51,19 @@ MAX_SPLITS = 64
 NO_WINDOW = 1 << 30  # `window` of a layer that sees its whole context (past any max_model_len)
 
 
+def fp8_mma_fits(q: torch.Tensor) -> bool:
+    """Whether decode_e4m3_mma's kernel may serve this query: a bf16 one (its two e4m3 parts hold a
+    bf16 query's bits, not a float32 one's) whose head_dim an fp8 wgmma can reduce (32 deep)."""
+    return q.dtype == torch.bfloat16 and q.shape[-1] % 32 == 0
+
+
 def default_config(fmt_name: str | None, num_splits: int, v_transposed: bool = False,
-                   bf16_query: bool = True) -> dict:
+                   fp8_mma_ok: bool = True) -> dict:
     """The launch config of a layer's pool: GPU_CONFIG for a plain one (fmt_name None), the served
     variant of decode_variants.py for an 8-bit one (its knobs included; per V layout)."""
     if fmt_name is None:
         return dict(INTERPRETER_CONFIG if interpreting() else GPU_CONFIG)
-    cfg = served_variant(fmt_name, num_splits, v_transposed, bf16_query)
+    cfg = served_variant(fmt_name, num_splits, v_transposed, fp8_mma_ok)
     return {**cfg, **INTERPRETER_CONFIG} if interpreting() else cfg
 
 
@@ -236,7 +242,7 @@ def decode_attention(
     num_splits = workspace.num_splits
     fmt_name = kv_layer.fmt.name if quant["QUANT"] else None
     cfg = dict(config or default_config(fmt_name, num_splits, quant["QUANT"] and kv_layer.v_transposed,
-                                        q.dtype == torch.bfloat16))
+                                        fp8_mma_fits(q)))
     kernel = decode_kernel_of(cfg)
     if cfg.pop("MMA_T", None) and fmt_name != "fp8_e4m3":
         raise ValueError(f"an MMA_T decode variant reads fp8_e4m3 codes, not a {fmt_name or 'plain'} pool")

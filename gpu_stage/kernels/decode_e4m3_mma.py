@@ -23,7 +23,7 @@ import triton.language as tl
 
 from gpu_stage.kernels import interpreting
 from gpu_stage.kernels.common import mma, mma_acc
-from gpu_stage.kernels.kv_dequant import split_query_e4m3, tile_scales
+from gpu_stage.kernels.kv_dequant import kv_operand, split_query_e4m3, tile_scales
 
 
 # fp8 operands have one precision (no IEEE / tf32 choice); Triton's interpreter multiplies them as
@@ -45,7 +45,7 @@ def _decode_e4m3_kernel(
     BLOCK_N: tl.constexpr, NUM_SPLITS: tl.constexpr, IEEE: tl.constexpr, UPCAST: tl.constexpr,
     USE_PDL: tl.constexpr, QUANT: tl.constexpr, FMT: tl.constexpr = 1, DEQ_K: tl.constexpr = 0,
     DEQ_V: tl.constexpr = 0, SCALE_WORDS: tl.constexpr = False, BLOCK_SIZE: tl.constexpr = 0,
-    V_KEYS: tl.constexpr = False,
+    V_KEYS: tl.constexpr = False, K_BITS: tl.constexpr = False,
 ):
     if USE_PDL:  # see pdl.py
         tl.extra.cuda.gdc_launch_dependents()
@@ -66,9 +66,13 @@ def _decode_e4m3_kernel(
     d_ok = d < HEAD_DIM
     hd_mask = h_ok[:, None] & d_ok[None, :]
     q = tl.load(q_ptr + seq * stride_q_t + head[:, None] * stride_q_h + d[None, :], mask=hd_mask, other=0.0)
-    q_hi, q_lo, q_scale = split_query_e4m3(q)
-    q_hi_t, q_lo_t = tl.trans(q_hi), tl.trans(q_lo)  # [BLOCK_D, BLOCK_H]: the B operand, K-major
-    score_scale = sm_scale_log2 / q_scale
+    if K_BITS:  # scores on the bf16 tensor cores, K's codes converted (kv_dequant DEQ_BITS_HERE)
+        q_t = tl.trans(q)
+        score_scale = sm_scale_log2
+    else:  # the query in two e4m3 parts: [BLOCK_D, BLOCK_H] B operands, K-major
+        q_hi, q_lo, q_scale = split_query_e4m3(q)
+        q_hi_t, q_lo_t = tl.trans(q_hi), tl.trans(q_lo)
+        score_scale = sm_scale_log2 / q_scale
     m_i = tl.full([BLOCK_H], float("-inf"), tl.float32)
     l_t = tl.zeros([BLOCK_N, BLOCK_H], tl.float32)  # the softmax's denominators, per key slot
     acc_t = tl.zeros([BLOCK_D, BLOCK_H], tl.float32)  # out^T, times w_prev
@@ -101,7 +105,10 @@ def _decode_e4m3_kernel(
         # nothing (-inf scores, p * v_scale = 0); a mask would cost a predicate per copy.
         k = tl.load(kv_ptr + base_k[:, None] + d[None, :])
         v = tl.load(kv_ptr + stride_c_kv + base_v[:, None] + d[None, :] * stride_v_d)
-        s_t = mma_acc(k, q_lo_t, mma(k, q_hi_t, False, EMULATE), EMULATE)  # [BLOCK_N, BLOCK_H]
+        if K_BITS:
+            s_t = mma(kv_operand(k, q.dtype, FMT, DEQ_K), q_t, False, UPCAST)  # [BLOCK_N, BLOCK_H]
+        else:
+            s_t = mma_acc(k, q_lo_t, mma(k, q_hi_t, False, EMULATE), EMULATE)
         k_scale, v_scale = tile_scales(scale_ptr, block, tile_slot, None, kv_head,
                                        stride_s_block, stride_s_kv, stride_s_tok, SCALE_WORDS)
         s_t = s_t * (k_scale * score_scale)[:, None]

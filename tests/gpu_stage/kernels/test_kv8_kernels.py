@@ -386,9 +386,17 @@ def test_every_prefill_variant_over_8_bit_kv(fmt: str, variant: str) -> None:
 def test_the_fp8_tensor_core_kernel_serves_bf16_queries_on_v_transposed_e4m3_pools_only() -> None:
     """Its query parts hold a bf16 query's bits, not a float32 one's: other queries, other formats
     and the row layout get the exact kernels."""
-    assert default_config("fp8_e4m3", 1, v_transposed=True, bf16_query=True).get("MMA_T")
-    assert default_config("fp8_e4m3", 4, v_transposed=True, bf16_query=True).get("MMA_T")
-    assert not default_config("fp8_e4m3", 1, v_transposed=True, bf16_query=False).get("MMA_T")
-    assert not default_config("fp8_e4m3", 1, v_transposed=False, bf16_query=True).get("MMA_T")
+    assert default_config("fp8_e4m3", 1, v_transposed=True, fp8_mma_ok=True).get("MMA_T")
+    assert default_config("fp8_e4m3", 4, v_transposed=True, fp8_mma_ok=True).get("MMA_T")
+    assert not default_config("fp8_e4m3", 1, v_transposed=True, fp8_mma_ok=False).get("MMA_T")
+    assert not default_config("fp8_e4m3", 1, v_transposed=False, fp8_mma_ok=True).get("MMA_T")
     for fmt in ("int8", "fp8_e5m2"):
-        assert not default_config(fmt, 1, v_transposed=True, bf16_query=True).get("MMA_T")
+        assert not default_config(fmt, 1, v_transposed=True, fp8_mma_ok=True).get("MMA_T")
+
+
+def test_the_fp8_tensor_core_kernel_needs_a_bf16_query_and_a_head_dim_of_32s() -> None:
+    from gpu_stage.kernels.decode_attention import fp8_mma_fits
+
+    assert fp8_mma_fits(torch.zeros(2, 8, 128, dtype=torch.bfloat16))
+    assert not fp8_mma_fits(torch.zeros(2, 8, 128, dtype=torch.float32))
+    assert not fp8_mma_fits(torch.zeros(2, 8, 16, dtype=torch.bfloat16))
