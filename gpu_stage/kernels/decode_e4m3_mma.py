@@ -31,6 +31,22 @@ from gpu_stage.kernels.kv_dequant import kv_operand, split_query_e4m3, tile_scal
 EMULATE = tl.constexpr(interpreting())
 
 
+@triton.jit
+def fp8_dot(a, b, acc, PROMOTE: tl.constexpr, EMULATE: tl.constexpr):
+    """acc + a @ b on fp8 operands. The fp8 wgmma keeps about 13 bits below the largest of its
+    products and the incoming accumulator (DeepSeek-V3's report; lab/fp8_acc_emulation.py models it and
+    reproduces what an H100 measured), so a long chain loses the large logits' low bits: PROMOTE = 32
+    starts every 32-deep step from zero and adds it to `acc` in float32 (Triton's
+    max_num_imprecise_acc), which the model puts at the exact kernels' error."""
+    if EMULATE:
+        out = acc + tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision="ieee")
+    elif PROMOTE:
+        out = tl.dot(a, b, acc=acc, max_num_imprecise_acc=PROMOTE)
+    else:
+        out = tl.dot(a, b, acc=acc)
+    return out
+
+
 @triton.jit(do_not_specialize=["window"])
 def _decode_e4m3_kernel(
     q_ptr, kv_ptr, out_ptr, part_out_ptr, part_lse_ptr, seq_lens_ptr, bt_ptr,
@@ -45,7 +61,7 @@ def _decode_e4m3_kernel(
     BLOCK_N: tl.constexpr, NUM_SPLITS: tl.constexpr, IEEE: tl.constexpr, UPCAST: tl.constexpr,
     USE_PDL: tl.constexpr, QUANT: tl.constexpr, FMT: tl.constexpr = 1, DEQ_K: tl.constexpr = 0,
     DEQ_V: tl.constexpr = 0, SCALE_WORDS: tl.constexpr = False, BLOCK_SIZE: tl.constexpr = 0,
-    V_KEYS: tl.constexpr = False, K_BITS: tl.constexpr = False,
+    V_KEYS: tl.constexpr = False, K_BITS: tl.constexpr = False, PROMOTE: tl.constexpr = 0,
 ):
     if USE_PDL:  # see pdl.py
         tl.extra.cuda.gdc_launch_dependents()
@@ -108,7 +124,8 @@ def _decode_e4m3_kernel(
         if K_BITS:
             s_t = mma(kv_operand(k, q.dtype, FMT, DEQ_K), q_t, False, UPCAST)  # [BLOCK_N, BLOCK_H]
         else:
-            s_t = mma_acc(k, q_lo_t, mma(k, q_hi_t, False, EMULATE), EMULATE)
+            s_t = fp8_dot(k, q_lo_t, fp8_dot(k, q_hi_t, tl.zeros([BLOCK_N, BLOCK_H], tl.float32), PROMOTE, EMULATE),
+                          PROMOTE, EMULATE)
         k_scale, v_scale = tile_scales(scale_ptr, block, tile_slot, None, kv_head,
                                        stride_s_block, stride_s_kv, stride_s_tok, SCALE_WORDS)
         s_t = s_t * (k_scale * score_scale)[:, None]
