@@ -8,8 +8,10 @@ query as two e4m3 parts against K's codes, w = p * v_scale as two e4m3 parts per
 V's codes, out^T carried across tiles in the MMA's accumulator. The fp8 MMA's accumulation is
 modelled as Hopper's is reported to behave (DeepSeek-V3: about 14 bits): each 32-deep step aligns its
 products and the incoming accumulator to the largest and keeps BITS bits below it (truncation).
+--promote models the kernel's fix (decode_e4m3_mma.fp8_dot, Triton's max_num_imprecise_acc=32):
+each 32-deep step of the scores starts from zero and is added to a float32 accumulator.
 
-    python lab/fp8_acc_emulation.py --bits 13 12 10 --seqs 2
+    python lab/fp8_acc_emulation.py --bits 13 12 10 --seqs 2 [--promote]
 
 Prints the output's error norm against the test's float64 reference: exact accumulation, then the
 model on both products, on the scores only, on p @ v only.
@@ -35,26 +37,30 @@ def e4m3(x: torch.Tensor) -> torch.Tensor:
     return x.to(torch.float8_e4m3fn).to(torch.float64)
 
 
-def mma_steps(a: torch.Tensor, b: torch.Tensor, acc: torch.Tensor, bits: int | None) -> torch.Tensor:
-    """acc + sum_d a[..., d] * b[..., d], 32-deep steps, each kept to `bits` below its largest term."""
+def mma_steps(a: torch.Tensor, b: torch.Tensor, acc: torch.Tensor, bits: int | None,
+              promote: bool = False) -> torch.Tensor:
+    """acc + sum_d a[..., d] * b[..., d], 32-deep steps, each kept to `bits` below its largest term
+    (the incoming accumulator one of them, unless `promote`: then a step starts from zero and is
+    added to acc exactly)."""
     prod = a * b
     if bits is None:
         return acc + prod.sum(-1)
     for g in range(0, prod.shape[-1], STEP):
-        terms = torch.cat([prod[..., g:g + STEP], acc[..., None]], -1)
+        terms = prod[..., g:g + STEP] if promote else torch.cat([prod[..., g:g + STEP], acc[..., None]], -1)
         ulp = torch.exp2(torch.floor(torch.log2(terms.abs().amax(-1, keepdim=True).clamp_min(1e-300))) - bits)
-        acc = (torch.trunc(terms / ulp) * ulp).sum(-1)
+        acc = (acc if promote else 0) + (torch.trunc(terms / ulp) * ulp).sum(-1)
     return acc
 
 
 def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ks: torch.Tensor, vs: torch.Tensor,
-           score_bits: int | None, pv_bits: int | None) -> torch.Tensor:
+           score_bits: int | None, pv_bits: int | None, promote: bool = False) -> torch.Tensor:
     """One KV head: q [rows, D] (bf16 values), k / v [L, D] codes, ks / vs [L] scales -> [rows, D]."""
     scale = 2.0 ** math.floor(math.log2(448.0 / float(q.abs().max())))
     hi = e4m3(q * scale)
     lo = e4m3(q * scale - hi)
     zero = torch.zeros(q.shape[0], k.shape[0], dtype=torch.float64)
-    s = mma_steps(lo[:, None], k[None], mma_steps(hi[:, None], k[None], zero, score_bits), score_bits)
+    s = mma_steps(lo[:, None], k[None], mma_steps(hi[:, None], k[None], zero, score_bits, promote), score_bits,
+                  promote)
     w = torch.softmax(s / scale * ks[None] / math.sqrt(q.shape[1]), -1) * vs[None]
     acc = torch.zeros(q.shape[0], v.shape[1], dtype=torch.float64)
     for t in range(0, k.shape[0], TILE):
@@ -68,7 +74,7 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, ks: torch.Tensor, 
     return acc
 
 
-def error(seqs: int, score_bits: int | None, pv_bits: int | None, ctx: int = 2047) -> float:
+def error(seqs: int, score_bits: int | None, pv_bits: int | None, ctx: int = 2047, promote: bool = False) -> float:
     layer, q, meta, ref = kv8_tests._case("fp8_e4m3", [(ctx, 1)] * seqs, HEADS, KV_HEADS, HEAD_DIM, BLOCK,
                                           torch.bfloat16, seed=64)
     group = HEADS // KV_HEADS
@@ -79,7 +85,7 @@ def error(seqs: int, score_bits: int | None, pv_bits: int | None, ctx: int = 204
         k, v = (layer.data[:, i][blocks, offs].to(torch.float64) for i in (0, 1))
         ks, vs = (layer.scales[blocks, i, offs].double() for i in (0, 1))
         outs.append(torch.cat([attend(q[b, h * group:(h + 1) * group].double(), k[:, h], v[:, h], ks[:, h], vs[:, h],
-                                      score_bits, pv_bits) for h in range(KV_HEADS)]))
+                                      score_bits, pv_bits, promote) for h in range(KV_HEADS)]))
     out = torch.stack(outs).to(torch.bfloat16).double()
     ref = ref[:seqs].double()
     return float(torch.linalg.norm(out - ref) / torch.linalg.norm(ref))
@@ -89,10 +95,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--bits", type=int, nargs="+", default=[13, 12, 10])
     ap.add_argument("--seqs", type=int, default=2)
+    ap.add_argument("--promote", action="store_true", help="the scores promoted to float32 every 32-deep step")
     args = ap.parse_args()
     print(f"exact accumulation: {error(args.seqs, None, None):.4f}")
     for bits in args.bits:
-        print(f"{bits} bits: both {error(args.seqs, bits, bits):.4f}, scores only {error(args.seqs, bits, None):.4f}, "
+        both, scores = (error(args.seqs, bits, pv, promote=args.promote) for pv in (bits, None))
+        print(f"{bits} bits{' (scores promoted)' if args.promote else ''}: both {both:.4f}, scores only {scores:.4f}, "
               f"p @ v only {error(args.seqs, None, bits):.4f}")
 
 

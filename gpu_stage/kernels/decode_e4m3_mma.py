@@ -10,11 +10,15 @@ and an HMMA. A decode program has 4 query rows per KV head, so the kernel works 
 - output out^T = V^T @ w^T, w = p * v_scale: the layout (kv/layout.py, V_KEYS: keys contiguous) makes
   V^T K-major, so its codes are the A operand as they are too, and w becomes two e4m3 parts scaled
   per tile to e4m3's range (p <= 1, so the tile's largest V scale bounds w).
+The fp8 wgmma accumulates in about 13 bits below its largest term, not in float32: the scores are
+promoted to float32 after every 32-deep step (PROMOTE, fp8_dot), which puts the kernel at the exact
+kernels' error; p @ v keeps its chained accumulator (its terms are p <= 1 times codes, and a tile's
+product is added once: lab/fp8_acc_emulation.py, bench/results/20261206-cpu/fp8-acc-emulation-s18-promote/).
 K, V and scales are read by whole blocks without masks (a block outside a sequence's keys is the
 null block 0; every slot of the pool holds finite codes and scales, and masked keys weigh nothing).
 
 Same arguments, grid and split-K epilogue as decode_attention._decode_kernel, whose docstring says
-the rest; decode_variants names this kernel's variants `vt_kmma_...` (knob MMA_T).
+the rest; decode_variants names this kernel's variants `vt_kmma_...` (knob MMA_T; `_p32`: PROMOTE).
 """
 from __future__ import annotations
 
@@ -22,8 +26,8 @@ import triton
 import triton.language as tl
 
 from gpu_stage.kernels import interpreting
-from gpu_stage.kernels.common import mma, mma_acc
-from gpu_stage.kernels.kv_dequant import kv_operand, split_query_e4m3, tile_scales
+from gpu_stage.kernels.common import mma_acc
+from gpu_stage.kernels.kv_dequant import split_query_e4m3, tile_scales
 
 
 # fp8 operands have one precision (no IEEE / tf32 choice); Triton's interpreter multiplies them as
@@ -61,7 +65,7 @@ def _decode_e4m3_kernel(
     BLOCK_N: tl.constexpr, NUM_SPLITS: tl.constexpr, IEEE: tl.constexpr, UPCAST: tl.constexpr,
     USE_PDL: tl.constexpr, QUANT: tl.constexpr, FMT: tl.constexpr = 1, DEQ_K: tl.constexpr = 0,
     DEQ_V: tl.constexpr = 0, SCALE_WORDS: tl.constexpr = False, BLOCK_SIZE: tl.constexpr = 0,
-    V_KEYS: tl.constexpr = False, K_BITS: tl.constexpr = False, PROMOTE: tl.constexpr = 0,
+    V_KEYS: tl.constexpr = False, PROMOTE: tl.constexpr = 0,
 ):
     if USE_PDL:  # see pdl.py
         tl.extra.cuda.gdc_launch_dependents()
@@ -82,13 +86,9 @@ def _decode_e4m3_kernel(
     d_ok = d < HEAD_DIM
     hd_mask = h_ok[:, None] & d_ok[None, :]
     q = tl.load(q_ptr + seq * stride_q_t + head[:, None] * stride_q_h + d[None, :], mask=hd_mask, other=0.0)
-    if K_BITS:  # scores on the bf16 tensor cores, K's codes converted (kv_dequant DEQ_BITS_HERE)
-        q_t = tl.trans(q)
-        score_scale = sm_scale_log2
-    else:  # the query in two e4m3 parts: [BLOCK_D, BLOCK_H] B operands, K-major
-        q_hi, q_lo, q_scale = split_query_e4m3(q)
-        q_hi_t, q_lo_t = tl.trans(q_hi), tl.trans(q_lo)
-        score_scale = sm_scale_log2 / q_scale
+    q_hi, q_lo, q_scale = split_query_e4m3(q)  # two e4m3 parts: [BLOCK_D, BLOCK_H] B operands, K-major
+    q_hi_t, q_lo_t = tl.trans(q_hi), tl.trans(q_lo)
+    score_scale = sm_scale_log2 / q_scale
     m_i = tl.full([BLOCK_H], float("-inf"), tl.float32)
     l_t = tl.zeros([BLOCK_N, BLOCK_H], tl.float32)  # the softmax's denominators, per key slot
     acc_t = tl.zeros([BLOCK_D, BLOCK_H], tl.float32)  # out^T, times w_prev
@@ -121,11 +121,8 @@ def _decode_e4m3_kernel(
         # nothing (-inf scores, p * v_scale = 0); a mask would cost a predicate per copy.
         k = tl.load(kv_ptr + base_k[:, None] + d[None, :])
         v = tl.load(kv_ptr + stride_c_kv + base_v[:, None] + d[None, :] * stride_v_d)
-        if K_BITS:
-            s_t = mma(kv_operand(k, q.dtype, FMT, DEQ_K), q_t, False, UPCAST)  # [BLOCK_N, BLOCK_H]
-        else:
-            s_t = fp8_dot(k, q_lo_t, fp8_dot(k, q_hi_t, tl.zeros([BLOCK_N, BLOCK_H], tl.float32), PROMOTE, EMULATE),
-                          PROMOTE, EMULATE)
+        s_t = fp8_dot(k, q_lo_t, fp8_dot(k, q_hi_t, tl.zeros([BLOCK_N, BLOCK_H], tl.float32), PROMOTE, EMULATE),
+                      PROMOTE, EMULATE)  # [BLOCK_N, BLOCK_H]
         k_scale, v_scale = tile_scales(scale_ptr, block, tile_slot, None, kv_head,
                                        stride_s_block, stride_s_kv, stride_s_tok, SCALE_WORDS)
         s_t = s_t * (k_scale * score_scale)[:, None]

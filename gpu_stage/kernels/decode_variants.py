@@ -20,9 +20,10 @@ Many sequences (one split) run best on 2 warps (5 programs per SM resident, one 
 streams); few sequences (split-K) on BLOCK_N 128.
 
 On the V-transposed layout (kv/layout.py) the `vt_` variants; `vt_kmma_*` run decode_e4m3_mma.py
-(both products on the fp8 tensor cores), served for e4m3 pools and bf16 queries (SERVED_VT_BF16):
-on an H100 at 64 x 2,048 / 8,192, 116.6 / 436.7 us against the row layout's 130.8 / 509.8 and
-bf16's 179.2 / 694.6 (bench/results/20261206-NVIDIA-H100/s17-vt3/).
+(both products on the fp8 tensor cores), served for e4m3 pools and bf16 queries (SERVED_VT_BF16,
+the scores promoted to float32 every 32: `_p32`): on an H100 at 64 x 2,048 / 8,192, 117.6 / 443.3
+us against the row layout's 130.1 / 507.6 and bf16's 184.0 / 697.2
+(bench/results/20261206-NVIDIA-H100/s18-promote/).
 
 Measured and not kept (commit ead81e6, reverted): codes converted to float16 by the hardware's
 cvt.rn.f16x2.e4m3x2 (one instruction per two codes) with float16 dots. It cut the kernel's
@@ -76,17 +77,15 @@ for _n, _w, _s, _r in ((64, 4, 2, None), (64, 4, 3, None), (128, 4, 2, None), (1
     QUANT_VARIANTS[f"vt_kmma_n{_n}_w{_w}_s{_s}" + (f"_r{_r}" if _r else "")] = {
         "BLOCK_N": _n, "num_warps": _w, "num_stages": _s, "DEQ_K": DEQ_DIRECT, "DEQ_V": DEQ_DIRECT,
         "SCALE_WORDS": True, "CONST_BLOCK": True, "MMA_T": True, "V_LAYOUT": "vt", **({"maxnreg": _r} if _r else {})}
-# The same with the scores on the bf16 tensor cores (K's codes converted by bit patterns, K_BITS):
-# the fp8 wgmma's accumulator keeps ~14 bits, too few for the logits of the tests' widest K
-# (s17-final: 0.0103 against the 0.01 norm). NOT YET MEASURED.
+# The same with the scores' fp8 accumulator promoted to float32 every _p of the head dim (PROMOTE,
+# decode_e4m3_mma.fp8_dot). Chained, the fp8 wgmma's ~13-bit accumulator missed the exactness norm at
+# the tests' widest K (0.0103 against 0.01); promoted every 32 it is at the exact kernels' 0.0018 for
+# 117.6 against 115.9 us at 64 x 2,048 (bench/results/20261206-NVIDIA-H100/s18-promote/). Measured
+# and removed there: every 64 (0.0020, 119.5 us), and the scores on the bf16 tensor cores with K's
+# codes converted by bit patterns (0.0017, 142.8 us: slower than the row layout's 130.1).
 for _n, _w, _s, _r in ((64, 4, 2, 128), (64, 4, 2, None), (64, 4, 3, 128)):
-    for _p in (32, 64):  # the scores' fp8 accumulator promoted to float32 every _p of the head dim
-        QUANT_VARIANTS[f"vt_kmma_n{_n}_w{_w}_s{_s}" + (f"_r{_r}" if _r else "") + f"_p{_p}"] = {
-            **QUANT_VARIANTS[f"vt_kmma_n{_n}_w{_w}_s{_s}" + (f"_r{_r}" if _r else "")], "PROMOTE": _p}
-    QUANT_VARIANTS[f"vt_kbmma_n{_n}_w{_w}_s{_s}" + (f"_r{_r}" if _r else "")] = {
-        "BLOCK_N": _n, "num_warps": _w, "num_stages": _s, "DEQ_K": DEQ_BITS_HERE, "DEQ_V": DEQ_DIRECT,
-        "SCALE_WORDS": True, "CONST_BLOCK": True, "MMA_T": True, "K_BITS": True, "V_LAYOUT": "vt",
-        **({"maxnreg": _r} if _r else {})}
+    _base = f"vt_kmma_n{_n}_w{_w}_s{_s}" + (f"_r{_r}" if _r else "")
+    QUANT_VARIANTS[_base + "_p32"] = {**QUANT_VARIANTS[_base], "PROMOTE": 32}
 
 for _k_bits in (False, True):
     for _v in ("direct", "bits", "here"):
