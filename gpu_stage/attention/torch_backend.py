@@ -8,8 +8,10 @@ Interface (a Triton backend provides the same functions):
 
 `kv_layer` is one layer's view of the pool, [num_blocks, 2, block_size, num_kv_heads, head_dim], or
 an 8-bit pool's QuantKvLayer (gpu_stage/kv/layout.py): its K/V are quantized as they are stored
-and dequantized (kv_quant.py) as they are gathered, every read going through the cache, a fresh
-prefill's own keys included, so a prompt's output does not depend on how it was chunked. A plain
+and dequantized (kv_quant.py) as they are gathered. On the CPU every read goes through the cache, a
+fresh prefill's own keys included, so a prompt's output does not depend on how it was chunked; on a
+GPU a sequence with no cached context attends to the step's own K/V, as the Triton path does
+(fresh_kv.py). A plain
 pool of another float dtype than the model's is cast the same way. The V-transposed 8-bit layout
 is addressed with the same row indices (_VtRows maps them to block, half and token).
 Every query attends to its own sequence's keys at positions <= its own (the earlier context is
@@ -30,6 +32,7 @@ from dataclasses import dataclass, field, replace
 import torch
 import torch.nn.functional as F
 
+from gpu_stage.attention.fresh_kv import fresh_from_step
 from gpu_stage.attention.metadata import AttentionMetadata
 from gpu_stage.attention.window_masks import decode_window_mask, prefill_window_mask
 from gpu_stage.kv.layout import QuantKvLayer
@@ -153,6 +156,7 @@ def _get_plan(meta: AttentionMetadata, kv_layer: torch.Tensor | QuantKvLayer) ->
 def store_kv(kv_layer: torch.Tensor | QuantKvLayer, k: torch.Tensor, v: torch.Tensor, meta: AttentionMetadata) -> None:
     """k, v [T, num_kv_heads, head_dim] -> the cache slots of meta.slot_mapping."""
     plan = _get_plan(meta, kv_layer)
+    meta.fresh_kv = (k, v)  # fresh_kv.py
     num_tokens = k.shape[0]
     if isinstance(kv_layer, QuantKvLayer) and kv_layer.v_transposed:
         target = _VtRows(kv_layer, k.dtype)
@@ -191,8 +195,12 @@ def forward(q: torch.Tensor, kv_layer: torch.Tensor | QuantKvLayer, meta: Attent
     out = torch.empty_like(q)
     if plan.decode_rows is not None:
         out[plan.decode_rows] = _decode(q[plan.decode_rows], rows, num_kv_heads, plan)
+    fresh = meta.fresh_kv if fresh_from_step(q, kv_layer) else None
     for seq in plan.prefills:
-        out[seq.q_start : seq.q_end] = _prefill(q[seq.q_start : seq.q_end], rows, num_kv_heads, seq, plan.v_delta)
+        own = None  # fresh_kv.py: a sequence with no cached context may attend to the step's own K/V
+        if fresh is not None and seq.k_rows.shape[0] == seq.q_end - seq.q_start:
+            own = (fresh[0][seq.q_start : seq.q_end], fresh[1][seq.q_start : seq.q_end])
+        out[seq.q_start : seq.q_end] = _prefill(q[seq.q_start : seq.q_end], rows, num_kv_heads, seq, plan.v_delta, own)
     return out
 
 
@@ -209,11 +217,16 @@ def _decode(q: torch.Tensor, rows: torch.Tensor, num_kv_heads: int, plan: _Plan)
     return out.reshape(num_seqs, num_heads, head_dim)
 
 
-def _prefill(q: torch.Tensor, rows: torch.Tensor, num_kv_heads: int, seq: _PrefillSeq, v_delta: int) -> torch.Tensor:
-    """q [Tq, num_heads, head_dim] of one sequence -> [Tq, num_heads, head_dim]."""
-    shape = (seq.k_rows.shape[0], num_kv_heads, q.shape[2])
-    k = gather_rows(rows, seq.k_rows, 0).view(shape).transpose(0, 1)[None]  # [1, kv_heads, L, D]
-    v = gather_rows(rows, seq.k_rows + v_delta, 1).view(shape).transpose(0, 1)[None]
+def _prefill(q: torch.Tensor, rows: torch.Tensor, num_kv_heads: int, seq: _PrefillSeq, v_delta: int,
+             own: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+    """q [Tq, num_heads, head_dim] of one sequence -> [Tq, num_heads, head_dim]. own: its keys' K/V
+    [L, kv_heads, head_dim] as the step computed them, read instead of the pool."""
+    if own is not None:
+        k, v = (x.to(q.dtype).transpose(0, 1)[None] for x in own)
+    else:
+        shape = (seq.k_rows.shape[0], num_kv_heads, q.shape[2])
+        k = gather_rows(rows, seq.k_rows, 0).view(shape).transpose(0, 1)[None]  # [1, kv_heads, L, D]
+        v = gather_rows(rows, seq.k_rows + v_delta, 1).view(shape).transpose(0, 1)[None]
     q4 = q.transpose(0, 1)[None]  # [1, num_heads, Tq, D]
     out = F.scaled_dot_product_attention(
         q4, k, v, attn_mask=seq.mask, is_causal=seq.mask is None, enable_gqa=True

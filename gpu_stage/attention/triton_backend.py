@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 import torch
 
+from gpu_stage.attention.fresh_kv import fresh_from_step
 from gpu_stage.attention.metadata import AttentionMetadata
 from gpu_stage.kernels import decode_attention as decode_mod
 from gpu_stage.kernels import interpreting, num_sms
@@ -134,7 +135,7 @@ def forward(q: torch.Tensor, kv_layer: torch.Tensor | QuantKvLayer, meta: Attent
                                            window=window)
     if not plan.sdpa or window is not None:
         return prefill_attention(q, kv_layer, meta.cu_seqlens_q, meta.seq_lens, meta.block_tables, plan.num_seqs,
-                                 window=window)
+                                 window=window, fresh_kv=meta.fresh_kv if fresh_from_step(q, kv_layer) else None)
     k, v = meta.fresh_kv  # [T, Hkv, D] each: what this layer just stored
     if len(plan.sdpa) == 1:
         return fresh_sdpa(q, k, v)  # one prompt: no output buffer to copy into

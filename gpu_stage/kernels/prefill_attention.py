@@ -18,8 +18,11 @@ dtype in registers, a key's scale on its score column, a value's on p's column; 
 operands and scales are read is the served variant's (prefill_variants.py, kv_dequant.py). V is
 read through its own strides (kv_store.value_strides): keys contiguous in the V-transposed layout.
 
-Keys come from the paged cache only (store_kv runs first): positions [0, seq_len), where the last
-query_len positions are this step's tokens. Keys every row of the tile may see run without a mask;
+Keys come from the paged cache (store_kv runs first): positions [0, seq_len), where the last
+query_len positions are this step's tokens. With FRESH (an 8-bit pool on a GPU,
+attention/fresh_kv.py), a sequence with no cached context reads its keys from the step's own k, v
+rows instead (fresh_rows: the model dtype's values, no dequantization), decided per program, so one
+CUDA graph serves steps of any mix. Keys every row of the tile may see run without a mask;
 the diagonal tiles apply the causal mask. Softmax in base 2 with float32 statistics.
 
 Sliding window (`window`, NO_WINDOW for none; a query at p sees keys p - window + 1 .. p): the key
@@ -58,9 +61,14 @@ def _attend_tile(
     BLOCK_N: tl.constexpr, CAUSAL_MASK: tl.constexpr, IEEE: tl.constexpr, UPCAST: tl.constexpr,
     sm_scale_log2, window, scale_ptr, stride_s_block, stride_s_kv, stride_s_tok, kv_head, QUANT: tl.constexpr,
     FMT: tl.constexpr, DEQ_K: tl.constexpr, DEQ_V: tl.constexpr, SCALE_WORDS: tl.constexpr, V_KEYS: tl.constexpr,
-    BLOCK_SIZE: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr, CONTIG: tl.constexpr = False,
 ):
-    if V_KEYS:  # every tile starts on a multiple of BLOCK_N; V read by whole blocks (v_keys.py)
+    if CONTIG:  # the step's own K/V rows (kv_ptr at the sequence's first): key `pos` is row pos
+        pos = start + tl.arange(0, BLOCK_N)
+        pos_ok = pos < kv_end
+        block = 0  # one flat run of rows
+        v_ok = pos_ok
+    elif V_KEYS:  # every tile starts on a multiple of BLOCK_N; V read by whole blocks (v_keys.py)
         pos = tl.multiple_of(start, BLOCK_N) + tl.arange(0, BLOCK_N)  # [BLOCK_N] key positions
         pos_ok = pos < kv_end
         block, v_ok = whole_block_ids(bt_row_ptr, pos, 0, kv_end, block_size, BLOCK_SIZE)
@@ -69,10 +77,11 @@ def _attend_tile(
         pos_ok = pos < kv_end
         block = tl.load(bt_row_ptr + pos // block_size, mask=pos_ok, other=0).to(tl.int64)
         v_ok = pos_ok
-    row_off = block * stride_c_block + (pos % block_size) * stride_c_tok + kv_head_off  # [BLOCK_N]
+    slot = pos.to(tl.int64) if CONTIG else pos % block_size
+    row_off = block * stride_c_block + slot * stride_c_tok + kv_head_off  # [BLOCK_N]
     kv_mask = pos_ok[:, None] & d_ok[None, :]
     k = tl.load(kv_ptr + row_off[:, None] + d[None, :], mask=kv_mask, other=0.0)  # [BLOCK_N, BLOCK_D]
-    v_off = block * stride_c_block + (pos % block_size) * stride_v_tok + v_head_off  # V by its own strides
+    v_off = block * stride_c_block + slot * stride_v_tok + v_head_off  # V by its own strides
     v = tl.load(kv_ptr + stride_c_kv + v_off[:, None] + d[None, :] * stride_v_d, mask=v_ok[:, None] & d_ok[None, :],
                 other=0.0)
     if QUANT:  # 8-bit codes -> the query's dtype (exact), kv_dequant.py
@@ -104,6 +113,47 @@ def _attend_tile(
     return acc, m_new, l_i
 
 
+@triton.jit
+def _attend_keys(
+    q, q_pos, d, d_ok, context, q_first, last_q, kv_ptr, bt_row_ptr, stride_c_block, stride_c_kv, stride_c_tok,
+    kv_head_off, block_size, stride_v_tok, v_head_off, stride_v_d, sm_scale_log2, window, scale_ptr,
+    stride_s_block, stride_s_kv, stride_s_tok, kv_head, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr,
+    BLOCK_N: tl.constexpr, IEEE: tl.constexpr, UPCAST: tl.constexpr, QUANT: tl.constexpr, FMT: tl.constexpr,
+    DEQ_K: tl.constexpr, DEQ_V: tl.constexpr, SCALE_WORDS: tl.constexpr, V_KEYS: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr, CONTIG: tl.constexpr,
+):
+    """A tile's rows over every key they see -> (acc, l_i): tiles before the window's whole ones
+    and the diagonal ones masked, the rest not."""
+    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
+    kv_end = context + last_q + 1  # keys past this are seen by no row of the tile
+    full_end = ((context + q_first + 1) // BLOCK_N) * BLOCK_N  # tiles every row sees whole
+    # Window: keys before `lo` no row sees; from `mid_lo` every row sees them (0, 0 without one)
+    lo = (tl.maximum(context + q_first - window + 1, 0) // BLOCK_N) * BLOCK_N
+    mid_lo = tl.minimum(tl.maximum(tl.cdiv(tl.maximum(context + last_q - window + 1, 0), BLOCK_N) * BLOCK_N, lo),
+                        full_end)
+    for start in range(lo, mid_lo, BLOCK_N):
+        acc, m_i, l_i = _attend_tile(
+            q, acc, m_i, l_i, kv_ptr, bt_row_ptr, start, kv_end, q_pos, d, d_ok, stride_c_block,
+            stride_c_kv, stride_c_tok, kv_head_off, block_size, stride_v_tok, v_head_off, stride_v_d, BLOCK_N, True,
+            IEEE, UPCAST, sm_scale_log2, window, scale_ptr, stride_s_block, stride_s_kv, stride_s_tok, kv_head, QUANT,
+            FMT, DEQ_K, DEQ_V, SCALE_WORDS, V_KEYS, BLOCK_SIZE, CONTIG)
+    for start in range(mid_lo, full_end, BLOCK_N):
+        acc, m_i, l_i = _attend_tile(
+            q, acc, m_i, l_i, kv_ptr, bt_row_ptr, start, kv_end, q_pos, d, d_ok, stride_c_block,
+            stride_c_kv, stride_c_tok, kv_head_off, block_size, stride_v_tok, v_head_off, stride_v_d, BLOCK_N, False,
+            IEEE, UPCAST, sm_scale_log2, window, scale_ptr, stride_s_block, stride_s_kv, stride_s_tok, kv_head, QUANT,
+            FMT, DEQ_K, DEQ_V, SCALE_WORDS, V_KEYS, BLOCK_SIZE, CONTIG)
+    for start in range(full_end, kv_end, BLOCK_N):
+        acc, m_i, l_i = _attend_tile(
+            q, acc, m_i, l_i, kv_ptr, bt_row_ptr, start, kv_end, q_pos, d, d_ok, stride_c_block,
+            stride_c_kv, stride_c_tok, kv_head_off, block_size, stride_v_tok, v_head_off, stride_v_d, BLOCK_N, True,
+            IEEE, UPCAST, sm_scale_log2, window, scale_ptr, stride_s_block, stride_s_kv, stride_s_tok, kv_head, QUANT,
+            FMT, DEQ_K, DEQ_V, SCALE_WORDS, V_KEYS, BLOCK_SIZE, CONTIG)
+    return acc, l_i
+
+
 # Triton specialises integer arguments equal to 1 or divisible by 16: the sequence count changes
 # from step to step, and a combination first met while serving compiled there (measured on the
 # H200: one second of a request's TTFT). One variant for all counts. (The block-table stride is
@@ -118,11 +168,12 @@ def _prefill_attention_kernel(
     window,
     scale_ptr, stride_s_block, stride_s_kv, stride_s_tok,
     stride_v_tok, stride_v_head, stride_v_d,
+    fresh_ptr, stride_f_t, stride_f_h, stride_f_kv,
     GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_N: tl.constexpr,
     IEEE: tl.constexpr, UPCAST: tl.constexpr, QUANT: tl.constexpr, FMT: tl.constexpr = 0,
     DEQ_K: tl.constexpr = 0, DEQ_V: tl.constexpr = 0, SCALE_WORDS: tl.constexpr = False, BLOCK_SIZE: tl.constexpr = 0,
-    V_KEYS: tl.constexpr = False,
+    V_KEYS: tl.constexpr = False, FRESH: tl.constexpr = False,
 ):
     tile = tl.program_id(0)
     bs = BLOCK_SIZE if BLOCK_SIZE > 0 else block_size  # a constant: shifts, not divisions
@@ -154,37 +205,25 @@ def _prefill_attention_kernel(
         q = tl.load(q_ptr + q_rows[:, None] * stride_q_t + head[:, None] * stride_q_h + d[None, :],
                     mask=q_mask, other=0.0)
         q_pos = context + q_idx  # [BLOCK_M] absolute positions
-        m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
-        l_i = tl.zeros([BLOCK_M], tl.float32)
-        acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
         bt_row_ptr = bt_ptr + seq.to(tl.int64) * stride_bt
-        kv_head_off = kv_head.to(tl.int64) * stride_c_head
-        v_head_off = kv_head.to(tl.int64) * stride_v_head
         last_q = tl.minimum(q_first + BLOCK_Q, q_len) - 1
-        kv_end = context + last_q + 1  # keys past this are seen by no row of the tile
-        full_end = ((context + q_first + 1) // BLOCK_N) * BLOCK_N  # tiles every row sees whole
-        # Window: keys before `lo` no row sees; from `mid_lo` every row sees them (0, 0 without one)
-        lo = (tl.maximum(context + q_first - window + 1, 0) // BLOCK_N) * BLOCK_N
-        mid_lo = tl.minimum(tl.maximum(tl.cdiv(tl.maximum(context + last_q - window + 1, 0), BLOCK_N) * BLOCK_N, lo),
-                            full_end)
-        for start in range(lo, mid_lo, BLOCK_N):
-            acc, m_i, l_i = _attend_tile(
-                q, acc, m_i, l_i, kv_ptr, bt_row_ptr, start, kv_end, q_pos, d, d_ok, stride_c_block,
-                stride_c_kv, stride_c_tok, kv_head_off, bs, stride_v_tok, v_head_off, stride_v_d, BLOCK_N, True, IEEE,
-                UPCAST, sm_scale_log2, window, scale_ptr, stride_s_block, stride_s_kv, stride_s_tok, kv_head, QUANT, FMT,
-                DEQ_K, DEQ_V, SCALE_WORDS, V_KEYS, BLOCK_SIZE)
-        for start in range(mid_lo, full_end, BLOCK_N):
-            acc, m_i, l_i = _attend_tile(
-                q, acc, m_i, l_i, kv_ptr, bt_row_ptr, start, kv_end, q_pos, d, d_ok, stride_c_block,
-                stride_c_kv, stride_c_tok, kv_head_off, bs, stride_v_tok, v_head_off, stride_v_d, BLOCK_N, False, IEEE,
-                UPCAST, sm_scale_log2, window, scale_ptr, stride_s_block, stride_s_kv, stride_s_tok, kv_head, QUANT, FMT,
-                DEQ_K, DEQ_V, SCALE_WORDS, V_KEYS, BLOCK_SIZE)
-        for start in range(full_end, kv_end, BLOCK_N):
-            acc, m_i, l_i = _attend_tile(
-                q, acc, m_i, l_i, kv_ptr, bt_row_ptr, start, kv_end, q_pos, d, d_ok, stride_c_block,
-                stride_c_kv, stride_c_tok, kv_head_off, bs, stride_v_tok, v_head_off, stride_v_d, BLOCK_N, True, IEEE,
-                UPCAST, sm_scale_log2, window, scale_ptr, stride_s_block, stride_s_kv, stride_s_tok, kv_head, QUANT, FMT,
-                DEQ_K, DEQ_V, SCALE_WORDS, V_KEYS, BLOCK_SIZE)
+        fresh = FRESH  # the step's own K/V for a sequence with no cached context (module docstring)
+        if FRESH:
+            fresh = context == 0
+        if fresh:
+            acc, l_i = _attend_keys(
+                q, q_pos, d, d_ok, context, q_first, last_q, fresh_ptr + q_start.to(tl.int64) * stride_f_t,
+                bt_row_ptr, stride_c_block, stride_f_kv, stride_f_t, kv_head.to(tl.int64) * stride_f_h, bs,
+                stride_f_t, kv_head.to(tl.int64) * stride_f_h, 1, sm_scale_log2, window, scale_ptr,
+                stride_s_block, stride_s_kv, stride_s_tok, kv_head, BLOCK_M, BLOCK_D, BLOCK_N, IEEE, UPCAST,
+                False, FMT, DEQ_K, DEQ_V, SCALE_WORDS, False, BLOCK_SIZE, True)
+        else:
+            acc, l_i = _attend_keys(
+                q, q_pos, d, d_ok, context, q_first, last_q, kv_ptr, bt_row_ptr, stride_c_block, stride_c_kv,
+                stride_c_tok, kv_head.to(tl.int64) * stride_c_head, bs, stride_v_tok,
+                kv_head.to(tl.int64) * stride_v_head, stride_v_d, sm_scale_log2, window, scale_ptr,
+                stride_s_block, stride_s_kv, stride_s_tok, kv_head, BLOCK_M, BLOCK_D, BLOCK_N, IEEE, UPCAST,
+                QUANT, FMT, DEQ_K, DEQ_V, SCALE_WORDS, V_KEYS, BLOCK_SIZE, False)
         out = acc / l_i[:, None]
         tl.store(out_ptr + q_rows[:, None] * stride_o_t + head[:, None] * stride_o_h + d[None, :],
                  out.to(out_ptr.dtype.element_ty), mask=q_mask)
@@ -204,8 +243,11 @@ def prefill_attention(
     out: torch.Tensor | None = None,
     config: dict | None = None,
     window: int | None = None,  # sliding window: keys seen, the query's own included
+    fresh_kv: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> torch.Tensor:
-    """-> out [T, num_heads, head_dim]; rows outside every sequence are left unwritten."""
+    """-> out [T, num_heads, head_dim]; rows outside every sequence are left unwritten.
+    fresh_kv: the step's own k, v [T, kv_heads, head_dim] (as stored this step): a sequence with no
+    cached context attends to them instead of the pool (module docstring)."""
     num_tokens, num_heads, head_dim = q.shape
     (cache, *scale_args), quant = cache_args(kv_layer)
     v_strides = value_strides(kv_layer)
@@ -221,6 +263,7 @@ def prefill_attention(
     out = torch.empty_like(q) if out is None else out
     assert q.stride(-1) == 1 and cache.stride(-1) == 1 and out.stride(-1) == 1
     grid = (num_tiles(num_tokens, num_seqs, block_q), num_kv_heads)
+    fresh_args = fresh_rows(*fresh_kv) if fresh_kv is not None else (q, 0, 0, 0)
     _prefill_attention_kernel[grid](
         q, cache, out, cu_seqlens_q, seq_lens, block_tables,
         LOG2E / math.sqrt(head_dim), num_seqs,
@@ -228,8 +271,19 @@ def prefill_attention(
         cache.stride(0), cache.stride(1), cache.stride(2), cache.stride(3),
         block_tables.stride(0), block_size,
         NO_WINDOW if window is None else window,
-        *scale_args, *v_strides, QUANT=quant["QUANT"], **knobs, V_KEYS=v_strides[0] == 1,
-        GROUP=group, HEAD_DIM=head_dim, BLOCK_D=max(16, next_pow2(head_dim)), BLOCK_M=block_m,
+        *scale_args, *v_strides, *fresh_args, QUANT=quant["QUANT"], **knobs, V_KEYS=v_strides[0] == 1,
+        FRESH=fresh_kv is not None, GROUP=group, HEAD_DIM=head_dim, BLOCK_D=max(16, next_pow2(head_dim)),
+        BLOCK_M=block_m,
         BLOCK_Q=block_q, BLOCK_N=cfg.pop("BLOCK_N"), **dot_flags(q.dtype), **cfg,
     )
     return out
+
+
+def fresh_rows(k: torch.Tensor, v: torch.Tensor) -> tuple:
+    """The kernel's view of the step's own k, v [T, kv_heads, head_dim]: k's pointer, its token and
+    head strides, and v's offset from k in elements (the model's k and v are column slices of one
+    qkv product, so v sits a fixed number of elements after k in every row)."""
+    assert k.shape == v.shape and k.stride() == v.stride() and k.dtype == v.dtype and k.stride(-1) == 1
+    delta = v.data_ptr() - k.data_ptr()
+    assert delta % k.element_size() == 0
+    return k, k.stride(0), k.stride(1), delta // k.element_size()

@@ -179,10 +179,10 @@ def _slot_metadata(slots: torch.Tensor, block_size: int):
 
 # --- attention over 8-bit K/V ---------------------------------------------------------------------------
 
-def _case(fmt, specs, num_heads, num_kv_heads, head_dim, block_size, dtype, seed, v_transposed=False):
+def _case(fmt, specs, num_heads, num_kv_heads, head_dim, block_size, dtype, seed, v_transposed=False, raw=False):
     """Context + new tokens of each sequence stored into an 8-bit pool; the reference attends over
     the pool's dequantized K/V (float64). v_transposed: the pool is in the V-transposed layout
-    (kv/layout.py)."""
+    (kv/layout.py). raw: also each sequence's K and V as stored (before quantization)."""
     gen, rng = torch.Generator().manual_seed(seed), random.Random(seed)
     num_blocks = sum(-(-(c + n) // block_size) for c, n in specs) + 3
     free = list(range(1, num_blocks))
@@ -208,7 +208,7 @@ def _case(fmt, specs, num_heads, num_kv_heads, head_dim, block_size, dtype, seed
                                              v.transpose(0, 1)[None], attn_mask=causal, enable_gqa=True)
         refs.append(out[0].transpose(0, 1))
         row += new
-    return layer, q, meta, torch.cat(refs)
+    return (layer, q, meta, torch.cat(refs)) + ((ks, vs) if raw else ())
 
 
 def v_transposed_copy(layer):
