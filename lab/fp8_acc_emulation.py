@@ -1,6 +1,6 @@
 """Probe (issue 23): which product of the fp8 tensor-core decode loses the precision that
 `test_decode_over_8_bit_kv_llama3_shapes_gpu[64-fp8_e4m3-vt]` saw on an H100 (0.0103 against the
-exactness norm's 0.01; lab/patches/s17-kv8-fp8-wgmma.patch.gz), on a CPU.
+exactness norm's 0.01; gpu_stage/kernels/decode_e4m3_mma.py before PROMOTE), on a CPU.
 
 It recomputes that test's case (tests/gpu_stage/kernels/test_kv8_kernels._case: Llama-3-8B heads,
 2,047 keys whose K/V magnitudes span four decades) with the kernel's arithmetic in float64: the

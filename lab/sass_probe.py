@@ -42,7 +42,7 @@ INTS_VT = {"stride_v_tok": 1, "stride_v_head": 128 * 16, "stride_v_d": 16}  # th
 def compile_variant(name: str, fmt: int = 1, num_splits: int = 1):
     quant = name != "bf16"
     cfg = dict(da.GPU_CONFIG) if not quant else dict(QUANT_VARIANTS[name])
-    kernel = getattr(da, "decode_kernel_of", lambda _cfg: da._decode_kernel)(cfg)  # the s17 patch adds it
+    kernel = da.decode_kernel_of(cfg)
     knobs = {k: cfg.pop(k) for k in QUANT_KNOBS if k in cfg}
     vt = cfg.pop("V_LAYOUT", None) == "vt"
     cfg.pop("MMA_T", None)
@@ -53,8 +53,7 @@ def compile_variant(name: str, fmt: int = 1, num_splits: int = 1):
     constexprs = {"GROUP": 4, "HEAD_DIM": 128, "BLOCK_D": 128, "BLOCK_H": 16, "BLOCK_N": cfg.pop("BLOCK_N"),
                   "NUM_SPLITS": num_splits, "IEEE": False, "UPCAST": False, "USE_PDL": False, "QUANT": quant,
                   **knobs}
-    if "V_KEYS" in kernel.arg_names:  # the V-transposed layout (lab/patches/s17-kv8-fp8-wgmma.patch.gz)
-        constexprs["V_KEYS"] = vt
+    constexprs["V_KEYS"] = vt  # the V-transposed layout
     for param in kernel.params:  # the variant's other knobs (K_BITS, ...), the rest at their defaults
         if param.is_constexpr and param.name not in constexprs:
             constexprs[param.name] = cfg.pop(param.name, param.default)
