@@ -1,4 +1,4 @@
-"""KV tiers on the GPU (bf16, dummy:llama-3.2-1b shape): a prefix restored from pinned host memory
+"""KV tiers on the GPU (bf16 and fp8, dummy:llama-3.2-1b shape): a prefix restored from pinned host memory
 or from disk gives the same greedy tokens as recomputing it, under the exactness rule (a first
 difference is excused only where the recomputed run's top-2 logprob gap is below 0.25), and the
 first token's logprobs agree within bf16 tolerance; with -tp 2 on two GPUs as well."""
@@ -66,6 +66,13 @@ async def restores_match_recompute(tmp_path: Path, **engine: object) -> list[str
 
 async def test_host_and_disk_restores_match_recompute_in_bf16(tmp_path: Path) -> None:
     await restores_match_recompute(tmp_path)
+
+
+async def test_host_and_disk_restores_match_recompute_in_fp8(tmp_path: Path) -> None:
+    """An fp8 pool (V-transposed blocks with their scales): a block restored from host memory or
+    disk is its 8-bit bytes back; recomputed, the prompt's first chunk attends to its own bf16 K/V
+    (attention/fresh_kv.py), so the two may differ by the quantization, under the same rule."""
+    await restores_match_recompute(tmp_path, kv_cache_dtype="fp8")
 
 
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
