@@ -28,6 +28,7 @@ def test_tiny_sweep_on_cpu(tmp_path) -> None:
     assert rows["fixed-128"]["steps_512"] == 4 and rows["fixed-128"]["steps_1536"] == 12
     assert rows["fixed-512"]["steps_1536"] == 3
     for r in rows.values():
-        assert r["ttft_ms_1536"] == pytest.approx(sum(r["step_ms_1536"]), rel=1e-3)
+        # the steps are written rounded to 0.01 ms: their sum is within half of that per step
+        assert r["ttft_ms_1536"] == pytest.approx(sum(r["step_ms_1536"]), abs=0.005 * len(r["step_ms_1536"]) + 1e-9)
         assert summary["short_idle_ms"] < r["short_wait_p95_ms_1536"] <= r["short_wait_max_ms_1536"]
     assert summary["choice"] in rows and "| fixed-128 |" in (tmp_path / "long_chunks.md").read_text()
