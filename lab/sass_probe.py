@@ -1,10 +1,12 @@
-"""Compile the decode kernel for sm_90 on a machine without a GPU and count its SASS: registers,
-spills, shared memory, and the instructions of the K/V tile loop by opcode. A variant's static
+"""Compile the decode kernel (or, --prefill, the general prefill / mixed one) for sm_90 on a machine
+without a GPU and count its SASS: registers, spills, shared memory, and the instructions of the K/V
+tile loop by opcode. A variant's static
 cost before spending device time on it (the device's Triton is 3.6.0: run this with that version
 first on the path, e.g. a venv holding triton==3.6.0):
 
     PYTHONPATH=/path/to/triton36/site-packages:$PWD python lab/sass_probe.py kbits_n64_w2_s2 [more...]
     python lab/sass_probe.py bf16 --dump DIR     # also writes each variant's PTX and SASS
+    python lab/sass_probe.py --prefill bf16 vt_khere_vhere_m64_w4   # prefill_variants' names
 
 The loop is the largest basic-block run between the backward branch and its target; counts are
 per warp per K/V tile (the case: Llama-3-8B shape, 8-bit pool rows of 1,040 bytes, block 16).
@@ -57,14 +59,19 @@ def compile_variant(name: str, fmt: int = 1, num_splits: int = 1):
     for param in kernel.params:  # the variant's other knobs (K_BITS, ...), the rest at their defaults
         if param.is_constexpr and param.name not in constexprs:
             constexprs[param.name] = cfg.pop(param.name, param.default)
+    return _compile(kernel, constexprs, ints, PTR_TYPES, quant, cfg)
+
+
+def _compile(kernel, constexprs: dict, ints: dict, ptr_types: dict, quant: bool, cfg: dict):
+    """triton.compile for sm_90 with the launcher's specialisations: 16-divisible ints and pointers hinted."""
     signature, attrs = {}, {}
     for i, arg in enumerate(kernel.arg_names):
         if arg in constexprs:
             signature[arg] = "constexpr"
         elif arg == "kv_ptr":
             signature[arg] = "*fp8e4nv" if quant else "*bf16"
-        elif arg in PTR_TYPES:
-            signature[arg] = PTR_TYPES[arg]
+        elif arg in ptr_types:
+            signature[arg] = ptr_types[arg]
         elif ints.get(arg) == 1:
             signature[arg] = "constexpr"
             constexprs[arg] = 1
@@ -75,6 +82,38 @@ def compile_variant(name: str, fmt: int = 1, num_splits: int = 1):
     src = ASTSource(kernel, signature, {(kernel.arg_names.index(k),): v for k, v in constexprs.items()}, attrs)
     options = {k: v for k, v in cfg.items() if k in ("num_warps", "num_stages", "maxnreg")}
     return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options)
+
+
+PREFILL_INTS = {"num_seqs": 3, "stride_q_t": 4096, "stride_q_h": 128, "stride_o_t": 4096, "stride_o_h": 128,
+                "stride_c_block": 64 * 16 * 1040, "stride_c_kv": 16 * 1040, "stride_c_tok": 1040,
+                "stride_c_head": 128, "stride_bt": 256, "block_size": 16, "window": 3,
+                "stride_s_block": 32 * 16 * 520, "stride_s_kv": 16 * 520, "stride_s_tok": 520,
+                "stride_f_t": 6144, "stride_f_h": 128, "stride_f_kv": 1024}
+
+
+def compile_prefill_variant(name: str, fmt: int = 1):
+    """The general (prefill / mixed) kernel of prefill_variants `name` ("bf16": the plain pool's)."""
+    from gpu_stage.kernels import prefill_attention as pa
+    from gpu_stage.kernels.prefill_variants import QUANT_VARIANTS as PREFILL
+
+    quant = name != "bf16"
+    cfg = dict(pa.GPU_CONFIG) if not quant else dict(PREFILL[name])
+    knobs = {k: cfg.pop(k) for k in QUANT_KNOBS if k in cfg}
+    vt = cfg.pop("V_LAYOUT", None) == "vt"
+    ints = {**PREFILL_INTS, **(INTS_VT if vt else {"stride_v_tok": 1040, "stride_v_head": 128, "stride_v_d": 1})}
+    if quant:
+        knobs["FMT"] = fmt
+        knobs["BLOCK_SIZE"] = 16 if knobs.pop("CONST_BLOCK", False) else 0
+    block_m = cfg.pop("BLOCK_M")
+    constexprs = {"GROUP": 4, "HEAD_DIM": 128, "BLOCK_D": 128, "BLOCK_M": block_m, "BLOCK_Q": block_m // 4,
+                  "BLOCK_N": cfg.pop("BLOCK_N"), "IEEE": False, "UPCAST": False, "QUANT": quant, "V_KEYS": vt,
+                  **knobs}
+    kernel = pa._prefill_attention_kernel
+    for param in kernel.params:  # the variant's other knobs, the rest (FRESH: off) at their defaults
+        if param.is_constexpr and param.name not in constexprs:
+            constexprs[param.name] = cfg.pop(param.name, param.default)
+    ptrs = {**PTR_TYPES, "cu_q_ptr": "*i32", "fresh_ptr": "*bf16"}
+    return _compile(kernel, constexprs, ints, ptrs, quant, cfg)
 
 
 def sass_of(compiled) -> tuple[str, str]:
@@ -148,13 +187,14 @@ def main() -> None:
     ap.add_argument("--top", type=int, default=14)
     ap.add_argument("--lines", action="store_true", help="also the loop's instructions per source line")
     ap.add_argument("--json", action="store_true", help="one JSON line per variant (usage, ops, lines)")
+    ap.add_argument("--prefill", action="store_true", help="prefill_variants' names: the general kernel")
     args = ap.parse_args()
     if interpreting():
         raise SystemExit("unset TRITON_INTERPRET: the interpreter's kernels cannot be compiled for sm_90")
     if not args.json:
         print(f"triton {triton.__version__}, sm_90")
     for name in args.variants:
-        c = compile_variant(name, args.fmt, args.splits)
+        c = compile_prefill_variant(name, args.fmt) if args.prefill else compile_variant(name, args.fmt, args.splits)
         sass, usage = sass_of(c)
         lo, hi = loop_range(sass)
         ops, lines = loop_counts(sass, lo, hi), loop_lines(sass, lo, hi)

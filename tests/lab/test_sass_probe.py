@@ -45,3 +45,15 @@ def test_the_probe_refuses_the_interpreter() -> None:
     out = subprocess.run([sys.executable, "lab/sass_probe.py", "bf16"], cwd=ROOT, capture_output=True, text=True,
                          timeout=120, env={**os.environ, "TRITON_INTERPRET": "1"})
     assert out.returncode != 0 and "TRITON_INTERPRET" in out.stderr
+
+
+def test_the_prefill_kernel_is_probed_by_its_own_variant_names() -> None:
+    """--prefill compiles the general kernel: bf16's tiles on the warpgroup MMA (HGMMA: BLOCK_M 128,
+    8 warps); the served V^T variant's loop reads its codes from the prefill kernel's lines."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    out = subprocess.run([sys.executable, "lab/sass_probe.py", "--prefill", "bf16", "vt_khere_vhere_m64_w4", "--json"],
+                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=True).stdout
+    rows = {row["variant"]: row for row in map(json.loads, out.splitlines())}
+    assert rows["bf16"]["ops"]["HGMMA"] > 0
+    assert any(where.startswith("prefill_attention.py:") for where in rows["vt_khere_vhere_m64_w4"]["lines"])
+    assert rows["vt_khere_vhere_m64_w4"]["ops"]["PRMT"] > 0  # K and V codes by bit patterns
