@@ -59,9 +59,11 @@ def test_the_rule_holds_for_8_bit_pools_on_a_gpu_only() -> None:
 
 
 @LAYOUTS
-def test_both_backends_follow_the_rule(vt: bool, monkeypatch) -> None:
+@pytest.mark.parametrize("window", [None, 5])
+def test_both_backends_follow_the_rule(vt: bool, window: int | None, monkeypatch) -> None:
     """With the rule on (as on a GPU), the Triton path and the torch path give the same step, the
-    fresh sequences over their own K/V; the backends pass meta.fresh_kv as their store left it."""
+    fresh sequences over their own K/V, with a sliding window too; the backends pass meta.fresh_kv
+    as their store left it."""
     for module in (torch_backend, triton_backend):
         monkeypatch.setattr(module, "fresh_from_step", lambda q, kv_layer: True)
     layer, q, meta, _, own, expected, _ = _step("fp8_e4m3", vt)
@@ -69,6 +71,9 @@ def test_both_backends_follow_the_rule(vt: bool, monkeypatch) -> None:
     for backend in (torch_backend, triton_backend):
         meta.backend_plan = None
         meta.fresh_kv = own  # as store_kv leaves it
-        outs.append(backend.forward(q, layer, meta))
-    assert _rel(outs[0], expected) < TOL[torch.bfloat16]
+        outs.append(backend.forward(q, layer, meta, window=window))
+    if window is None:
+        assert _rel(outs[0], expected) < TOL[torch.bfloat16]
+    else:  # the window changes what every long sequence sees
+        assert _rel(outs[0], expected) > TOL[torch.bfloat16]
     assert _rel(outs[1], outs[0]) < TOL[torch.bfloat16]
