@@ -7,6 +7,7 @@ first on the path, e.g. a venv holding triton==3.6.0):
     PYTHONPATH=/path/to/triton36/site-packages:$PWD python lab/sass_probe.py kbits_n64_w2_s2 [more...]
     python lab/sass_probe.py bf16 --dump DIR     # also writes each variant's PTX and SASS
     python lab/sass_probe.py --prefill bf16 vt_khere_vhere_m64_w4   # prefill_variants' names
+    python lab/sass_probe.py --rope bf16 fp8 fp8-vt --lines          # the fused RoPE + store, whole
 
 The loop is the largest basic-block run between the backward branch and its target; counts are
 per warp per K/V tile (the case: Llama-3-8B shape, 8-bit pool rows of 1,040 bytes, block 16).
@@ -116,6 +117,30 @@ def compile_prefill_variant(name: str, fmt: int = 1):
     return _compile(kernel, constexprs, ints, ptrs, quant, cfg)
 
 
+ROPE_INTS = {"stride_q_t": 6144, "stride_q_h": 128, "stride_k_t": 6144, "stride_k_h": 128, "stride_cs": 128,
+             "num_heads": 32, "num_kv_heads": 8, "stride_v_t": 6144, "stride_v_h": 128, "block_size": 16,
+             "stride_c_head": 128, "stride_s_block": 32 * 16 * 520, "stride_s_kv": 16 * 520, "stride_s_tok": 520}
+ROPE_POOLS = {"bf16": None, "fp8": "fp8_e4m3", "fp8-vt": "fp8_e4m3", "int8": "int8"}
+
+
+def compile_rope_store(pool: str):
+    """rope_store's fused RoPE + K/V store (one program per token) into a pool of ROPE_POOLS `pool`
+    (`-vt`: V transposed), at the Llama-3-8B shape."""
+    from gpu_stage.kernels import rope_store as rs
+    from gpu_stage.kernels.kv_quant import quant_constexprs
+
+    fmt, vt = ROPE_POOLS[pool], pool.endswith("-vt")
+    row = 1040 if fmt else 1024  # a token's bytes (codes and scales) or bf16 values per block row
+    ints = {**ROPE_INTS, "stride_c_block": 64 * 16 * row, "stride_c_kv": 16 * row, "stride_c_tok": row,
+            "stride_vc_tok": 1 if vt else row, "stride_vc_head": 128 * 16 if vt else 128,
+            "stride_vc_d": 16 if vt else 1}
+    constexprs = {"HALF": 64, "BLOCK_HALF": 64, "BLOCK_HQ": 32, "BLOCK_HK": 8, "STORE": True, "USE_PDL": False,
+                  **quant_constexprs(fmt)}
+    ptrs = {"q_ptr": "*bf16", "k_ptr": "*bf16", "cos_ptr": "*bf16", "sin_ptr": "*bf16", "v_ptr": "*bf16",
+            "slot_ptr": "*i64", "scale_ptr": "*bf16", "cache_ptr": {None: "*bf16", "int8": "*i8"}.get(fmt, "*fp8e4nv")}
+    return _compile(rs._rope_kernel, constexprs, ints, ptrs, fmt is not None, {"num_warps": 4})
+
+
 def sass_of(compiled) -> tuple[str, str]:
     """(SASS, resource usage line) of a compiled kernel, by the tools bundled with Triton."""
     import subprocess
@@ -188,22 +213,29 @@ def main() -> None:
     ap.add_argument("--lines", action="store_true", help="also the loop's instructions per source line")
     ap.add_argument("--json", action="store_true", help="one JSON line per variant (usage, ops, lines)")
     ap.add_argument("--prefill", action="store_true", help="prefill_variants' names: the general kernel")
+    ap.add_argument("--rope", action="store_true", help=f"the fused RoPE + store into pools {list(ROPE_POOLS)}: "
+                    "the whole kernel counted (no loop)")
     args = ap.parse_args()
     if interpreting():
         raise SystemExit("unset TRITON_INTERPRET: the interpreter's kernels cannot be compiled for sm_90")
     if not args.json:
         print(f"triton {triton.__version__}, sm_90")
     for name in args.variants:
-        c = compile_prefill_variant(name, args.fmt) if args.prefill else compile_variant(name, args.fmt, args.splits)
+        if args.rope:
+            c = compile_rope_store(name)
+        else:
+            c = compile_prefill_variant(name, args.fmt) if args.prefill else compile_variant(name, args.fmt, args.splits)
         sass, usage = sass_of(c)
-        lo, hi = loop_range(sass)
+        lo, hi = (0, 1 << 40) if args.rope else loop_range(sass)
         ops, lines = loop_counts(sass, lo, hi), loop_lines(sass, lo, hi)
         if args.json:
             print(json.dumps({"variant": name, "usage": usage, "ops": ops, "lines": lines,
                               "e4m3_unpacks": sum("E4M3.UNPACK" in ln for ln in sass.splitlines())}))
             continue
         top = ", ".join(f"{k} {v}" for k, v in ops.most_common(args.top))
-        print(f"{name}: {c.metadata.num_warps} warps, {usage}; loop {sum(ops.values())} instr/warp/tile: {top}")
+        what = "kernel" if args.rope else "loop"
+        print(f"{name}: {c.metadata.num_warps} warps, {usage}; {what} {sum(ops.values())} instr/warp"
+              f"{'' if args.rope else '/tile'}: {top}")
         if args.lines:
             for where, count in lines.most_common(24):
                 print(f"    {count:4d}  {where}")

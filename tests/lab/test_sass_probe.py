@@ -57,3 +57,13 @@ def test_the_prefill_kernel_is_probed_by_its_own_variant_names() -> None:
     assert rows["bf16"]["ops"]["HGMMA"] > 0
     assert any(where.startswith("prefill_attention.py:") for where in rows["vt_khere_vhere_m64_w4"]["lines"])
     assert rows["vt_khere_vhere_m64_w4"]["ops"]["PRMT"] > 0  # K and V codes by bit patterns
+
+
+def test_the_fused_rope_store_is_counted_whole_and_shows_its_quantization() -> None:
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    out = subprocess.run([sys.executable, "lab/sass_probe.py", "--rope", "bf16", "fp8-vt", "--json"],
+                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=True).stdout
+    rows = {row["variant"]: row for row in map(json.loads, out.splitlines())}
+    assert sum(rows["fp8-vt"]["ops"].values()) > sum(rows["bf16"]["ops"].values())
+    assert not any(where.startswith("kv_quant.py:") for where in rows["bf16"]["lines"])
+    assert any(where.startswith("kv_quant.py:") for where in rows["fp8-vt"]["lines"])
