@@ -64,6 +64,7 @@ def test_the_fused_rope_store_is_counted_whole_and_shows_its_quantization() -> N
     out = subprocess.run([sys.executable, "lab/sass_probe.py", "--rope", "bf16", "fp8-vt", "--json"],
                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=True).stdout
     rows = {row["variant"]: row for row in map(json.loads, out.splitlines())}
-    assert sum(rows["fp8-vt"]["ops"].values()) > sum(rows["bf16"]["ops"].values())
-    assert not any(where.startswith("kv_quant.py:") for where in rows["bf16"]["lines"])
-    assert any(where.startswith("kv_quant.py:") for where in rows["fp8-vt"]["lines"])
+    # the quantization (scales, division, rounding) more than doubles the kernel (Triton 3.6: 1,152
+    # against 432); which source line an inlined helper's instructions name depends on the version
+    assert sum(rows["fp8-vt"]["ops"].values()) > 2 * sum(rows["bf16"]["ops"].values())
+    assert sum(rows["fp8-vt"]["lines"].values()) == sum(rows["fp8-vt"]["ops"].values())
