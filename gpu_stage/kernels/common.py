@@ -30,10 +30,15 @@ def mma(a, b, IEEE: tl.constexpr, UPCAST: tl.constexpr):
 
 
 @triton.jit
-def mma_acc(a, b, acc, UPCAST: tl.constexpr):
-    """acc + a @ b, accumulated by the tensor cores (8-bit or 16-bit operands, float32 acc)."""
-    if UPCAST:
-        out = acc + tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision="ieee")
+def store_split(out, m_i, l_i, nonempty, out_ptr, part_out_ptr, part_lse_ptr, seq, head, split, d, hd_mask, h_ok,
+                stride_o_t, stride_o_h, num_heads, HEAD_DIM: tl.constexpr, NUM_SPLITS: tl.constexpr):
+    """A decode program's normalized output [BLOCK_H, BLOCK_D]: the answer itself with one split, else
+    its split's partial and log-sum-exp (base 2) for decode_attention._reduce_kernel."""
+    if NUM_SPLITS == 1:
+        tl.store(out_ptr + seq * stride_o_t + head[:, None] * stride_o_h + d[None, :],
+                 out.to(out_ptr.dtype.element_ty), mask=hd_mask)
     else:
-        out = tl.dot(a, b, acc=acc)
-    return out
+        part = (seq * num_heads + head) * NUM_SPLITS + split  # [BLOCK_H] row of the partials
+        tl.store(part_out_ptr + part[:, None] * HEAD_DIM + d[None, :], out, mask=hd_mask)
+        lse = tl.where(nonempty, m_i + tl.log2(tl.where(nonempty, l_i, 1.0)), float("-inf"))
+        tl.store(part_lse_ptr + part, lse, mask=h_ok)

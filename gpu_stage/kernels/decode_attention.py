@@ -35,7 +35,7 @@ import triton
 import triton.language as tl
 
 from gpu_stage.kernels import interpreting, next_pow2
-from gpu_stage.kernels.common import dot_flags, mma
+from gpu_stage.kernels.common import dot_flags, mma, store_split
 from gpu_stage.kernels.decode_e4m3_mma import _decode_e4m3_kernel
 from gpu_stage.kernels.decode_variants import served_variant
 from gpu_stage.kernels.kv_dequant import kv_operand, launch_knobs, tile_scales
@@ -163,14 +163,8 @@ def _decode_kernel(
         m_i = m_new
     nonempty = l_i > 0
     out = acc / tl.where(nonempty, l_i, 1.0)[:, None]
-    if NUM_SPLITS == 1:
-        tl.store(out_ptr + seq * stride_o_t + head[:, None] * stride_o_h + d[None, :],
-                 out.to(out_ptr.dtype.element_ty), mask=hd_mask)
-    else:
-        part = (seq * num_heads + head) * NUM_SPLITS + split  # [BLOCK_H] row of the partials
-        tl.store(part_out_ptr + part[:, None] * HEAD_DIM + d[None, :], out, mask=hd_mask)
-        lse = tl.where(nonempty, m_i + tl.log2(tl.where(nonempty, l_i, 1.0)), float("-inf"))
-        tl.store(part_lse_ptr + part, lse, mask=h_ok)
+    store_split(out, m_i, l_i, nonempty, out_ptr, part_out_ptr, part_lse_ptr, seq, head, split, d, hd_mask, h_ok,
+                stride_o_t, stride_o_h, num_heads, HEAD_DIM, NUM_SPLITS)
 
 
 @triton.jit

@@ -26,7 +26,7 @@ import triton
 import triton.language as tl
 
 from gpu_stage.kernels import interpreting
-from gpu_stage.kernels.common import mma_acc
+from gpu_stage.kernels.common import store_split
 from gpu_stage.kernels.kv_dequant import split_query_e4m3, tile_scales
 
 
@@ -140,17 +140,11 @@ def _decode_e4m3_kernel(
         w_hi = ws.to(tl.float8e4nv)
         w_lo = (ws - w_hi.to(tl.float32)).to(tl.float8e4nv)
         acc_t = acc_t * (alpha * (w_scale / w_prev))[None, :]
-        acc_t = mma_acc(tl.trans(v), w_lo, mma_acc(tl.trans(v), w_hi, acc_t, EMULATE), EMULATE)
+        acc_t = fp8_dot(tl.trans(v), w_lo, fp8_dot(tl.trans(v), w_hi, acc_t, 0, EMULATE), 0, EMULATE)
         w_prev = w_scale
         m_i = m_new
     l_i = tl.sum(l_t, 0)
     nonempty = l_i > 0
     out = tl.trans(acc_t / (tl.where(nonempty, l_i, 1.0) * w_prev)[None, :])
-    if NUM_SPLITS == 1:
-        tl.store(out_ptr + seq * stride_o_t + head[:, None] * stride_o_h + d[None, :],
-                 out.to(out_ptr.dtype.element_ty), mask=hd_mask)
-    else:
-        part = (seq * num_heads + head) * NUM_SPLITS + split
-        tl.store(part_out_ptr + part[:, None] * HEAD_DIM + d[None, :], out, mask=hd_mask)
-        lse = tl.where(nonempty, m_i + tl.log2(tl.where(nonempty, l_i, 1.0)), float("-inf"))
-        tl.store(part_lse_ptr + part, lse, mask=h_ok)
+    store_split(out, m_i, l_i, nonempty, out_ptr, part_out_ptr, part_lse_ptr, seq, head, split, d, hd_mask, h_ok,
+                stride_o_t, stride_o_h, num_heads, HEAD_DIM, NUM_SPLITS)
