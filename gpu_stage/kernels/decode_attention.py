@@ -28,6 +28,7 @@ programs. Batch 64: 512 programs already, one split, no reduction.
 """
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -51,10 +52,28 @@ MAX_SPLITS = 64
 NO_WINDOW = 1 << 30  # `window` of a layer that sees its whole context (past any max_model_len)
 
 
+FP8_MMA_CAPABILITY = (9, 0)  # the only GPU the fp8 wgmma kernel was measured on (H100; H200 the same chip)
+
+
 def fp8_mma_fits(q: torch.Tensor) -> bool:
     """Whether decode_e4m3_mma's kernel may serve this query: a bf16 one (its two e4m3 parts hold a
-    bf16 query's bits, not a float32 one's) whose head_dim an fp8 wgmma can reduce (32 deep)."""
-    return q.dtype == torch.bfloat16 and q.shape[-1] % 32 == 0
+    bf16 query's bits, not a float32 one's) whose head_dim an fp8 wgmma can reduce (32 deep), on
+    sm_90 or under the interpreter. Elsewhere Triton's fp8 dot is another instruction, and the
+    scores' promotion (max_num_imprecise_acc, what keeps them exact) acts on sm_90's wgmma only:
+    sm_89 and sm_100 take the exact V^T kernel."""
+    return q.dtype == torch.bfloat16 and q.shape[-1] % 32 == 0 and fp8_mma_device(q.device)
+
+
+def fp8_mma_device(device: torch.device) -> bool:
+    """Whether the fp8 wgmma kernel runs as measured here: sm_90, or the interpreter (CPU)."""
+    if device.type != "cuda":
+        return True
+    return _capability(device.index if device.index is not None else torch.cuda.current_device()) == FP8_MMA_CAPABILITY
+
+
+@functools.lru_cache(maxsize=None)
+def _capability(index: int) -> tuple[int, int]:
+    return torch.cuda.get_device_capability(index)
 
 
 def default_config(fmt_name: str | None, num_splits: int, v_transposed: bool = False,

@@ -400,3 +400,18 @@ def test_the_fp8_tensor_core_kernel_needs_a_bf16_query_and_a_head_dim_of_32s() -
     assert fp8_mma_fits(torch.zeros(2, 8, 128, dtype=torch.bfloat16))
     assert not fp8_mma_fits(torch.zeros(2, 8, 128, dtype=torch.float32))
     assert not fp8_mma_fits(torch.zeros(2, 8, 16, dtype=torch.bfloat16))
+
+
+def test_the_fp8_tensor_core_kernel_serves_sm_90_only(monkeypatch) -> None:
+    """Other GPUs' fp8 dots are other instructions, unmeasured, and the scores' promotion acts on
+    sm_90's wgmma only: an sm_89 or sm_100 GPU gets the exact kernel."""
+    from gpu_stage.kernels import decode_attention
+
+    seen = []
+    capabilities = {0: (9, 0), 1: (8, 9), 2: (10, 0)}
+    monkeypatch.setattr(decode_attention, "_capability", lambda index: seen.append(index) or capabilities[index])
+    assert decode_attention.fp8_mma_device(torch.device("cuda", 0))
+    assert not decode_attention.fp8_mma_device(torch.device("cuda", 1))
+    assert not decode_attention.fp8_mma_device(torch.device("cuda", 2))
+    assert decode_attention.fp8_mma_device(torch.device("cpu"))
+    assert seen == [0, 1, 2]
