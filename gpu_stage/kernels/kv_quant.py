@@ -1,11 +1,15 @@
 """Jit helpers that quantize K/V as the store kernels write them (kv_store.py, rope.py), with the
 arithmetic of gpu_stage/kv/quant.py to the bit.
 
-Every rounding is done in float32 arithmetic, so that the final conversion to the 8-bit (or
-bfloat16) type is of an exactly representable value: exact on the GPU and in Triton's CPU
-interpreter alike. (The interpreter's own float32 -> fp8 conversion loses the carry when a value
-rounds up into the next binade, e.g. 127.4 -> 64, and its float32 -> bfloat16 conversion truncates.)
-`(v + 1.5 * 2^23) - 1.5 * 2^23` rounds |v| < 2^22 to an integer, ties to even, in IEEE float32.
+A value is multiplied by its scale's reciprocal (one IEEE division per token-head, not one per
+value: the division was a fifth of the fused RoPE + store's instructions), as quant.py does.
+Under Triton's CPU interpreter every rounding is done in float32 arithmetic, so that the final
+conversion to the 8-bit type is of an exactly representable value (the interpreter's own float32
+-> fp8 conversion loses the carry when a value rounds up into the next binade, e.g. 127.4 -> 64,
+and its float32 -> bfloat16 conversion truncates). A GPU rounds to fp8 with its own conversion
+(cvt.rn.satfinite: to nearest, ties to even), the same value for a hundred fewer instructions a
+warp; only the sign of a zero is set first. `(v + 1.5 * 2^23) - 1.5 * 2^23` rounds |v| < 2^22 to
+an integer, ties to even, in IEEE float32.
 
 Formats (the FMT constexpr): 0 = int8, 1 = fp8 e4m3 (3 mantissa bits, smallest normal exponent -6),
 2 = fp8 e5m2 (2 bits, -14). KV_FORMATS maps a KvFormat's name to its constexprs.
@@ -15,6 +19,10 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from gpu_stage.kernels import interpreting
+
+# Read once, as triton.jit reads TRITON_INTERPRET when it wraps a kernel.
+HARDWARE_FP8_ROUNDING = tl.constexpr(not interpreting())
 ROUND_MAGIC = tl.constexpr(12582912.0)  # 1.5 * 2^23
 KV_FORMATS = {  # name -> FMT, QMAX, MBITS, EMIN
     "int8": (0, 127.0, 0, 0),
@@ -46,14 +54,29 @@ def kv_scale(amax, QMAX: tl.constexpr):
 
 
 @triton.jit
-def kv_quantize(x, scale, QMAX: tl.constexpr, FMT: tl.constexpr, MBITS: tl.constexpr, EMIN: tl.constexpr):
-    """x float32, scale float32 (broadcast) -> x / scale saturated to +-QMAX and rounded to the
-    format's nearest value (ties to even), as float32: converts exactly to the 8-bit type."""
+def kv_inverse(scale):
+    """scale float32 >= 0 -> 1 / scale, rounded (IEEE); 0 where the scale is 0."""
     ok = scale > 0
-    y = tl.where(ok, tl.div_rn(x, tl.where(ok, scale, 1.0)), 0.0)
-    y = tl.minimum(tl.maximum(y, -QMAX), QMAX)
+    return tl.where(ok, tl.div_rn(tl.full(scale.shape, 1.0, tl.float32), tl.where(ok, scale, 1.0)), 0.0)
+
+
+@triton.jit
+def kv_quantize(x, inverse, QMAX: tl.constexpr, FMT: tl.constexpr, MBITS: tl.constexpr, EMIN: tl.constexpr):
+    """x float32, inverse (kv_inverse of the scale; broadcast) -> x * inverse saturated to +-QMAX
+    and rounded to the format's nearest value (ties to even): float32 that converts exactly to the
+    8-bit type, or on a GPU the fp8 value itself."""
+    y = tl.minimum(tl.maximum(x * inverse, -QMAX), QMAX)
     if FMT == 0:
         y = _round_int(y)
+    elif HARDWARE_FP8_ROUNDING:
+        # What rounds to zero (at most half the smallest subnormal, 2^(EMIN - MBITS - 1)) is set
+        # to +0 first: every path writes one zero.
+        half_tiny = (tl.zeros_like(y).to(tl.int32) + ((EMIN - MBITS + 126) << 23)).to(tl.float32, bitcast=True)
+        y = tl.where(tl.abs(y) <= half_tiny, 0.0, y)
+        if FMT == 1:
+            y = y.to(tl.float8e4nv)
+        else:
+            y = y.to(tl.float8e5)
     else:  # the quantum at y is 2^(max(exponent(y), EMIN) - MBITS); scaling by it is exact
         e = tl.maximum(((y.to(tl.int32, bitcast=True) >> 23) & 0xFF) - 127, EMIN) - MBITS
         quantum = ((e + 127) << 23).to(tl.float32, bitcast=True)

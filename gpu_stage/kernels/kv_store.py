@@ -18,7 +18,7 @@ import triton
 import triton.language as tl
 
 from gpu_stage.kernels import next_pow2
-from gpu_stage.kernels.kv_quant import kv_quantize, kv_scale, quant_constexprs
+from gpu_stage.kernels.kv_quant import kv_inverse, kv_quantize, kv_scale, quant_constexprs
 from gpu_stage.kv.layout import QuantKvLayer
 
 
@@ -34,12 +34,12 @@ def _store_kv_kernel(
     QUANT: tl.constexpr, FMT: tl.constexpr, QMAX: tl.constexpr, MBITS: tl.constexpr, EMIN: tl.constexpr,
 ):
     t = tl.program_id(0).to(tl.int64)
-    slot = tl.load(slot_ptr + t).to(tl.int64)
+    slot = tl.load(slot_ptr + t).to(tl.int32)  # a slot fits 32 bits (assert_slots_fit_32_bits)
     h = tl.arange(0, BLOCK_H)[:, None]
     d = tl.arange(0, BLOCK_D)[None, :]
     mask = (h < num_kv_heads) & (d < HEAD_DIM) & ((h * 0 + slot) >= 0)
     slot = tl.maximum(slot, 0)
-    block = slot // block_size
+    block = (slot // block_size).to(tl.int64)  # 32-bit division: a 64-bit one is a long routine
     offset = slot % block_size
     k = tl.load(k_ptr + t * stride_k_t + h * stride_k_h + d, mask=mask, other=0.0)
     v = tl.load(v_ptr + t * stride_v_t + h * stride_v_h + d, mask=mask, other=0.0)
@@ -54,8 +54,8 @@ def _store_kv_kernel(
         v = v.to(tl.float32)
         k_scale = kv_scale(tl.max(tl.abs(k), 1), QMAX)  # [BLOCK_H]
         v_scale = kv_scale(tl.max(tl.abs(v), 1), QMAX)
-        k = kv_quantize(k, k_scale[:, None], QMAX, FMT, MBITS, EMIN)
-        v = kv_quantize(v, v_scale[:, None], QMAX, FMT, MBITS, EMIN)
+        k = kv_quantize(k, kv_inverse(k_scale)[:, None], QMAX, FMT, MBITS, EMIN)
+        v = kv_quantize(v, kv_inverse(v_scale)[:, None], QMAX, FMT, MBITS, EMIN)
         tl.store(s_dst, k_scale.to(scale_ptr.dtype.element_ty), mask=s_mask)
         tl.store(s_dst + stride_s_kv, v_scale.to(scale_ptr.dtype.element_ty), mask=s_mask)
     tl.store(dst, k.to(cache_ptr.dtype.element_ty), mask=mask)
@@ -84,6 +84,11 @@ def value_strides(kv_layer: torch.Tensor | QuantKvLayer) -> tuple[int, int, int]
     return kv_layer.stride(2), kv_layer.stride(3), kv_layer.stride(4)
 
 
+def assert_slots_fit_32_bits(cache: torch.Tensor) -> None:
+    """The store kernels divide a slot in 32 bits: every slot of the pool must fit."""
+    assert cache.shape[0] * cache.shape[2] < 2**31, "a pool of 2^31 slots or more"
+
+
 def store_kv(kv_layer: torch.Tensor | QuantKvLayer, k: torch.Tensor, v: torch.Tensor,
              slot_mapping: torch.Tensor) -> None:
     """k, v [T, kv_heads, head_dim] (last dim contiguous) -> kv_layer at slot_mapping [T]."""
@@ -93,6 +98,7 @@ def store_kv(kv_layer: torch.Tensor | QuantKvLayer, k: torch.Tensor, v: torch.Te
     (cache, *scale_args), quant = cache_args(kv_layer)
     assert cache.stride(-1) == 1 and k.stride(-1) == 1 and v.stride(-1) == 1
     assert slot_mapping.shape[0] >= num_tokens
+    assert_slots_fit_32_bits(cache)
     _store_kv_kernel[(num_tokens,)](
         k, v, cache, slot_mapping,
         k.stride(0), k.stride(1), v.stride(0), v.stride(1),

@@ -16,8 +16,8 @@ import triton
 import triton.language as tl
 
 from gpu_stage.kernels import next_pow2
-from gpu_stage.kernels.kv_quant import kv_quantize, kv_scale, quant_constexprs
-from gpu_stage.kernels.kv_store import cache_args, value_strides
+from gpu_stage.kernels.kv_quant import kv_inverse, kv_quantize, kv_scale, quant_constexprs
+from gpu_stage.kernels.kv_store import assert_slots_fit_32_bits, cache_args, value_strides
 from gpu_stage.kernels.pdl import pdl_args
 from gpu_stage.kv.layout import QuantKvLayer
 
@@ -68,19 +68,20 @@ def _rope_kernel(
     k_mask = (hk < num_kv_heads) & j_ok[None, :]
     k1, k2 = _rotate(k_ptr + t * stride_k_t + hk * stride_k_h + j[None, :], cos, sin, k_mask, HALF)
     if STORE:  # a negative slot skips the token (padding rows)
-        raw_slot = tl.load(slot_ptr + t).to(tl.int64)
+        raw_slot = tl.load(slot_ptr + t).to(tl.int32)  # a slot fits 32 bits (assert_slots_fit_32_bits)
         mask = k_mask & ((hk * 0 + raw_slot) >= 0)
         slot = tl.maximum(raw_slot, 0)
-        dst = (cache_ptr + (slot // block_size) * stride_c_block + (slot % block_size) * stride_c_tok
-               + hk * stride_c_head + j[None, :])
-        v_dst = (cache_ptr + stride_c_kv + (slot // block_size) * stride_c_block + (slot % block_size) * stride_vc_tok
+        block = (slot // block_size).to(tl.int64)  # 32-bit division: a 64-bit one is a long routine
+        offset = slot % block_size
+        dst = cache_ptr + block * stride_c_block + offset * stride_c_tok + hk * stride_c_head + j[None, :]
+        v_dst = (cache_ptr + stride_c_kv + block * stride_c_block + offset * stride_vc_tok
                  + hk * stride_vc_head + j[None, :] * stride_vc_d)  # V by its own strides (kv_store.py)
         elem = cache_ptr.dtype.element_ty
         v_row = v_ptr + t * stride_v_t + hk * stride_v_h + j[None, :]
         if QUANT:
             _store_quantized(k1, k2, tl.load(v_row, mask=mask, other=0.0), tl.load(v_row + HALF, mask=mask, other=0.0),
-                             dst, v_dst, HALF * stride_vc_d, mask, scale_ptr + (slot // block_size) * stride_s_block
-                             + (slot % block_size) * stride_s_tok, stride_s_kv, raw_slot, num_kv_heads,
+                             dst, v_dst, HALF * stride_vc_d, mask, scale_ptr + block * stride_s_block
+                             + offset * stride_s_tok, stride_s_kv, raw_slot, num_kv_heads,
                              HALF, BLOCK_HK, QMAX, FMT, MBITS, EMIN)
         else:
             tl.store(dst, k1.to(elem), mask=mask)
@@ -101,10 +102,11 @@ def _store_quantized(k1, k2, v1, v2, dst, v_dst, v_half, mask, s_dst, stride_s_k
     v1, v2 = v1.to(tl.float32), v2.to(tl.float32)
     k_scale = kv_scale(tl.maximum(tl.max(tl.abs(k1), 1), tl.max(tl.abs(k2), 1)), QMAX)  # [BLOCK_HK]
     v_scale = kv_scale(tl.maximum(tl.max(tl.abs(v1), 1), tl.max(tl.abs(v2), 1)), QMAX)
-    tl.store(dst, kv_quantize(k1, k_scale[:, None], QMAX, FMT, MBITS, EMIN).to(elem), mask=mask)
-    tl.store(dst + HALF, kv_quantize(k2, k_scale[:, None], QMAX, FMT, MBITS, EMIN).to(elem), mask=mask)
-    tl.store(v_dst, kv_quantize(v1, v_scale[:, None], QMAX, FMT, MBITS, EMIN).to(elem), mask=mask)
-    tl.store(v_dst + v_half, kv_quantize(v2, v_scale[:, None], QMAX, FMT, MBITS, EMIN).to(elem), mask=mask)
+    k_inverse, v_inverse = kv_inverse(k_scale)[:, None], kv_inverse(v_scale)[:, None]
+    tl.store(dst, kv_quantize(k1, k_inverse, QMAX, FMT, MBITS, EMIN).to(elem), mask=mask)
+    tl.store(dst + HALF, kv_quantize(k2, k_inverse, QMAX, FMT, MBITS, EMIN).to(elem), mask=mask)
+    tl.store(v_dst, kv_quantize(v1, v_inverse, QMAX, FMT, MBITS, EMIN).to(elem), mask=mask)
+    tl.store(v_dst + v_half, kv_quantize(v2, v_inverse, QMAX, FMT, MBITS, EMIN).to(elem), mask=mask)
     tl.store(s_dst + heads, k_scale.to(s_dst.dtype.element_ty), mask=s_mask)
     tl.store(s_dst + stride_s_kv + heads, v_scale.to(s_dst.dtype.element_ty), mask=s_mask)
 
@@ -134,6 +136,7 @@ def _launch(q, k, cos, sin, v, kv_layer, slot_mapping) -> None:
     if store:
         (cache, *scale_args), quant = cache_args(kv_layer)
         assert cache.stride(-1) == 1
+        assert_slots_fit_32_bits(cache)
         store_args = (v, cache, slot_mapping, v.stride(0), v.stride(1), cache.stride(0), cache.stride(1),
                       cache.stride(2), cache.stride(3), cache.shape[2], *scale_args, *value_strides(kv_layer))
     else:  # unused pointers (STORE=False): any tensor will do
