@@ -59,8 +59,10 @@ def ttft_floor_ms(c: ModelConfig, num_tokens: int, tflops: float, tbps: float) -
     return max(compute, memory) * 1e3
 
 
-def decode_floor_ms(c: ModelConfig, batch: int, context: int, tbps: float) -> float:
-    kv = batch * context * c.kv_bytes_per_token(DTYPE_BYTES)
+def decode_floor_ms(c: ModelConfig, batch: int, context: int, tbps: float,
+                    kv_bytes_per_token: int | None = None) -> float:
+    """kv_bytes_per_token: the pool's (an 8-bit pool's with its scales); bf16's if None."""
+    kv = batch * context * (kv_bytes_per_token or c.kv_bytes_per_token(DTYPE_BYTES))
     return (weight_read_bytes(c) + kv) / (tbps * 1e12) * 1e3
 
 

@@ -6,7 +6,9 @@
 #   --suite   `ttft serve` (bench/server_helpers.sh's SUITE_SERVE_FLAGS: dummy:llama-3.1-8b, pool
 #             from the memory profile) with --kv-cache-dtype auto, then fp8, each followed by the
 #             headline benchmarks (bench/gpu_suite.py) and its /debug/kv and /metrics: OUTDIR/
-#             suite-<dtype>.log, kv_debug_<dtype>.json, kv_metrics_<dtype>.txt. ~5 min.
+#             suite-<dtype>.log, kv_debug_<dtype>.json, kv_metrics_<dtype>.txt; first the GPU's
+#             copy rate (bench/sustained_rate.py, 10 s: OUTDIR/rates.json), for the ITL's floor.
+#             ~5 min.
 #   --tiers   the multi-turn tiers workload (64 conversations, a 48 GiB host tier) for auto and fp8,
 #             each from the same 10.25 GiB device pool (5,248 bf16 blocks, a quarter of the working
 #             set; fp8 holds 1.97x the tokens in it): OUTDIR/multi_turn_tiers-<dtype>.log. ~6 min.
@@ -49,6 +51,8 @@ for mode in $MODES; do
         tail -8 "$OUTDIR/kv8_gpu_tests.log"
         ;;
     suite)
+        echo "== the GPU's matrix and copy rates (the floors)"
+        timeout 60 python3 -m bench.sustained_rate --seconds 10 --out "$OUTDIR/rates.json" | tail -1
         for dt in $DTYPES; do
             echo "== suite, --kv-cache-dtype $dt"
             if start_server "$DETAIL/server-suite-$dt.log" "${SUITE_SERVE_FLAGS[@]}" --kv-cache-dtype "$dt"; then
