@@ -54,8 +54,8 @@ def _store_kv_kernel(
         v = v.to(tl.float32)
         k_scale = kv_scale(tl.max(tl.abs(k), 1), QMAX)  # [BLOCK_H]
         v_scale = kv_scale(tl.max(tl.abs(v), 1), QMAX)
-        k = kv_quantize(k, kv_inverse(k_scale)[:, None], QMAX, FMT, MBITS, EMIN)
-        v = kv_quantize(v, kv_inverse(v_scale)[:, None], QMAX, FMT, MBITS, EMIN)
+        k = kv_quantize(k, k_scale[:, None], kv_inverse(k_scale)[:, None], QMAX, FMT, MBITS, EMIN)
+        v = kv_quantize(v, v_scale[:, None], kv_inverse(v_scale)[:, None], QMAX, FMT, MBITS, EMIN)
         tl.store(s_dst, k_scale.to(scale_ptr.dtype.element_ty), mask=s_mask)
         tl.store(s_dst + stride_s_kv, v_scale.to(scale_ptr.dtype.element_ty), mask=s_mask)
     tl.store(dst, k.to(cache_ptr.dtype.element_ty), mask=mask)

@@ -102,11 +102,12 @@ def _store_quantized(k1, k2, v1, v2, dst, v_dst, v_half, mask, s_dst, stride_s_k
     v1, v2 = v1.to(tl.float32), v2.to(tl.float32)
     k_scale = kv_scale(tl.maximum(tl.max(tl.abs(k1), 1), tl.max(tl.abs(k2), 1)), QMAX)  # [BLOCK_HK]
     v_scale = kv_scale(tl.maximum(tl.max(tl.abs(v1), 1), tl.max(tl.abs(v2), 1)), QMAX)
-    k_inverse, v_inverse = kv_inverse(k_scale)[:, None], kv_inverse(v_scale)[:, None]
-    tl.store(dst, kv_quantize(k1, k_inverse, QMAX, FMT, MBITS, EMIN).to(elem), mask=mask)
-    tl.store(dst + HALF, kv_quantize(k2, k_inverse, QMAX, FMT, MBITS, EMIN).to(elem), mask=mask)
-    tl.store(v_dst, kv_quantize(v1, v_inverse, QMAX, FMT, MBITS, EMIN).to(elem), mask=mask)
-    tl.store(v_dst + v_half, kv_quantize(v2, v_inverse, QMAX, FMT, MBITS, EMIN).to(elem), mask=mask)
+    k_scale2, k_inverse = k_scale[:, None], kv_inverse(k_scale)[:, None]
+    v_scale2, v_inverse = v_scale[:, None], kv_inverse(v_scale)[:, None]
+    tl.store(dst, kv_quantize(k1, k_scale2, k_inverse, QMAX, FMT, MBITS, EMIN).to(elem), mask=mask)
+    tl.store(dst + HALF, kv_quantize(k2, k_scale2, k_inverse, QMAX, FMT, MBITS, EMIN).to(elem), mask=mask)
+    tl.store(v_dst, kv_quantize(v1, v_scale2, v_inverse, QMAX, FMT, MBITS, EMIN).to(elem), mask=mask)
+    tl.store(v_dst + v_half, kv_quantize(v2, v_scale2, v_inverse, QMAX, FMT, MBITS, EMIN).to(elem), mask=mask)
     tl.store(s_dst + heads, k_scale.to(s_dst.dtype.element_ty), mask=s_mask)
     tl.store(s_dst + stride_s_kv + heads, v_scale.to(s_dst.dtype.element_ty), mask=s_mask)
 

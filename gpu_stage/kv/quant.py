@@ -2,7 +2,7 @@
 
 The arithmetic is fixed to the bit (the Triton store kernels reproduce it): in float32,
     scale = bf16(amax(|x|) * float32(1 / qmax))              per token and KV head
-    y     = clamp(x * float32(1 / scale), -qmax, qmax)       (0 where the scale is 0)
+    y     = clamp(x / scale, -qmax, qmax)                    (0 where the scale is 0)
     q     = round_half_even(y) as int8, or y rounded to the nearest fp8 value (ties to even; a
             negative value that rounds to zero stored as +0, so that every path writes one zero)
 and a value reads back as float32(q) * float32(scale). Only conversions and float32 math are used:
@@ -24,9 +24,7 @@ def quantize(x: torch.Tensor, fmt: KvFormat) -> tuple[torch.Tensor, torch.Tensor
     inv_qmax = torch.tensor(1.0 / fmt.qmax, dtype=torch.float32, device=x.device)
     scale = (x32.abs().amax(-1) * inv_qmax).to(SCALE_DTYPE)
     s32 = scale.to(torch.float32)[..., None]
-    # One division per token-head, as the store kernels do (kernels/kv_quant.py: kv_inverse)
-    inverse = torch.where(s32 > 0, 1.0 / torch.where(s32 > 0, s32, 1.0), 0.0)
-    y = (x32 * inverse).clamp_(-fmt.qmax, fmt.qmax)
+    y = torch.where(s32 > 0, x32 / torch.where(s32 > 0, s32, 1.0), 0.0).clamp_(-fmt.qmax, fmt.qmax)
     if fmt.torch_dtype == torch.int8:
         return y.round_().to(torch.int8), scale
     values = y.to(fmt.torch_dtype)
