@@ -137,7 +137,7 @@ def test_unix_socket(fake_uds_server):
     samples = _send_all(client, random_workload(2, 8, 3))
     assert all(s.success for s in samples), [s.error for s in samples]
     assert client.model == "fake-model"
-    assert all(s.ttft_s >= 0.01 for s in samples)
+    assert all(s.ttft_s >= 0.01 - 1e-3 for s in samples)  # the slack of test_timings_match_known_delays
 
 
 def test_retry_when_kept_alive_connection_closes_on_next_request():
