@@ -34,7 +34,7 @@ def _store_kv_kernel(
     QUANT: tl.constexpr, FMT: tl.constexpr, QMAX: tl.constexpr, MBITS: tl.constexpr, EMIN: tl.constexpr,
 ):
     t = tl.program_id(0).to(tl.int64)
-    slot = tl.load(slot_ptr + t).to(tl.int32)  # a slot fits 32 bits (assert_slots_fit_32_bits)
+    slot = tl.load(slot_ptr + t).to(tl.int32)  # a slot fits 32 bits (KvCache's MAX_SLOTS)
     h = tl.arange(0, BLOCK_H)[:, None]
     d = tl.arange(0, BLOCK_D)[None, :]
     mask = (h < num_kv_heads) & (d < HEAD_DIM) & ((h * 0 + slot) >= 0)
@@ -84,11 +84,6 @@ def value_strides(kv_layer: torch.Tensor | QuantKvLayer) -> tuple[int, int, int]
     return kv_layer.stride(2), kv_layer.stride(3), kv_layer.stride(4)
 
 
-def assert_slots_fit_32_bits(cache: torch.Tensor) -> None:
-    """The store kernels divide a slot in 32 bits: every slot of the pool must fit."""
-    assert cache.shape[0] * cache.shape[2] < 2**31, "a pool of 2^31 slots or more"
-
-
 def store_kv(kv_layer: torch.Tensor | QuantKvLayer, k: torch.Tensor, v: torch.Tensor,
              slot_mapping: torch.Tensor) -> None:
     """k, v [T, kv_heads, head_dim] (last dim contiguous) -> kv_layer at slot_mapping [T]."""
@@ -98,7 +93,6 @@ def store_kv(kv_layer: torch.Tensor | QuantKvLayer, k: torch.Tensor, v: torch.Te
     (cache, *scale_args), quant = cache_args(kv_layer)
     assert cache.stride(-1) == 1 and k.stride(-1) == 1 and v.stride(-1) == 1
     assert slot_mapping.shape[0] >= num_tokens
-    assert_slots_fit_32_bits(cache)
     _store_kv_kernel[(num_tokens,)](
         k, v, cache, slot_mapping,
         k.stride(0), k.stride(1), v.stride(0), v.stride(1),

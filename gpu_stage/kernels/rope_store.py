@@ -17,7 +17,7 @@ import triton.language as tl
 
 from gpu_stage.kernels import next_pow2
 from gpu_stage.kernels.kv_quant import kv_inverse, kv_quantize, kv_scale, quant_constexprs
-from gpu_stage.kernels.kv_store import assert_slots_fit_32_bits, cache_args, value_strides
+from gpu_stage.kernels.kv_store import cache_args, value_strides
 from gpu_stage.kernels.pdl import pdl_args
 from gpu_stage.kv.layout import QuantKvLayer
 
@@ -68,7 +68,7 @@ def _rope_kernel(
     k_mask = (hk < num_kv_heads) & j_ok[None, :]
     k1, k2 = _rotate(k_ptr + t * stride_k_t + hk * stride_k_h + j[None, :], cos, sin, k_mask, HALF)
     if STORE:  # a negative slot skips the token (padding rows)
-        raw_slot = tl.load(slot_ptr + t).to(tl.int32)  # a slot fits 32 bits (assert_slots_fit_32_bits)
+        raw_slot = tl.load(slot_ptr + t).to(tl.int32)  # a slot fits 32 bits (KvCache's MAX_SLOTS)
         mask = k_mask & ((hk * 0 + raw_slot) >= 0)
         slot = tl.maximum(raw_slot, 0)
         block = (slot // block_size).to(tl.int64)  # 32-bit division: a 64-bit one is a long routine
@@ -137,7 +137,6 @@ def _launch(q, k, cos, sin, v, kv_layer, slot_mapping) -> None:
     if store:
         (cache, *scale_args), quant = cache_args(kv_layer)
         assert cache.stride(-1) == 1
-        assert_slots_fit_32_bits(cache)
         store_args = (v, cache, slot_mapping, v.stride(0), v.stride(1), cache.stride(0), cache.stride(1),
                       cache.stride(2), cache.stride(3), cache.shape[2], *scale_args, *value_strides(kv_layer))
     else:  # unused pointers (STORE=False): any tensor will do

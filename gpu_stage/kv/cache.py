@@ -21,6 +21,7 @@ from gpu_stage.kv.layout import QuantKvLayer, layer_views, layout_name, layout_v
 from gpu_stage.model.config import ModelConfig
 
 PLAIN_LAYOUT_VERSION = 1  # the block-file fingerprint's layout version of a plain float pool
+MAX_SLOTS = 2**31 - 1  # slots are int32 in the store kernels (kernels/kv_store.py, rope_store.py)
 
 
 class KvCache:
@@ -36,6 +37,9 @@ class KvCache:
     ) -> None:
         if num_blocks <= 0 or block_size <= 0:
             raise ValueError(f"need num_blocks > 0 and block_size > 0, got {num_blocks}, {block_size}")
+        if num_blocks * block_size > MAX_SLOTS:
+            raise ValueError(f"a pool of {num_blocks} blocks of {block_size} tokens has more than {MAX_SLOTS} "
+                             "slots (the store kernels divide a slot in 32 bits)")
         self.config = config
         self.num_blocks = num_blocks
         self.block_size = block_size

@@ -37,3 +37,9 @@ def test_sizes() -> None:
 def test_rejects_empty_pool() -> None:
     with pytest.raises(ValueError):
         KvCache(CONFIG, 0, 16, "cpu", torch.float32)
+
+
+def test_rejects_a_pool_whose_slots_overflow_32_bits() -> None:
+    """The store kernels divide slots in int32: such a pool is refused before any allocation."""
+    with pytest.raises(ValueError, match="32 bits"):
+        KvCache(CONFIG, 2**27, 16, "cpu", torch.float32)  # 2^31 slots: one too many
