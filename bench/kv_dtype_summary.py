@@ -10,7 +10,8 @@ pool tokens >= 1.95x bf16's from the same memory profile.
 
 With OUTDIR/rates.json (bench/sustained_rate.py's copy_tbps, measured in the same call) it adds
 each dtype's 64-stream decode floor (bench/floors.py: the weights plus 64 x 2,048 tokens of the
-pool's bytes per token, at the measured copy rate) and the ITL's ratio to it. The issue's 7.0 ms
+pool's bytes per token, at the measured copy rate) and the ITL's ratio to it, and each TTFT's
+ratio to its floor at the sustained matrix rate. The issue's 7.0 ms
 is 1.27x its 5.5 ms fp8 floor on the H200: `itl_b64_ctx2048_fp8_le_1.27x_floor` checks that ratio,
 which a GPU other than the H200 can be held to.
 """
@@ -20,7 +21,7 @@ import json
 import sys
 from pathlib import Path
 
-from bench.floors import decode_floor_ms
+from bench.floors import decode_floor_ms, ttft_floor_ms
 from bench.tiers_summary import summarize as summarize_tiers
 from gpu_stage.loaders.dummy_loader import dummy_preset
 
@@ -81,7 +82,8 @@ def summarize(detail: Path, out: Path) -> dict:
 
 def add_decode_floors(summary: dict, rates: dict | None) -> None:
     """The 64-stream ITL's floor per dtype at the measured copy rate, the ratio to it, and fp8's
-    ratio checked against the issue's (7.0 over 5.5 ms)."""
+    ratio checked against the issue's (7.0 over 5.5 ms); with the sustained matrix rate too, each
+    TTFT's ratio to its floor."""
     if not rates or "copy_tbps" not in rates:
         return
     preset, batch, context = DECODE_SHAPE
@@ -97,6 +99,14 @@ def add_decode_floors(summary: dict, rates: dict | None) -> None:
     if "itl_b64_ctx2048_ratio_to_floor_fp8" in summary:
         summary["checks"]["itl_b64_ctx2048_fp8_le_1.27x_floor"] = (
             summary["itl_b64_ctx2048_ratio_to_floor_fp8"] <= ITL_B64_MAX_RATIO)
+    if "sustained_tflops" in rates:  # TTFT's floors (bench/floors.py) at the sustained matrix rate
+        for size in (128, 2048, 8192):
+            key = f"ttft_p50_ms_{size}"
+            floor = ttft_floor_ms(config, size, rates["sustained_tflops"], rates["copy_tbps"])
+            summary[key + "_floor"] = round(floor, 3)
+            for suffix in ("", "_fp8"):
+                if key + suffix in summary:
+                    summary[key + "_ratio_to_floor" + suffix] = round(summary[key + suffix] / floor, 4)
 
 
 def markdown(summary: dict) -> str:

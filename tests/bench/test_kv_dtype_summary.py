@@ -59,3 +59,19 @@ def test_decode_floors_at_the_measured_copy_rate(tmp_path: Path) -> None:
         assert abs(s["itl_b64_ctx2048_floor_ms_fp8"] - 7.911) < 0.001
         assert abs(s["itl_b64_ctx2048_ratio_to_floor_fp8"] - itl / 7.911) < 1e-3
         assert s["checks"]["itl_b64_ctx2048_fp8_le_1.27x_floor"] is met and not s["checks"]["itl_b64_ctx2048_fp8_le_7ms"]
+
+
+def test_ttft_ratios_to_their_floors_at_the_sustained_rate(tmp_path: Path) -> None:
+    from bench.floors import ttft_floor_ms
+    from gpu_stage.loaders.dummy_loader import dummy_preset
+
+    detail, out = tmp_path / "detail", tmp_path / "out"
+    write(detail / "suite-auto" / "summary.json", {"ttft_p50_ms_2048": 48.0})
+    write(detail / "suite-fp8" / "summary.json", {"ttft_p50_ms_2048": 49.0})
+    write(out / "rates.json", {"copy_tbps": 3.0, "sustained_tflops": 670.0})
+    s = summarize(detail, out)
+    floor = ttft_floor_ms(dummy_preset("llama-3.1-8b"), 2048, 670.0, 3.0)
+    assert s["ttft_p50_ms_2048_floor"] == round(floor, 3)
+    assert s["ttft_p50_ms_2048_ratio_to_floor"] == round(48.0 / floor, 4)
+    assert s["ttft_p50_ms_2048_ratio_to_floor_fp8"] == round(49.0 / floor, 4)
+    assert "ttft_p50_ms_128_ratio_to_floor" not in s  # no such figure measured
