@@ -3,12 +3,11 @@ processes want its cores.
 
 A CPU server's OpenMP workers spin briefly at their barriers (GOMP_SPINCOUNT, set by the CLI):
 a decode step is some 200 parallel regions (each product, the attention), and a worker that
-sleeps between two of them is woken by a futex, ~40 us on this project's VM, twice a region. On a
-quiet 2-core VM a SmolLM2 decode step (1 sequence, short context) took 33 ms spinning and 49 ms
-sleeping. But a spinning worker holds its core, and when another process needs one the step's
-other thread is the one preempted: with one busy process beside it the same step took 157 ms
-spinning, 50 ms sleeping, 48 ms on one thread, where there is no barrier to wait at
-(`lab/cpu_step_profile.py`, bench/results/20261206-cpu/omp-probes-s16/).
+sleeps between two of them is woken by a futex (~40 us on a VM), twice a region: on a quiet 2-core
+host a SmolLM2 decode step takes 33 ms spinning against 49 sleeping. But a spinning worker holds
+its core, and when another process needs one the step's other thread is the one preempted: with one
+busy process beside it the same step takes 157 ms spinning, 50 sleeping, 48 on one thread, where
+there is no barrier to wait at.
 
 So the launch thread asks CpuThreadPolicy before each step. HostCpuLoad measures, over the last
 `window_s`, the CPU time of every other process (the host's busy time, steal included, less this

@@ -1,10 +1,9 @@
 """LongContextAttention: a prefill chunk's attention over a long cached context, through torch's
-fused attention on the sequence's K/V gathered into one contiguous buffer (issue 22).
+fused attention on the sequence's K/V gathered into one contiguous buffer.
 
-The general Triton kernel reads the paged cache at ~270-310 TFLOP/s at 8K-128K of context on the
-H200; cuDNN's fused attention runs ~590 over contiguous K/V (bench/results/20261202-NVIDIA-H200/
-s13-a). So for a chunk of n queries at positions s .. s + n - 1 (s cached keys, the chunk's own n
-keys already stored by this layer):
+The general Triton kernel reads the paged cache at ~270-310 TFLOP/s at 8K-128K of context on an
+H200; cuDNN's fused attention runs ~590 over contiguous K/V. So for a chunk of n queries at
+positions s .. s + n - 1 (s cached keys, the chunk's own n keys already stored by this layer):
   1. gather: the sequence's K and V rows 0 .. s + n - 1 from the pool into two scratch buffers
      [max_model_len, kv_heads * head_dim] made at start-up and shared by every layer (an 8-bit
      pool is dequantized as it is gathered, in slabs: the same values every other read sees);
@@ -37,7 +36,7 @@ from gpu_stage.kv.layout import QuantKvLayer
 
 log = logging.getLogger("ttft.gpu")
 
-MIN_CONTEXT = 8192  # cached keys from which a chunk takes this path (s13-a: flash wins from 8K)
+MIN_CONTEXT = 8192  # cached keys from which a chunk takes this path (flash wins from 8K)
 MIN_QUERY = 1024  # and queries: shorter chunks stay on the kernel (a 1,024 bucket would be mostly padding)
 UNIT = 4096  # piece lengths are UNIT x 2^k ...
 MAX_PIECE = 65536  # ... up to this

@@ -14,8 +14,8 @@ the sum of exp(scale * q.k) over the keys seen. A variant (KERNELS) is the kerne
 pieces (whose shapes the caller keeps to a few buckets), of the rest of the cached context (any
 length: flash, which builds no plan), and of the chunk over its own keys (bucketed too).
 
-Why cuDNN: on the H200 its causal SDPA over a fresh 8,192 ran at ~590 TFLOP/s, flash at ~310
-(bench/results/20261202-NVIDIA-H200/s13-a); torch sends a lower-right causal mask to flash only.
+Why cuDNN: on an H200 its causal SDPA over a fresh 8,192 runs at ~590 TFLOP/s, flash at ~310;
+torch sends a lower-right causal mask to flash only.
 cuDNN builds a plan per shape (~64 ms, per thread): all are built at start-up (long_context.warm).
 """
 from __future__ import annotations

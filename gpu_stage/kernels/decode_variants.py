@@ -8,28 +8,23 @@ the knobs: `kbits_n64_w2_s2` = K by bit patterns, BLOCK_N 64, 2 warps, 2 stages 
 converted where it is loaded, scales are words, the block size constant, unless the name says
 `_vhoisted` / `_bsvar`). "chain" is the kernel as first written.
 
-What lab/kv8_decode_ab.py measured on the H200 (bench/results/20261202-NVIDIA-H200/r23-kv8-ab/),
-per call at the Llama-3-8B shape, bf16 pool / chain / served:
-    64 x 2,048   130.8 / 245.9 / 119.8 us (fp8 e4m3), 286.4 -> 114.7 (int8)
-    64 x 8,192   486.8 / 943.1 / 456.4      (fp8),      1116 -> 426.6 (int8)
-     1 x 2,048    10.0 /   9.9 /   8.5      (fp8),      10.3 ->   8.3 (int8)
-     1 x 8,192    18.7 /  22.0 /  16.4      (fp8),      22.1 ->  16.4 (int8)
-The chain's cost was V: converted in the dot operand's layout, an 8-bit V (keys along the
-reduction, strided in shared memory) was read byte by byte (LDS.U8, 64 per thread per tile).
+Why the served ones: at the Llama-3-8B shape on an H200 they read an 8-bit pool a little faster
+than the bf16 kernel reads a bf16 pool, where the chain takes twice as long (64 x 2,048, per call:
+119.8 us fp8 e4m3, 114.7 int8, against bf16's 130.8 and the chain's 245.9). The chain's cost was
+V: converted in the dot operand's layout, an 8-bit V (keys along the reduction, strided in shared
+memory) was read byte by byte (LDS.U8, 64 per thread per tile).
 Many sequences (one split) run best on 2 warps (5 programs per SM resident, one wave at 64
 streams); few sequences (split-K) on BLOCK_N 128.
 
 On the V-transposed layout (kv/layout.py) the `vt_` variants; `vt_kmma_*` run decode_e4m3_mma.py
 (both products on the fp8 tensor cores), served for e4m3 pools and bf16 queries (SERVED_VT_BF16,
-the scores promoted to float32 every 32: `_p32`): on an H100 at 64 x 2,048 / 8,192, 117.6 / 443.3
-us against the row layout's 130.1 / 507.6 and bf16's 184.0 / 697.2
-(bench/results/20261206-NVIDIA-H100/s18-promote/).
+the scores promoted to float32 every 32: `_p32`): on an H100 at 64 x 2,048 117.6 us against the
+row layout's 130.1 and bf16's 184.0.
 
-Measured and not kept (commit ead81e6, reverted): codes converted to float16 by the hardware's
-cvt.rn.f16x2.e4m3x2 (one instruction per two codes) with float16 dots. It cut the kernel's
-instructions at 64 x 2,048 from 46.5 M to 30.6 M (ncu) but ran slower, 154 against 126 us on an
-H100 (bench/results/20261206-NVIDIA-H100/s16-f16/): the conversion issues at a fraction of the ALU's rate,
-so the bit patterns' 2.8 integer instructions per code still cost less time than its one.
+Not a variant: codes converted to float16 by the hardware's cvt.rn.f16x2.e4m3x2 (one instruction
+per two codes) with float16 dots. It cuts the kernel's instructions by a third but runs slower (154
+against 126 us on an H100): the conversion issues at a fraction of the ALU's rate, so the bit
+patterns' 2.8 integer instructions per code still cost less time than its one.
 """
 from __future__ import annotations
 
@@ -80,9 +75,9 @@ for _n, _w, _s, _r in ((64, 4, 2, None), (64, 4, 3, None), (128, 4, 2, None), (1
 # The same with the scores' fp8 accumulator promoted to float32 every _p of the head dim (PROMOTE,
 # decode_e4m3_mma.fp8_dot). Chained, the fp8 wgmma's ~13-bit accumulator missed the exactness norm at
 # the tests' widest K (0.0103 against 0.01); promoted every 32 it is at the exact kernels' 0.0018 for
-# 117.6 against 115.9 us at 64 x 2,048 (bench/results/20261206-NVIDIA-H100/s18-promote/). Measured
-# and removed there: every 64 (0.0020, 119.5 us), and the scores on the bf16 tensor cores with K's
-# codes converted by bit patterns (0.0017, 142.8 us: slower than the row layout's 130.1).
+# 117.6 against 115.9 us at 64 x 2,048 on an H100. Not variants: promoting every 64 (0.0020, 119.5 us),
+# and the scores on the bf16 tensor cores with K's codes converted by bit patterns (0.0017, 142.8 us:
+# slower than the row layout's 130.1).
 for _n, _w, _s, _r in ((64, 4, 2, 128), (64, 4, 2, None), (64, 4, 3, 128)):
     _base = f"vt_kmma_n{_n}_w{_w}_s{_s}" + (f"_r{_r}" if _r else "")
     QUANT_VARIANTS[_base + "_p32"] = {**QUANT_VARIANTS[_base], "PROMOTE": 32}
@@ -93,7 +88,7 @@ for _k_bits in (False, True):
             _vt_variant(_k_bits, _v, _n, _w, _s)
 
 # format -> (variant for one split: many sequences, variant for split-K: few). fp8 e5m2 was not
-# measured and takes e4m3's. Change these after a run of lab/kv8_decode_ab.py.
+# timed on its own and takes e4m3's. Change these only after timing QUANT_VARIANTS on the GPU.
 SERVED = {
     "fp8_e4m3": ("kbits_n64_w2_s2", "kbits_n128_w4_s2"),
     "fp8_e5m2": ("kbits_n64_w2_s2", "kbits_n128_w4_s2"),
@@ -107,8 +102,7 @@ def variant_runs_on(name: str, fmt_name: str) -> bool:
 
 
 # The same for a pool in the V-transposed layout (kv/layout.py: fp8 e4m3 pools on a GPU take it):
-# the bit-pattern kernels reading V^T, exact for any query dtype (measured for e4m3 codes only:
-# vt_kbits_vdirect_n64_w2_s2 126.6 us at 64 x 2,048 on an H100, bench/results/20261206-NVIDIA-H100/s17-vt3/).
+# the bit-pattern kernels reading V^T, exact for any query dtype (timed on e4m3 codes only).
 SERVED_VT = {
     "fp8_e4m3": ("vt_kbits_vdirect_n64_w2_s2", "vt_kbits_vdirect_n128_w4_s2"),
     "fp8_e5m2": ("vt_kbits_vdirect_n64_w2_s2", "vt_kbits_vdirect_n128_w4_s2"),
@@ -117,13 +111,13 @@ SERVED_VT = {
 
 
 # An e4m3 pool in V^T read by a bf16 query: both products on the fp8 tensor cores
-# (decode_e4m3_mma.py, s17-vt3: 116.6 against the row layout's 130.8 us at 64 x 2,048). The query
+# (decode_e4m3_mma.py: 116.6 against the row layout's 130.8 us at 64 x 2,048). The query
 # and p * v_scale each become two e4m3 parts: a bf16 query's 8 significant bits exactly (entries
 # below 2^-11 of its largest within 2^-19 of it), p * v_scale as the bf16 kernels round it; a
 # float32 query would lose bits, and an fp8 wgmma reduces 32 deep: other queries and head_dims
 # take SERVED_VT's exact kernel (decode_attention.fp8_mma_fits). The scores' accumulator is promoted
 # to float32 every 32 of the head dim (_p32, decode_e4m3_mma.fp8_dot): chained, the fp8 wgmma's
-# ~13-bit accumulator missed the exactness norm at the tests' widest K (s17-final: 0.0103).
+# ~13-bit accumulator missed the exactness norm at the tests' widest K (0.0103 against 0.01).
 SERVED_VT_BF16 = {"fp8_e4m3": ("vt_kmma_n64_w4_s2_r128_p32", "vt_kmma_n64_w4_s2_r128_p32")}
 
 

@@ -2,8 +2,7 @@
 
 Every code of the three formats (kernels/kv_quant.py FMT: 0 = int8, 1 = fp8 e4m3, 2 = fp8 e5m2)
 is a bfloat16 value, so any of these ways gives the same operand; they differ in instructions on
-sm_90 (see lab/kv8_decode_ab.py for the measured choice, DECODE_QUANT_CONFIG in
-decode_attention.py):
+sm_90 (decode_variants.py and prefill_variants.py name the ones served):
 
     DEQ_CHAIN   code -> float32 -> the query's dtype: Triton's conversions. For e4m3 on sm_90 that
                 is 4 instructions per pair of codes (cvt e4m3x2 -> f16x2, two f16 -> f32, one
@@ -163,7 +162,7 @@ def launch_knobs(cfg: dict, quant: dict, kv_layer, block_size: int) -> dict:
     pool's launch gets none (it stays as it was); an 8-bit one its format, the scale-word loads
     where the scales' alignment allows, and the block size as a constant when asked."""
     knobs = {k: cfg.pop(k) for k in QUANT_KNOBS if k in cfg}
-    v_layout = cfg.pop("V_LAYOUT", None)  # a variant measured on the V-transposed layout ("vt")
+    v_layout = cfg.pop("V_LAYOUT", None)  # a variant for the V-transposed layout ("vt")
     if not quant["QUANT"]:
         return {}
     if v_layout is not None and (v_layout == "vt") != kv_layer.v_transposed:

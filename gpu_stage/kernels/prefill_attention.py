@@ -155,8 +155,8 @@ def _attend_keys(
 
 
 # Triton specialises integer arguments equal to 1 or divisible by 16: the sequence count changes
-# from step to step, and a combination first met while serving compiled there (measured on the
-# H200: one second of a request's TTFT). One variant for all counts. (The block-table stride is
+# from step to step, and a combination first met while serving compiled there (about one second
+# of a request's TTFT on an H200). One variant for all counts. (The block-table stride is
 # always a multiple of 16: step_layout.round_width.)
 @triton.jit(do_not_specialize=["num_seqs", "window"])
 def _prefill_attention_kernel(

@@ -5,7 +5,7 @@ A prefill tile has BLOCK_M = 128 query rows over 8 warps: a K tile converted in 
 layout is converted by every warp (each needs all of K^T), and an 8-bit V is read byte by byte
 (see decode_variants.py). Converting both where they are loaded (DEQ_BITS_HERE) does it once per
 program and lets the bf16 tiles take the plain pool's ldmatrix path. "chain" is the kernel as
-first written. lab/kv8_decode_ab.py --prefill times them.
+first written.
 """
 from __future__ import annotations
 
@@ -28,8 +28,8 @@ for _v, _deq in (("vdirect", DEQ_DIRECT), ("vbits", DEQ_BITS), ("vhere", DEQ_BIT
     QUANT_VARIANTS[f"vt_khere_{_v}_m64_w4"] = {**_LAUNCH, "BLOCK_M": 64, "num_warps": 4, "DEQ_K": DEQ_BITS_HERE,
                                               "DEQ_V": _deq, "SCALE_WORDS": True, "CONST_BLOCK": True,
                                               "V_LAYOUT": "vt"}
-SERVED = "khere_vhere_m64_w4"  # measured: bench/results/20261202-NVIDIA-H200/s14-final/kv8_ab.log (mixed 512 + 63 decodes 389 us vs chain 718)
-SERVED_VT = "vt_khere_vhere_m64_w4"  # NOT YET MEASURED: the served one's knobs; set it from a lab run
+SERVED = "khere_vhere_m64_w4"  # a 512-token prefill mixed with 63 decodes: 389 us against the chain's 718
+SERVED_VT = "vt_khere_vhere_m64_w4"  # not timed yet: the served one's knobs on the V-transposed layout
 
 
 def served_variant(v_transposed: bool = False) -> dict:

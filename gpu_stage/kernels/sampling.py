@@ -3,11 +3,10 @@ temperature, and with top_k, top_p or min_p through the threshold search of kern
 (logprobs, when asked, are torch's). The result goes straight into the step's packed array (ids |
 ok flags).
 
-Why: the torch path spends a reduction per question and a kernel per elementwise step. On the H200
-with Llama-3's 128,256 logits (`python3 lab/sampling_cost.py`, bench/results/20261130-NVIDIA-H200,
-s8-*): greedy took 78 us of device time at 1-64 rows (argmax, max, conversions, concatenation;
-torch gives each row one block), temperature sampling 312-418 us (softmax, a cumulative sum per
-row, searchsorted). Here the vocabulary is split over enough programs to cover the SMs.
+Why: the torch path spends a reduction per question and a kernel per elementwise step. On an H200
+with Llama-3's 128,256 logits greedy takes 78 us of device time at 1-64 rows (argmax, max,
+conversions, concatenation; torch gives each row one block), temperature sampling 312-418 us
+(softmax, a cumulative sum per row, searchsorted). Here the vocabulary is split over enough programs to cover the SMs.
 
 1. `_slice_kernel`, grid (rows, slices): each program reads its slice of one row once and keeps the
    slice's maximum logit, the first index holding it, how many logits are NaN, and, when some row

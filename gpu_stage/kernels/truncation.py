@@ -2,8 +2,8 @@
 narrowing an interval of keys pass by pass (kernels/sampling.py draws from the tokens at or above it).
 
 Why: the sampler's torch path sorts every row (128,256 logits for Llama-3) to truncate it, and on
-the H200 that made a step's sampling 0.66-0.89 ms at 1-8 rows and 1.34 ms at 64 (`python3
-lab/sampling_cost.py`, bench/results/20261130-NVIDIA-H200/s8-sampling), against 4-9 ms steps.
+an H200 that makes a step's sampling 0.66-0.89 ms at 1-8 rows and 1.34 ms at 64, against 4-9 ms
+steps.
 
 Keys: `order_key` maps a float32 x / temperature to an int32 in the same order (-0 as +0), so every
 threshold is a key and "kept" is `key >= threshold`, ties included (as vLLM's top-k, which keeps

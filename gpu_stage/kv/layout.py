@@ -34,9 +34,9 @@ LAYOUT_VERSION = 2  # the plain pool's layout is version 1 (pipeline/build_tiers
 LAYOUT_VERSION_V_TRANSPOSED = 3
 # The formats whose pools take the V-transposed layout on a GPU (KvCache's default): fp8 e4m3, whose
 # decode then runs both products on the fp8 tensor cores (kernels/decode_e4m3_mma.py; 116.6 against
-# 130.8 us per layer at 64 x 2,048 on an H100, bench/results/20261206-NVIDIA-H100/s17-vt3/). int8
-# and e5m2 keep the row layout (their kernels convert codes either way); the torch path on CPU
-# decodes ~7% slower on V^T (lab/kv8_vt_cpu_cost.py), so CPU pools keep it too.
+# 130.8 us per layer at 64 x 2,048 on an H100). int8 and e5m2 keep the row layout (their kernels
+# convert codes either way); the torch path on CPU decodes ~7% slower on V^T, so CPU pools keep it
+# too.
 V_TRANSPOSED_FORMATS = frozenset({"fp8_e4m3"})
 SCALE_DTYPE = torch.bfloat16
 SCALE_BYTES = 2

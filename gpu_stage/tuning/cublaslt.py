@@ -1,7 +1,7 @@
 """The few cuBLASLt calls ttft needs, through ctypes: the algorithms cuBLASLt's heuristic offers for
 a product y = x @ W^T (bf16 or fp16 in and out, fp32 accumulation), and a run of one of them.
 
-torch's F.linear runs the heuristic's first choice. Timed at the model's shapes on the H200, another
+torch's F.linear runs the heuristic's first choice. Timed at the model's shapes on an H200, another
 of its top eight is often 2-7% faster (gemm_tuning.py picks per shape and row count at start-up),
 but torch exposes no way to choose: hence this binding of libcublasLt, the library torch itself
 loads. Only split-free algorithms are offered (SPLITK_NUM 1): one program owns each output element

@@ -7,13 +7,10 @@ cycled past the L2 (a decode step reads each weight once), in CUDA graphs, inter
 rounds. An algorithm is kept where it is more than LT_MARGIN faster; the graphs then capture it.
 Products at other row counts, with a bias, or where F.linear won run F.linear.
 
-Measured on the H200 (bench/results/20261130-NVIDIA-H200/s12-probe/): at 64 rows the lm_head
-264 us against 283 and gate_up 61 against 64; in suite runs on two machines the 64-stream ITL
-8.88 / 8.87 and 8.90 / 8.90 ms with the choices against 8.96 and 8.98 without. Prefill shapes
-were timed too (a 2,048-row gate_up 705 us against 744 in a probe), but in the server neither the
-long prefills nor the mixed steps (256-1,024 rows) gained from choices timed at start-up (TTFT
-2,048 47.2 / 46.6 against 47.2 ms; the reference workload's P50 83.5-84.6 against 82.9, prompts
-between the timed lengths ~1 ms slower): they stay on F.linear.
+Why decode only: on an H200 at 64 rows the choices take the lm_head from 283 to 264 us and the
+64-stream ITL down ~1%; prefill shapes gain in isolation too, but in the server neither the long
+prefills nor the mixed steps (256-1,024 rows) gained from choices timed at start-up (prompts
+between the timed lengths got ~1 ms slower): they stay on F.linear.
 """
 from __future__ import annotations
 

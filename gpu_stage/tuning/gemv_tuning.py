@@ -7,10 +7,8 @@ decode step reads each weight once), in a CUDA graph (as the decode steps run). 
 enters the plan unless cuBLAS is more than CUBLAS_MARGIN faster: in a decode step the gemv
 launches with PDL (kernels/pdl.py), streaming its weights during the previous kernel's tail and
 letting the next kernel's programs in during its own, which back-to-back timing of one product
-does not credit. Measured on the H200 (bench/results/20261130-NVIDIA-H200, third session): ITL at
-batch 1 was 4.32-4.37 ms in the three server runs where gate_up stayed on cuBLAS (isolated: gemv
-1.4% faster, under the old 3% bar) and 4.12 ms in the one where the gemv ran it. Runs before the
-CUDA graphs are captured, which then bake the choice in.
+does not credit (on an H200 a gate_up gemv 1.4% faster in isolation takes ~5% off the batch-1 ITL).
+Runs before the CUDA graphs are captured, which then bake the choice in.
 """
 from __future__ import annotations
 
