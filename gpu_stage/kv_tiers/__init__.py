@@ -5,7 +5,8 @@ prefix hash (`scheduler.prefix_cache`), stamped with a fingerprint of the model 
 only ever served to the model (weights, dtype, block size, layout) that computed it.
 """
 from gpu_stage.kv_tiers.block_file import HEADER_NBYTES, BlockHeader, decode_header, encode_header
-from gpu_stage.kv_tiers.disk_store import DiskStore, DiskStoreStats
+from gpu_stage.kv_tiers.disk_store import DiskStore
+from gpu_stage.kv_tiers.disk_store_stats import DiskStoreStats
 from gpu_stage.kv_tiers.fingerprint import model_fingerprint, weights_identity
 
 __all__ = [

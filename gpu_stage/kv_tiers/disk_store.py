@@ -2,7 +2,7 @@
 
 Files live at `<root>/<first 2 hex chars>/<64 hex chars>.kvb` (256 shards, so no directory holds
 100k entries) in the block_file format. All calls are synchronous and meant for a thread pool:
-they share no mutable state except counters, and the heavy parts (os.writev / os.preadv straight
+they share no mutable state except counters (disk_store_stats.py), and the heavy parts (os.writev / os.preadv straight
 from / into the caller's buffer, zlib.crc32 over it) release the GIL.
 
 Failure policy, a cache's: a write that fails (ENOSPC, EIO, read-only fs) returns False and leaves
@@ -15,33 +15,22 @@ write. `scan(remove_foreign=True)` reclaims them when a directory is reused for 
 """
 from __future__ import annotations
 
-import logging
 import os
 import threading
 import time
 import zlib
-from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from gpu_stage.kv_tiers.block_file import (FINGERPRINT_NBYTES, HASH_NBYTES, HEADER_NBYTES,
                                            BlockHeader, byte_view, close_quietly, decode_header,
                                            encode_header, read_exact, unlink_quietly, write_all)
+from gpu_stage.kv_tiers.disk_store_stats import DiskStoreCounters, DiskStoreStats
 
-log = logging.getLogger(__name__)
 SUFFIX = ".kvb"
 TMP_SUFFIX = ".tmp"
 _O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _OK, _FOREIGN, _CORRUPT = "ok", "foreign", "corrupt"
-
-
-@dataclass
-class DiskStoreStats:
-    num_writes: int = 0
-    num_write_errors: int = 0
-    num_hits: int = 0
-    num_misses: int = 0  # no file, or a foreign one
-    num_corrupt: int = 0  # ours but wrong: detected, deleted, never served
 
 
 class DiskStore:
@@ -58,9 +47,7 @@ class DiskStore:
         # not least-recently-written, across restarts.
         self.touch_on_read = touch_on_read
         self.stale_tmp_s = stale_tmp_s
-        self._stats = DiskStoreStats()
-        self._lock = threading.Lock()  # guards _stats only
-        self._last_errno: int | None = None
+        self._counters = DiskStoreCounters()
         os.makedirs(self.root, exist_ok=True)  # a bad --kv-disk-path is loud at start-up
         for shard in range(256):  # best effort; write() recreates a missing shard
             try:
@@ -73,8 +60,7 @@ class DiskStore:
         return HEADER_NBYTES + self.block_nbytes
 
     def stats(self) -> DiskStoreStats:
-        with self._lock:
-            return replace(self._stats)
+        return self._counters.snapshot()
 
     def path_of(self, block_hash: bytes) -> str:
         if len(block_hash) != HASH_NBYTES:
@@ -108,9 +94,9 @@ class DiskStore:
         except OSError as exc:
             close_quietly(fd)
             unlink_quietly(tmp)
-            self._on_write_error(exc)
+            self._counters.write_failed(exc)
             return False
-        self._count("num_writes")
+        self._counters.count("num_writes")
         return True
 
     def read_into(self, block_hash: bytes, out: Any) -> bool:
@@ -121,7 +107,7 @@ class DiskStore:
         try:
             fd = os.open(path, os.O_RDONLY | _O_CLOEXEC)
         except OSError:
-            self._count("num_misses")
+            self._counters.count("num_misses")
             return False
         st: os.stat_result | None = None
         try:
@@ -143,7 +129,7 @@ class DiskStore:
             close_quietly(fd)
         if verdict == _CORRUPT and st is not None:
             self._discard(path, st)
-        self._count({_OK: "num_hits", _FOREIGN: "num_misses", _CORRUPT: "num_corrupt"}[verdict])
+        self._counters.count({_OK: "num_hits", _FOREIGN: "num_misses", _CORRUPT: "num_corrupt"}[verdict])
         return verdict == _OK
 
     def delete(self, block_hash: bytes) -> None:
@@ -231,13 +217,3 @@ class DiskStore:
                 os.unlink(path)
         except OSError:
             pass
-
-    def _count(self, field: str) -> None:
-        with self._lock:
-            setattr(self._stats, field, getattr(self._stats, field) + 1)
-
-    def _on_write_error(self, exc: OSError) -> None:
-        self._count("num_write_errors")
-        if exc.errno != self._last_errno:  # once per kind of failure, not once per block
-            self._last_errno = exc.errno
-            log.warning("kv disk tier: write failed (%s); blocks will be recomputed", exc)
