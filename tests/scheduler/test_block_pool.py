@@ -150,3 +150,23 @@ def test_cache_blocks_asserts_a_held_block() -> None:
     pool = BlockPool(num_blocks=4, block_size=4, enable_caching=True)
     with pytest.raises(AssertionError, match="nobody holds"):
         pool.cache_blocks([2], [h(1)])
+
+
+@pytest.mark.parametrize("damage", ["cached unhashed", "free hashed", "index stale", "index extra"])
+def test_check_catches_hash_bookkeeping_out_of_step(damage: str) -> None:
+    """The hash half of check(), on top of BlockLists' (test_block_lists.py)."""
+    pool = BlockPool(num_blocks=6, block_size=4, enable_caching=True)
+    a, b = pool.allocate(2)  # type: ignore[misc]
+    assert pool.cache_block(a, h(1)) and pool.cache_block(b, h(2))
+    pool.free([b, a])
+    pool.check()
+    if damage == "cached unhashed":
+        pool.block_hashes[a] = None
+    elif damage == "free hashed":
+        pool.block_hashes[pool.free_order()[0]] = h(9)
+    elif damage == "index stale":
+        pool._hash_to_block[h(1)] = b
+    else:
+        pool._hash_to_block[h(9)] = a
+    with pytest.raises(AssertionError):
+        pool.check()
