@@ -41,6 +41,7 @@ def test_large_classes_strictly_over_the_limit_largest_first(tmp_path: Path, cap
     found = large_classes([pkg], 15, root=tmp_path)
     assert [(c.path, c.line, c.name, c.num_methods) for c in found] == [
         ("pkg/sub/twenty.py", 1, "Twenty", 20), ("pkg/sixteen.py", 1, "Sixteen", 16)]
+    assert [c.name for c in large_classes([pkg / "sixteen.py", pkg / "fifteen.py"], 15, root=tmp_path)] == ["Sixteen"]
     assert main([str(pkg), "--max", "16"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert len(out) == 2 and out[0].endswith("twenty.py:1 Twenty 20") and out[1] == "1 classes with more than 16 methods"
