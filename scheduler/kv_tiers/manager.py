@@ -22,11 +22,12 @@ that batch or a later one, sees it loaded; and if the block is evicted and reuse
 runs, the load lands first and the new owner's own writes come after it.
 The manager is a synchronous core: it never copies bytes. It queues `KvTransferOps` for the next
 batch (through its CopyQueue, copy_queue.py) and `KvDiskRequest`s for the disk stage; the stage
-hands their results back. Tiers off: the scheduler holds a NoTiers (no_tiers.py) instead.
+hands their results back. Its halves: HostOffload (host_offload.py) runs device -> host, DiskJobs
+(disk_jobs.py) the writes and reads of the disk tier; the manager keeps the prefetch, the loads
+and admission's wait-or-recompute. Tiers off: the scheduler holds a NoTiers (no_tiers.py) instead.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
 from scheduler.block_pool import BlockPool
@@ -34,18 +35,13 @@ from scheduler.kv_tiers.config import TierConfig
 from scheduler.kv_tiers.copy_queue import CopyQueue
 from scheduler.kv_tiers.cost_model import FetchCostModel
 from scheduler.kv_tiers.disk_index import DiskIndex
+from scheduler.kv_tiers.disk_jobs import DiskJobs
 from scheduler.kv_tiers.host_index import HostIndex
+from scheduler.kv_tiers.host_offload import HostOffload
 from scheduler.kv_tiers.stats import TierStats
 from scheduler.request_state import RequestState
 from stages.messages import KvDiskDone, KvDiskRequest, KvTransferOps
 from stages.trace import host_clock_ns
-
-
-@dataclass(slots=True)
-class _Read:
-    slot: int
-    started_ns: int
-    waiters: set[str] = field(default_factory=set)
 
 
 class KvTierManager:
@@ -66,38 +62,15 @@ class KvTierManager:
         self.disk_requests: list[KvDiskRequest] = [
             KvDiskRequest("delete", h) for h in self.disk.over_capacity_at_start]
         self.copies = CopyQueue()
-        self._reads: dict[bytes, _Read] = {}
-        self._writes: dict[bytes, int] = {}  # hash -> slot being written to disk
+        self.disk_jobs = DiskJobs(config, self.disk, self.host, self.cost, self.stats, self.disk_requests)
         self._version = 0  # bumped whenever a block becomes fetchable: prefetch again then
         self._seen_version: dict[str, int] = {}
-        pool.on_evict = self._on_device_evict
+        offload = HostOffload(config, self.host, self.copies, self.stats, self._fetchable)
+        pool.on_evict = offload.on_device_evict
         if config.offload_on_cache:
-            pool.on_cached = self._on_cached
+            pool.on_cached = offload.on_cached
 
-    # -- device eviction -> host ---------------------------------------------------------------
-    def _on_device_evict(self, block_id: int, block_hash: bytes) -> None:
-        slot = self.host.lookup(block_hash)
-        if slot is not None:
-            self.host.touch(block_hash)  # inclusive: its bytes are already there (or on their way)
-            self.copies.fence |= not self.host.is_ready(slot)
-            return
-        self.copies.fence = True  # the block is reused next: its copy must run before that forward
-        self._offload(block_id, block_hash)
-
-    def _on_cached(self, block_id: int, block_hash: bytes) -> None:
-        if block_hash not in self.host:  # (a block fetched from host is cached there already)
-            self._offload(block_id, block_hash)
-
-    def _offload(self, block_id: int, block_hash: bytes) -> None:
-        placed = self.host.insert(block_hash)
-        if placed is None:
-            self.stats.num_host_full_drops += 1
-            return
-        slot, evicted = placed
-        if evicted is not None:
-            self.stats.evictions["host"] += 1
-        self.copies.offload(block_id, slot, block_hash)
-        self.stats.bytes["d2h"] += self.config.block_nbytes
+    def _fetchable(self) -> None:
         self._version += 1
 
     # -- batches -------------------------------------------------------------------------------
@@ -130,49 +103,19 @@ class KvTierManager:
             self.host.unpin(slot)
         for slot, block_hash in done.ready_slots:
             self.host.mark_ready(slot)
-            if self._should_write(block_hash):
-                self._writes[block_hash] = slot  # keeps its filling pin until written
-                self.disk_requests.append(KvDiskRequest("write", block_hash, slot))
-            else:
+            if not self.disk_jobs.write_through(block_hash, slot):
                 self.host.unpin(slot)
-
-    def _should_write(self, block_hash: bytes) -> bool:
-        if not self.config.has_disk or block_hash in self.disk or block_hash in self._writes:
-            return False
-        if len(self._writes) >= self.config.max_pending_disk_writes:
-            self.stats.num_disk_writes_skipped += 1
-            return False
-        return True
 
     # -- disk results --------------------------------------------------------------------------
     def on_disk_done(self, done: KvDiskDone, now_ns: int | None = None) -> None:
         if done.kind == "write":
-            slot = self._writes.pop(done.block_hash)
-            self.host.unpin(slot)
-            if done.ok:
-                self.stats.bytes["disk_write"] += done.num_bytes
-                for gone in self.disk.insert(done.block_hash):
-                    self.stats.evictions["disk"] += 1
-                    self.disk_requests.append(KvDiskRequest("delete", gone))
-            else:
-                self.stats.num_disk_write_errors += 1
-        elif done.kind == "read":
-            self._on_read_done(done, host_clock_ns() if now_ns is None else now_ns)
-
-    def _on_read_done(self, done: KvDiskDone, now_ns: int) -> None:
-        read = self._reads.pop(done.block_hash)
-        for rid in read.waiters:
-            self.stats.note_fetch(rid, done_ns=now_ns)
-        if not done.ok:  # corrupt, truncated, foreign or unreadable: a miss, recomputed
-            self.stats.num_disk_read_errors += 1
-            self.disk.remove(done.block_hash)
-            self.host.remove(done.block_hash)
-            self.host.unpin(read.slot)
+            self.disk_jobs.write_done(done)
             return
-        self.stats.bytes["disk_read"] += done.num_bytes
-        self.cost.observe_disk_read(done.num_bytes, done.duration_ns / 1e9)
-        self.host.mark_ready(read.slot)
-        self._version += 1
+        now_ns = host_clock_ns() if now_ns is None else now_ns
+        read = self.disk_jobs.read_done(done, now_ns) if done.kind == "read" else None
+        if read is None:  # not a read, or a failed one (a miss, recomputed)
+            return
+        self._fetchable()
         waiters = [rid for rid in read.waiters if rid in self._seen_version]
         if waiters and self.pool.lookup(done.block_hash) is None:
             self._load([(done.block_hash, read.slot)], waiters)  # takes over the read's pin
@@ -183,7 +126,7 @@ class KvTierManager:
     def has_news(self, req: RequestState) -> bool:
         """Whether prefetch or must_wait could say anything new for this waiting request: some
         block became fetchable since its last prefetch, or disk reads are running."""
-        return bool(self._reads) or self._seen_version.get(req.request_id) != self._version
+        return bool(self.disk_jobs.reads) or self._seen_version.get(req.request_id) != self._version
 
     def prefetch(self, req: RequestState, device_hits: list[int]) -> bool:
         """Bring up what the request's prefix has below the device: host blocks are loaded with
@@ -203,7 +146,7 @@ class KvTierManager:
             if self.pool.lookup(block_hash) is not None:
                 continue  # already on the device (fetched for someone else)
             slot = self.host.lookup(block_hash)
-            read = self._reads.get(block_hash)
+            read = self.disk_jobs.reads.get(block_hash)
             if read is not None:
                 read.waiters.add(rid)
                 tier = "disk"
@@ -212,7 +155,7 @@ class KvTierManager:
                 self.host.pin(slot)  # now: a disk read started below must not take this slot
                 to_load.append((block_hash, slot))
                 tier = "host"
-            elif block_hash in self.disk and self._start_read(block_hash, rid):
+            elif block_hash in self.disk and self.disk_jobs.start_read(block_hash, rid):
                 tier = "disk"
             else:
                 break
@@ -223,20 +166,6 @@ class KvTierManager:
             self._load(to_load, [rid])
             self.pool.free(reversed(device_hits))
         return bool(to_load)
-
-    def _start_read(self, block_hash: bytes, rid: str) -> bool:
-        placed = self.host.insert(block_hash)
-        if placed is None:
-            return False
-        slot, evicted = placed
-        if evicted is not None:
-            self.stats.evictions["host"] += 1
-        self.disk.touch(block_hash)
-        now = host_clock_ns()
-        self._reads[block_hash] = _Read(slot, now, {rid})
-        self.disk_requests.append(KvDiskRequest("read", block_hash, slot))
-        self.stats.note_fetch(rid, started_ns=now)
-        return True
 
     def _load(self, blocks: list[tuple[bytes, int]], for_ids: list[str]) -> None:
         """Give `blocks` (hash, host slot) device blocks, register them as cached prefix blocks
@@ -268,16 +197,9 @@ class KvTierManager:
     def must_wait(self, req: RequestState, num_device_hits: int, num_busy: int) -> bool:
         """Whether the request should wait for the disk reads that continue its device prefix
         rather than recompute those blocks now (see cost_model.py)."""
-        if not self._reads:
+        if not self.disk_jobs.reads:
             return False
-        pending = 0
-        started_ns = None
-        for block_hash in req.block_hashes[num_device_hits:]:
-            read = self._reads.get(block_hash)
-            if read is None:
-                break
-            pending += 1
-            started_ns = read.started_ns if started_ns is None else min(started_ns, read.started_ns)
+        pending, started_ns = self.disk_jobs.pending_reads(req.block_hashes[num_device_hits:])
         if not pending:
             return False
         assert started_ns is not None
@@ -294,17 +216,14 @@ class KvTierManager:
         self._seen_version.pop(rid, None)
         self.stats.note_admitted(rid, host_clock_ns())
         self.stats.forget(rid)
-        for read in self._reads.values():
-            read.waiters.discard(rid)
+        self.disk_jobs.forget_waiter(rid)
 
     def take_disk_requests(self) -> list[KvDiskRequest]:
-        out, self.disk_requests = self.disk_requests, []
+        out = self.disk_requests[:]  # the list itself stays: DiskJobs appends to it
+        self.disk_requests.clear()
         return out
 
     # -- introspection -------------------------------------------------------------------------
     def check(self) -> None:
         self.host.check()
-        for block_hash, read in self._reads.items():
-            assert self.host.lookup(block_hash) == read.slot and not self.host.is_ready(read.slot)
-        for block_hash, slot in self._writes.items():
-            assert self.host.lookup(block_hash) == slot and self.host.pins.get(slot, 0) > 0
+        self.disk_jobs.check()

@@ -51,7 +51,7 @@ async def settle(engine: Engine) -> None:
     """Let background disk writes land (they are pinned, then unpinned, on completion)."""
     tiers = engine.built.scheduler.tiers
     for _ in range(200):
-        if not tiers._writes:
+        if not tiers.disk_jobs.writes:
             return
         await asyncio.sleep(0.01)
     raise AssertionError("disk writes did not finish")
