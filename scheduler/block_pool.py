@@ -30,7 +30,7 @@ class BlockPool(BlockLists):
         self._hash_to_block: dict[bytes, int] = {}
         self.num_evictions = 0
         # Told of every cached block evicted, before its id is reused: the KV tiers copy it to
-        # host memory then (scheduler/kv_tiers/manager.py).
+        # host memory then (scheduler/kv_tiers/host_offload.py).
         self.on_evict: Callable[[int, bytes], None] | None = None
         # Told of every block newly registered in the cache (the tiers may copy it down early).
         self.on_cached: Callable[[int, bytes], None] | None = None
