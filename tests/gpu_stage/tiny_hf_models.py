@@ -5,10 +5,13 @@ import random
 
 import torch
 
+from gpu_stage.attention import torch_backend
 from gpu_stage.attention.metadata import build_metadata
 from gpu_stage.kv.cache import KvCache
 from gpu_stage.model.config import ModelConfig
-from gpu_stage.model.llama import LlamaForCausalLM
+from gpu_stage.model.interface import CausalLM
+from gpu_stage.model.registry import build_model
+from gpu_stage.model.torch_ops import TorchOps
 
 VOCAB = 400
 
@@ -61,8 +64,9 @@ def model_config(hf) -> ModelConfig:
     )
 
 
-def our_model(hf, dtype: torch.dtype = torch.float32) -> LlamaForCausalLM:
-    model = LlamaForCausalLM(model_config(hf), "cpu", dtype)
+def our_model(hf, dtype: torch.dtype = torch.float32) -> CausalLM:
+    """Ours of the same architecture (the class the registry names), carrying hf's weights."""
+    model = build_model(model_config(hf), "cpu", dtype, torch_backend, TorchOps)
     model.load_weights((k, v.to(dtype)) for k, v in hf.state_dict().items())
     return model
 
@@ -70,7 +74,7 @@ def our_model(hf, dtype: torch.dtype = torch.float32) -> LlamaForCausalLM:
 class PagedSequence:
     """Drives one sequence through our model and a paged cache with a shuffled block table."""
 
-    def __init__(self, model: LlamaForCausalLM, max_len: int, block_size: int = 4, seed: int = 0) -> None:
+    def __init__(self, model: CausalLM, max_len: int, block_size: int = 4, seed: int = 0) -> None:
         self.model = model
         self.block_size = block_size
         num_blocks = -(-max_len // block_size) + 3
