@@ -42,6 +42,7 @@ ARCHITECTURES: dict[str, Architecture] = {a.name: a for a in (
     Architecture("MistralForCausalLM", "mistral", "llama", "LlamaForCausalLM", sliding_window=EVERY_LAYER),
     Architecture("Qwen2ForCausalLM", "qwen2", "llama", "LlamaForCausalLM", qkv_bias=True, sliding_window=OPT_IN,
                  gguf=True),
+    Architecture("Qwen3ForCausalLM", "qwen3", "qwen3", "Qwen3ForCausalLM", sliding_window=OPT_IN, gguf=True),
 )}
 _BY_MODEL_TYPE = {a.model_type: a for a in ARCHITECTURES.values()}
 

@@ -31,6 +31,7 @@ def hf_model(arch: str = "llama", seed: int = 0, **overrides):
         "llama": (transformers.LlamaConfig, transformers.LlamaForCausalLM),
         "qwen2": (transformers.Qwen2Config, transformers.Qwen2ForCausalLM),
         "mistral": (transformers.MistralConfig, transformers.MistralForCausalLM),
+        "qwen3": (transformers.Qwen3Config, transformers.Qwen3ForCausalLM),
     }[arch]
     torch.manual_seed(seed)
     config = cls_config(**kwargs)
@@ -41,6 +42,11 @@ def hf_model(arch: str = "llama", seed: int = 0, **overrides):
             for layer in model.model.layers:
                 for proj in (layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj):
                     proj.bias.normal_(0, 0.2)
+    if arch == "qwen3":
+        with torch.no_grad():  # HF initialises the q/k norms to ones: make them matter
+            for layer in model.model.layers:
+                layer.self_attn.q_norm.weight.uniform_(0.5, 1.5)
+                layer.self_attn.k_norm.weight.uniform_(0.5, 1.5)
     return model
 
 
@@ -49,7 +55,8 @@ def model_config(hf) -> ModelConfig:
     rope = dict(c.rope_parameters)
     theta = rope.pop("rope_theta", 10000.0)
     head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
-    arch = {"LlamaConfig": "llama", "Qwen2Config": "qwen2", "MistralConfig": "mistral"}[type(c).__name__]
+    arch = {"LlamaConfig": "llama", "Qwen2Config": "qwen2", "MistralConfig": "mistral",
+            "Qwen3Config": "qwen3"}[type(c).__name__]
     return ModelConfig(
         architecture=arch, vocab_size=c.vocab_size, hidden_size=c.hidden_size,
         intermediate_size=c.intermediate_size, num_layers=c.num_hidden_layers,
