@@ -82,6 +82,15 @@ PRESETS: dict[str, ModelConfig] = {
         architecture="mistral", vocab_size=32000, hidden_size=4096, intermediate_size=14336, num_layers=32,
         num_heads=32, num_kv_heads=8, head_dim=128, rope_theta=10000.0, max_position_embeddings=32768,
         sliding_window=4096),
+    # Qwen3-0.6B: norms on q and k, head_dim 128 where hidden / heads is 64, a tied head
+    "qwen3-0.6b": ModelConfig(
+        architecture="qwen3", vocab_size=151936, hidden_size=1024, intermediate_size=3072, num_layers=28,
+        num_heads=16, num_kv_heads=8, head_dim=128, rms_norm_eps=1e-6, rope_theta=1000000.0,
+        max_position_embeddings=40960, tie_word_embeddings=True),
+    "qwen3-8b": ModelConfig(
+        architecture="qwen3", vocab_size=151936, hidden_size=4096, intermediate_size=12288, num_layers=36,
+        num_heads=32, num_kv_heads=8, head_dim=128, rms_norm_eps=1e-6, rope_theta=1000000.0,
+        max_position_embeddings=40960),
 }
 
 
