@@ -16,7 +16,7 @@ import torch
 from gpu_stage.attention.metadata import build_metadata
 from gpu_stage.kv.cache import KvCache
 from gpu_stage.kv.format import KvFormat
-from gpu_stage.model.llama import LlamaForCausalLM
+from gpu_stage.model.interface import CausalLM
 
 REFERENCE = "float32"
 
@@ -42,7 +42,7 @@ class Totals:
         return out
 
 
-def teacher_forced(model: LlamaForCausalLM, token_ids: list[int], formats: list[str], chunk: int,
+def teacher_forced(model: CausalLM, token_ids: list[int], formats: list[str], chunk: int,
                    block_size: int = 16) -> dict[str, Totals]:
     """Run `token_ids` in chunks of `chunk` through one pool per format (REFERENCE first)."""
     config = model.config

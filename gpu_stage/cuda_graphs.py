@@ -37,7 +37,7 @@ import torch
 
 from gpu_stage.graph_capture import capturing, gc_frozen
 from gpu_stage.kv.cache import KvCache
-from gpu_stage.model.llama import LlamaForCausalLM
+from gpu_stage.model.interface import CausalLM
 from gpu_stage.step_inputs import StagedStep, StepInputs, forward_step
 from gpu_stage.step_layout import Chunk, GraphShape
 from stages.messages import ScheduledChunk
@@ -82,7 +82,7 @@ class _Graph:
 
 
 class CudaGraphRunner:
-    def __init__(self, model: LlamaForCausalLM, kv_cache: KvCache, inputs: StepInputs, max_num_seqs: int,
+    def __init__(self, model: CausalLM, kv_cache: KvCache, inputs: StepInputs, max_num_seqs: int,
                  max_num_tokens: int, max_model_len: int, prefill_buckets: Sequence[int] = PREFILL_BUCKETS,
                  mixed_token_buckets: Sequence[int] = MIXED_TOKEN_BUCKETS,
                  mixed_seq_buckets: Sequence[int] = MIXED_SEQ_BUCKETS, verify_tokens: int = 0,

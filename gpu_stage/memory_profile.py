@@ -17,7 +17,7 @@ import torch
 
 from gpu_stage.kv.cache import KvCache, blocks_for_memory
 from gpu_stage.kv.format import KvFormat
-from gpu_stage.model.llama import LlamaForCausalLM
+from gpu_stage.model.interface import CausalLM
 from gpu_stage.sampling.prompt_logprobs import PromptLogprobsPass, PromptProgress, plan_prompt_rows
 from gpu_stage.sampling.rows import SamplingRow, draw_uniforms
 from gpu_stage.sampling.sampler import Sampler
@@ -71,7 +71,7 @@ def profile_step(run_step: Callable[[], None], temporary_bytes: int, utilization
     return profile
 
 
-def profile_num_blocks(model: LlamaForCausalLM, inputs: StepInputs, sampler: Sampler, dtype: torch.dtype,
+def profile_num_blocks(model: CausalLM, inputs: StepInputs, sampler: Sampler, dtype: torch.dtype,
                        kv_format: KvFormat, utilization: float, graph_reserve_bytes: int) -> int:
     """Run the largest step against a temporary pool (in the pool's format); the KV pool gets what
     is left -> its blocks."""

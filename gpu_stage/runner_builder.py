@@ -36,7 +36,8 @@ from gpu_stage.memory_profile import profile_num_blocks
 from gpu_stage.model import get_layer_ops
 from gpu_stage.model.cpu_ops import prepare_cpu_model
 from gpu_stage.model.config import ModelConfig
-from gpu_stage.model.llama import LlamaForCausalLM
+from gpu_stage.model.interface import CausalLM
+from gpu_stage.model.registry import build_model
 from gpu_stage.parallel.tensor_parallel import TensorParallel
 from gpu_stage.sampling.penalties import PenaltyCache
 from gpu_stage.sampling.sampler import Sampler
@@ -52,7 +53,7 @@ GRAPH_RESERVE_BYTES = 1 << 30  # kept out of the KV pool for the CUDA graph pool
 class RunnerParts:
     """A runner's model, KV pool, step buffers, sampler and graphs, built and warmed up."""
 
-    model: LlamaForCausalLM
+    model: CausalLM
     kv_cache: KvCache
     inputs: StepInputs  # also the step limits: max_num_tokens, max_num_seqs, block_size
     sampler: Sampler
@@ -145,14 +146,15 @@ def shard_config(source: ModelSource, parallel: TensorParallel | None) -> ModelC
 
 def load_model(source: ModelSource, device: torch.device, dtype: torch.dtype, attention_backend: str,
                parallel: TensorParallel | None = None,
-               long_context: LongContextAttention | None = None) -> LlamaForCausalLM:
-    """The model with its weights (sharded: only this rank's part of each tensor is ever loaded);
-    with `long_context`, its layers' attention goes through LongContextBackend."""
+               long_context: LongContextAttention | None = None) -> CausalLM:
+    """The model of the source's architecture (model/registry.py) with its weights (sharded: only
+    this rank's part of each tensor is ever loaded); with `long_context`, its layers' attention goes
+    through LongContextBackend."""
     attention = get_attention_backend(attention_backend)
     if long_context is not None:
         attention = LongContextBackend(attention, long_context)
-    model = LlamaForCausalLM(shard_config(source, parallel), device, dtype, attention,
-                             get_layer_ops(attention_backend), parallel)
+    model = build_model(shard_config(source, parallel), device, dtype, attention, get_layer_ops(attention_backend),
+                        parallel)
     weights = source.weights(device, dtype) if parallel is None else source.weights(device, dtype,
                                                                                     shard=parallel.plan)
     model.load_weights(weights)
@@ -174,7 +176,7 @@ def graphs_wanted(cuda: bool, enforce_eager: bool, attention_backend: str) -> bo
     return use_graphs
 
 
-def tune_products(model: LlamaForCausalLM, dtype: torch.dtype, max_num_seqs: int, max_num_batched_tokens: int) -> None:
+def tune_products(model: CausalLM, dtype: torch.dtype, max_num_seqs: int, max_num_batched_tokens: int) -> None:
     """Before the graphs capture the choices. One-row products (batch-1 decode): cuBLAS or the
     gemv kernel, whichever this GPU runs faster per weight shape inside a CUDA graph (eager steps
     keep cuBLAS: there a Triton launch's host cost outweighs the gain). Then cuBLASLt's algorithm

@@ -29,6 +29,7 @@ import numpy as np
 import torch
 
 from gpu_stage.attention.metadata import AttentionMetadata, SampledRows, locate_rows
+from gpu_stage.model.interface import CausalLM
 from gpu_stage.sampling.prompt_logprobs import PROMPT_SLICE_ROWS, PromptRows
 from gpu_stage.sampling.rows import SamplingFlags, SamplingRow, SamplingTensors, penalty_parameters, row_parameters
 from gpu_stage.step_layout import Chunk, GraphShape, Layout, StepPlan, make_layout, plan_step, round_width
@@ -52,9 +53,9 @@ class StagedStep:
     prompt_targets: torch.Tensor | None = None  # [P] their next prompt tokens, on the device
 
 
-def forward_step(model: torch.nn.Module, staged: StagedStep, kv_cache,
+def forward_step(model: CausalLM, staged: StagedStep, kv_cache,
                  on_prompt_logits: Callable[[int, torch.Tensor], None] | None = None) -> torch.Tensor:
-    """The model (LlamaForCausalLM) on a staged step and a KV pool -> logits [S, vocab] of the
+    """The model on a staged step and a KV pool -> logits [S, vocab] of the
     sampled rows. A step with prompt rows runs the lm_head on those a slice at a time, handing
     each slice's logits to `on_prompt_logits(first prompt row, logits)` (None: a tensor-parallel
     worker, which makes the same lm_head calls for their gather and drops the results)."""

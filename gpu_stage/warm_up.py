@@ -15,7 +15,7 @@ import torch
 
 from gpu_stage.attention.long_context import LongContextAttention
 from gpu_stage.kv.cache import KvCache
-from gpu_stage.model.llama import LlamaForCausalLM
+from gpu_stage.model.interface import CausalLM
 from gpu_stage.sampling.rows import SamplingRow
 from gpu_stage.sampling.sampler import Sampler
 from gpu_stage.step_inputs import StepInputs, forward_step
@@ -25,7 +25,7 @@ from stages.sampling import SamplingParams
 log = logging.getLogger("ttft.gpu")
 
 
-def warm_up_kernels(model: LlamaForCausalLM, kv_cache: KvCache, inputs: StepInputs, sampler: Sampler,
+def warm_up_kernels(model: CausalLM, kv_cache: KvCache, inputs: StepInputs, sampler: Sampler,
                     attention_backend: str, num_tokens: int = 16) -> None:
     """Prefill and decode steps over the first blocks, before any request owns them: compiles
     the kernels of the eager path (on CUDA with Triton, every decode split count)."""
@@ -58,13 +58,13 @@ def warm_up_kernels(model: LlamaForCausalLM, kv_cache: KvCache, inputs: StepInpu
         torch.cuda.synchronize(inputs.device)
 
 
-def warm_launch_thread(model: LlamaForCausalLM, attention_backend: str, dtype: torch.dtype,
+def warm_launch_thread(model: CausalLM, attention_backend: str, dtype: torch.dtype,
                        device: torch.device, max_num_batched_tokens: int, max_num_seqs: int,
                        long_context: LongContextAttention | None = None) -> None:
     """Build, on the calling thread, what a step would otherwise build the first time it meets
-    a shape: cuDNN's attention plans for every SDPA length bucket (~64 ms each on the H200
-    host; torch keeps them per thread), the long-context path's (its kernels checked first) and
-    cuBLAS's kernels for every row count of the matrix products (~3 ms per kernel loaded)."""
+    a shape: cuDNN's attention plans for every SDPA length bucket (tens of milliseconds each;
+    torch keeps them per thread), the long-context path's (its kernels checked first) and
+    cuBLAS's kernels for every row count of the matrix products (milliseconds per kernel loaded)."""
     if device.type != "cuda":
         return
     from gpu_stage.tuning.gemm_warmup import warm_gemm_kernels

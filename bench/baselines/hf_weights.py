@@ -1,4 +1,6 @@
-"""transformers' own LlamaForCausalLM carrying exactly ttft's dummy weights of (preset, seed).
+"""transformers' own model of the same architecture carrying exactly ttft's dummy weights of
+(preset, seed): the class a checkpoint's config.json names, which is the name ttft registers the
+architecture under (gpu_stage/model/registry.py).
 
 The dummy weights are already in HF names and shapes (q/k/v and gate/up are fused only inside
 ttft's model, at load time), so the state dict loads as it is. The model is built on the meta
@@ -21,6 +23,7 @@ from gpu_stage.loaders import DUMMY_PREFIX
 from gpu_stage.loaders.dummy_loader import dummy_preset, load_dummy
 from gpu_stage.loaders.model_source import ModelSource
 from gpu_stage.model.config import ModelConfig
+from gpu_stage.model.registry import EVERY_LAYER, architecture
 from ingress.dummy_tokenizer import BOS_ID, EOS_ID, PAD_ID
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -60,7 +63,7 @@ def hf_config(config: ModelConfig, attn_implementation: str = "sdpa"):
     """A transformers config of the same shape; EOS left unset so generation stops only where the
     server asks (ignore_eos must be able to run past the dummy tokenizer's `</s>`)."""
     transformers = import_transformers()
-    cls = transformers.Qwen2Config if config.architecture == "qwen2" else transformers.LlamaConfig
+    arch = architecture(config.architecture)
     kwargs = dict(
         vocab_size=config.vocab_size, hidden_size=config.hidden_size,
         intermediate_size=config.intermediate_size, num_hidden_layers=config.num_layers,
@@ -72,9 +75,11 @@ def hf_config(config: ModelConfig, attn_implementation: str = "sdpa"):
         tie_word_embeddings=config.tie_word_embeddings,
         bos_token_id=BOS_ID, eos_token_id=None, pad_token_id=PAD_ID,
     )
-    if config.architecture != "qwen2":
+    if not arch.qkv_bias:  # a config with q/k/v biases built in takes no attention_bias
         kwargs["attention_bias"] = config.attention_bias
-    hf = cls(**kwargs)
+    if arch.sliding_window == EVERY_LAYER:
+        kwargs["sliding_window"] = config.sliding_window
+    hf = transformers.AutoConfig.for_model(arch.model_type, **kwargs)
     hf._attn_implementation = attn_implementation
     return hf
 
@@ -92,7 +97,7 @@ def build_hf_model_from_source(source: ModelSource, device: str | torch.device =
     config = source.config
     device = torch.device(device)
     hf = hf_config(config, attn_implementation)
-    cls = transformers.Qwen2ForCausalLM if config.architecture == "qwen2" else transformers.LlamaForCausalLM
+    cls = getattr(transformers, architecture(config.architecture).name)
     with torch.device("meta"):
         model = cls(hf)
     state = dict(source.weights(device, dtype))

@@ -3,8 +3,8 @@
 The recipe, exact enough for another program (e.g. a transformers baseline) to rebuild the very
 same weights with `dummy_state_dict` or by hand:
 
-  for each tensor, in HF Llama naming and shape (see `weight_shapes`):
-    * norm weights (`*_layernorm.weight`, `model.norm.weight`): all ones;
+  for each tensor of the architecture's checkpoint, in HF naming and shape (see `weight_shapes`):
+    * norm weights (every name ending in `norm.weight`, e.g. `model.norm.weight`): all ones;
     * everything else (embeddings, projections, q/k/v biases, lm_head when untied):
         g = torch.Generator(device=device)
         g.manual_seed(zlib.crc32(f"{seed}:{name}".encode("utf-8")))   # e.g. "0:lm_head.weight"
@@ -38,6 +38,8 @@ import torch
 
 from gpu_stage.loaders.model_source import ModelSource
 from gpu_stage.model.config import ModelConfig
+from gpu_stage.model.interface import WeightShapes
+from gpu_stage.model.registry import model_class
 from gpu_stage.parallel.shard_plan import ShardPlan
 from ingress.dummy_tokenizer import DummyTokenizer
 
@@ -80,6 +82,15 @@ PRESETS: dict[str, ModelConfig] = {
         architecture="mistral", vocab_size=32000, hidden_size=4096, intermediate_size=14336, num_layers=32,
         num_heads=32, num_kv_heads=8, head_dim=128, rope_theta=10000.0, max_position_embeddings=32768,
         sliding_window=4096),
+    # Qwen3-0.6B: norms on q and k, head_dim 128 where hidden / heads is 64, a tied head
+    "qwen3-0.6b": ModelConfig(
+        architecture="qwen3", vocab_size=151936, hidden_size=1024, intermediate_size=3072, num_layers=28,
+        num_heads=16, num_kv_heads=8, head_dim=128, rms_norm_eps=1e-6, rope_theta=1000000.0,
+        max_position_embeddings=40960, tie_word_embeddings=True),
+    "qwen3-8b": ModelConfig(
+        architecture="qwen3", vocab_size=151936, hidden_size=4096, intermediate_size=12288, num_layers=36,
+        num_heads=32, num_kv_heads=8, head_dim=128, rms_norm_eps=1e-6, rope_theta=1000000.0,
+        max_position_embeddings=40960),
 }
 
 
@@ -89,28 +100,10 @@ def dummy_preset(name: str) -> ModelConfig:
     return PRESETS[name]
 
 
-def weight_shapes(config: ModelConfig) -> list[tuple[str, tuple[int, ...]]]:
-    """Every tensor of the model in HF naming and load order, with its shape."""
-    h, q, kv = config.hidden_size, config.q_size, config.kv_size
-    shapes: list[tuple[str, tuple[int, ...]]] = [("model.embed_tokens.weight", (config.vocab_size, h))]
-    for i in range(config.num_layers):
-        p = f"model.layers.{i}."
-        shapes += [(p + "input_layernorm.weight", (h,)),
-                   (p + "self_attn.q_proj.weight", (q, h)),
-                   (p + "self_attn.k_proj.weight", (kv, h)),
-                   (p + "self_attn.v_proj.weight", (kv, h))]
-        if config.attention_bias:
-            shapes += [(p + "self_attn.q_proj.bias", (q,)), (p + "self_attn.k_proj.bias", (kv,)),
-                       (p + "self_attn.v_proj.bias", (kv,))]
-        shapes += [(p + "self_attn.o_proj.weight", (h, q)),
-                   (p + "post_attention_layernorm.weight", (h,)),
-                   (p + "mlp.gate_proj.weight", (config.intermediate_size, h)),
-                   (p + "mlp.up_proj.weight", (config.intermediate_size, h)),
-                   (p + "mlp.down_proj.weight", (h, config.intermediate_size))]
-    shapes.append(("model.norm.weight", (h,)))
-    if not config.tie_word_embeddings:
-        shapes.append(("lm_head.weight", (config.vocab_size, h)))
-    return shapes
+def weight_shapes(config: ModelConfig) -> WeightShapes:
+    """Every tensor of the model in HF naming and load order, with its shape: its architecture's
+    checkpoint (the model class's `weight_shapes`, found through model/registry.py)."""
+    return model_class(config).weight_shapes(config)
 
 
 def tensor_seed(seed: int, name: str) -> int:

@@ -5,7 +5,8 @@ asks for them, so peak host memory is one float32 tensor, not the whole model.
 
 llama.cpp's converter permutes the rows of q and k for `llama` architectures so that its RoPE can
 rotate adjacent pairs (GPT-J style); HF rotates halves (NeoX style). We undo that permutation so
-every loader hands the model the same HF layout. `qwen2` files are not permuted.
+every loader hands the model the same HF layout. `qwen2` files are not permuted. Which
+`general.architecture` names are served is the registry's (model/registry.py).
 """
 from __future__ import annotations
 
@@ -21,16 +22,16 @@ from gguf.quants import dequantize
 
 from gpu_stage.loaders.model_source import ModelSource
 from gpu_stage.model.config import ModelConfig
+from gpu_stage.model.registry import gguf_architecture
 from gpu_stage.parallel.shard_plan import ShardPlan
 from ingress.bpe_tokenizer import BpeTokenizer
 
-SUPPORTED_ARCHS = ("llama", "qwen2")
-_PERMUTED_ARCHS = ("llama",)
+_PERMUTED_ARCHS = ("llama",)  # llama.cpp's converter permutes q/k rows of these only
 
 _LAYER_NAMES = {
     "attn_norm": "input_layernorm", "ffn_norm": "post_attention_layernorm",
     "attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj",
-    "attn_output": "self_attn.o_proj",
+    "attn_output": "self_attn.o_proj", "attn_q_norm": "self_attn.q_norm", "attn_k_norm": "self_attn.k_norm",
     "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj", "ffn_down": "mlp.down_proj",
 }
 _TOP_NAMES = {"token_embd": "model.embed_tokens", "output_norm": "model.norm", "output": "lm_head"}
@@ -135,9 +136,7 @@ def gguf_sliding_window(arch: str, meta: dict[str, Any]) -> int | None:
 
 
 def gguf_model_config(meta: dict[str, Any], tensors: dict[str, Any]) -> ModelConfig:
-    arch = meta.get("general.architecture")
-    if arch not in SUPPORTED_ARCHS:
-        raise ValueError(f"unsupported GGUF architecture {arch!r}; supported: {SUPPORTED_ARCHS}")
+    arch = gguf_architecture(meta.get("general.architecture")).model_type
 
     def key(name: str, default: Any = None) -> Any:
         return meta.get(f"{arch}.{name}", default)

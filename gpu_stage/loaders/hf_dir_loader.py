@@ -4,9 +4,11 @@ Weights are read lazily through `safe_open` (memory-mapped), one tensor at a tim
 holds a second copy of the model in host memory. Both config spellings are understood: the classic
 `rope_theta` + `rope_scaling` and transformers 5's `rope_parameters`.
 
-Sliding windows are read as transformers reads them: Mistral's `sliding_window` on every layer
-(absent: MistralConfig's default 4096; null: none); Qwen2's only with `use_sliding_window`, on the
-layers its `layer_types` names "sliding_attention", or else on layers >= `max_window_layers`.
+The architecture, and what its config.json leaves unsaid, come from the registry (model/registry.py).
+Sliding windows are read as transformers reads them, by the entry's rule: EVERY_LAYER (Mistral's)
+puts `sliding_window` on every layer (absent: MistralConfig's default 4096; null: none); OPT_IN
+(Qwen2's) only with `use_sliding_window`, on the layers its `layer_types` names "sliding_attention",
+or else on layers >= `max_window_layers`.
 """
 from __future__ import annotations
 
@@ -20,12 +22,9 @@ from safetensors import safe_open
 
 from gpu_stage.loaders.model_source import ModelSource
 from gpu_stage.model.config import FULL, SLIDING, ModelConfig
+from gpu_stage.model.registry import EVERY_LAYER, OPT_IN, Architecture, hf_architecture
 from gpu_stage.parallel.shard_plan import ShardPlan
 from ingress.bpe_tokenizer import BpeTokenizer
-
-ARCHITECTURES = {"LlamaForCausalLM": "llama", "MistralForCausalLM": "mistral", "Qwen2ForCausalLM": "qwen2"}
-_MODEL_TYPES = {"llama": "llama", "mistral": "mistral", "qwen2": "qwen2"}
-
 
 def _rope(cfg: dict[str, Any]) -> tuple[float, dict | None]:
     params = cfg.get("rope_parameters") or {}
@@ -45,11 +44,12 @@ MISTRAL_DEFAULT_WINDOW = 4096  # transformers' MistralConfig and Qwen2Config def
 QWEN2_DEFAULT_MAX_WINDOW_LAYERS = 28
 
 
-def _sliding_window(arch: str, cfg: dict[str, Any], num_layers: int) -> tuple[int | None, tuple[str, ...] | None]:
-    """-> (window, per-layer types or None for every layer); ValueError naming a bad field."""
-    if arch == "mistral":
+def _sliding_window(arch: Architecture, cfg: dict[str, Any], num_layers: int) -> tuple[int | None, tuple[str, ...] | None]:
+    """-> (window, per-layer types or None for every layer) as the architecture asks for one
+    (registry.py); ValueError naming a bad field."""
+    if arch.sliding_window == EVERY_LAYER:
         return cfg.get("sliding_window", MISTRAL_DEFAULT_WINDOW), None
-    if arch != "qwen2" or not cfg.get("use_sliding_window", False):
+    if arch.sliding_window != OPT_IN or not cfg.get("use_sliding_window", False):
         return None, None
     window = cfg.get("sliding_window", MISTRAL_DEFAULT_WINDOW)
     if window is None:
@@ -64,14 +64,8 @@ def _sliding_window(arch: str, cfg: dict[str, Any], num_layers: int) -> tuple[in
 
 
 def hf_model_config(cfg: dict[str, Any]) -> ModelConfig:
-    """ModelConfig from a parsed config.json (ValueError for an architecture we do not run)."""
-    names = cfg.get("architectures") or []
-    arch = next((ARCHITECTURES[n] for n in names if n in ARCHITECTURES), None)
-    if arch is None and not names:
-        arch = _MODEL_TYPES.get(cfg.get("model_type", ""))
-    if arch is None:
-        raise ValueError(f"unsupported architecture {names or cfg.get('model_type')!r}; "
-                         f"supported: {', '.join(ARCHITECTURES)}")
+    """ModelConfig from a parsed config.json (ValueError for an architecture the registry lacks)."""
+    arch = hf_architecture(cfg)
     if cfg.get("mlp_bias"):
         raise ValueError("config.json sets mlp_bias, which is not supported")
     hidden = int(cfg["hidden_size"])
@@ -81,7 +75,7 @@ def hf_model_config(cfg: dict[str, Any]) -> ModelConfig:
     window, layer_types = _sliding_window(arch, cfg, num_layers)
     extra = {k: cfg[k] for k in ("torch_dtype", "dtype") if k in cfg}
     return ModelConfig(
-        architecture=arch,
+        architecture=arch.model_type,
         vocab_size=int(cfg["vocab_size"]),
         hidden_size=hidden,
         intermediate_size=int(cfg["intermediate_size"]),
@@ -94,7 +88,7 @@ def hf_model_config(cfg: dict[str, Any]) -> ModelConfig:
         rope_scaling=rope_scaling,
         max_position_embeddings=int(cfg.get("max_position_embeddings", 2048)),
         tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
-        attention_bias=arch == "qwen2" or bool(cfg.get("attention_bias", False)),
+        attention_bias=arch.qkv_bias or bool(cfg.get("attention_bias", False)),
         sliding_window=window,
         layer_types=layer_types,
         extra=extra,

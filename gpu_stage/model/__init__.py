@@ -1,7 +1,8 @@
-"""Model definitions. Every architecture of the Llama family maps to `llama.LlamaForCausalLM`; its
-shape is `config.ModelConfig`, its rotary embedding `rotary`, its layer ops `torch_ops.TorchOps`
-(the reference) or `triton_ops.TritonOps`. Nothing is imported at the top here: kv_cache.py needs
-config.py, and llama.py needs kv_cache.py."""
+"""Model definitions. A checkpoint's architecture maps to its class through `registry` (Llama,
+Mistral and Qwen2 share llama.py); the rest of the GPU stage holds a model through
+`interface.CausalLM`. A model's shape is `config.ModelConfig`, its rotary embedding
+`rotary`, its layer ops `torch_ops.TorchOps` (the reference) or `triton_ops.TritonOps`. Nothing is
+imported at the top here: kv_cache.py needs config.py, and llama.py needs kv_cache.py."""
 from __future__ import annotations
 
 LAYER_OPS = ("torch", "triton")

@@ -22,7 +22,7 @@ SLIDING, FULL = "sliding_attention", "full_attention"
 
 @dataclass(frozen=True)
 class ModelConfig:
-    architecture: str  # "llama" | "mistral" | "qwen2"
+    architecture: str  # a model_type the registry knows (model/registry.py), e.g. "llama"
     vocab_size: int
     hidden_size: int
     intermediate_size: int

@@ -19,12 +19,14 @@ runs no extra line): the model is built with the shard's shape (`parallel.local_
 KV heads and MLP width), loads the shard's weights (parallel/shard_plan.py), and calls
 `parallel` where the ranks meet: an all-reduce after o_proj and after down_proj, the vocabulary-
 parallel embedding, and the lm_head's logits gathered over the vocabulary.
+
+A family that differs inside its layers (say, norms on q and k) reuses this code: its layer
+subclasses LlamaDecoderLayer (`project_qkv`: what RoPE and the KV store get; `named_weights`: its
+own tensors) and its model LlamaForCausalLM (`layer_class`; `_layer_weight_shapes`, llama_weights.py).
 """
 from __future__ import annotations
 
-import re
 from types import ModuleType
-from typing import Iterable
 
 import torch
 import torch.nn.functional as F
@@ -34,6 +36,7 @@ from gpu_stage.attention import torch_backend
 from gpu_stage.attention.metadata import AttentionMetadata, rows_metadata
 from gpu_stage.kv.cache import KvCache
 from gpu_stage.model.config import ModelConfig
+from gpu_stage.model.llama_weights import LlamaWeights
 from gpu_stage.model.rotary import RotaryEmbedding, token_seq_lens
 from gpu_stage.model.torch_ops import TorchOps
 
@@ -101,15 +104,8 @@ class LlamaDecoderLayer(nn.Module):
             residual, x = h, ops.rms_norm(h, norm1.weight, norm1.eps)
         else:
             x, residual = ops.add_rms_norm(h, residual, norm1.weight, norm1.eps)
-        qkv = ops.linear(x, self.qkv_weight, self.qkv_bias)  # [T, q_size + 2 * kv_size]
-        q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
-        q, k = self.attention.rope_store_kv(
-            kv_layer,
-            q.view(num_tokens, self.num_heads, self.head_dim),  # [T, H, D]
-            k.view(num_tokens, self.num_kv_heads, self.head_dim),  # [T, Hkv, D]
-            v.view(num_tokens, self.num_kv_heads, self.head_dim),  # [T, Hkv, D]
-            cos, sin, meta, ops,
-        )
+        q, k, v = self.project_qkv(x)
+        q, k = self.attention.rope_store_kv(kv_layer, q, k, v, cos, sin, meta, ops)
         if only_rows is not None:
             rows, meta = only_rows
             q, residual, num_tokens = q.index_select(0, rows), residual.index_select(0, rows), rows.shape[0]
@@ -124,8 +120,30 @@ class LlamaDecoderLayer(nn.Module):
             down = self.parallel.all_reduce(down)
         return down, residual  # [T, hidden] each
 
+    def project_qkv(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The normed input [T, hidden] -> q [T, H, D], k and v [T, Hkv, D] (views of one
+        fused product), as RoPE and the KV store take them."""
+        num_tokens = x.shape[0]
+        qkv = self.ops.linear(x, self.qkv_weight, self.qkv_bias)  # [T, q_size + 2 * kv_size]
+        q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
+        return (q.view(num_tokens, self.num_heads, self.head_dim), k.view(num_tokens, self.num_kv_heads, self.head_dim),
+                v.view(num_tokens, self.num_kv_heads, self.head_dim))
 
-class LlamaForCausalLM(nn.Module):
+    def named_weights(self) -> dict[str, torch.Tensor | None]:
+        """The layer's tensors that load as they are, by HF name after `model.layers.<i>.` (None:
+        this configuration has no such tensor)."""
+        return {
+            "self_attn.o_proj.weight": self.o_weight,
+            "self_attn.o_proj.bias": self.o_bias,
+            "mlp.down_proj.weight": self.down_weight,
+            "input_layernorm.weight": self.input_layernorm.weight,
+            "post_attention_layernorm.weight": self.post_attention_layernorm.weight,
+        }
+
+
+class LlamaForCausalLM(LlamaWeights, nn.Module):
+    layer_class = LlamaDecoderLayer  # a family that differs inside its layers subclasses both
+
     def __init__(
         self,
         config: ModelConfig,
@@ -144,7 +162,7 @@ class LlamaForCausalLM(nn.Module):
         vocab = c.vocab_size if parallel is None else parallel.plan.vocab_shard_size  # rows held here
         self.embed_weight = _param(vocab, c.hidden_size, device=device, dtype=dtype)
         self.layers = nn.ModuleList(
-            LlamaDecoderLayer(c, attention, device, dtype, ops, c.layer_window(i), parallel)
+            self.layer_class(c, attention, device, dtype, ops, c.layer_window(i), parallel)
             for i in range(c.num_layers)
         )
         self.norm = RMSNorm(c.hidden_size, c.rms_norm_eps, device, dtype)
@@ -213,82 +231,3 @@ class LlamaForCausalLM(nn.Module):
         if self.parallel is not None:
             logits = self.parallel.gather_vocab(logits)
         return logits.float()
-
-    @torch.no_grad()
-    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
-        """Copy HF-named, unfused weights in, fusing q/k/v and gate/up. Raises on unknown or missing."""
-        loaded: set[str] = set()
-        for name, tensor in weights:
-            target = self._target(name)
-            if target is None:
-                continue
-            param, rows, key = target
-            dest = param if rows is None else param[rows[0] : rows[1]]
-            if tuple(dest.shape) != tuple(tensor.shape):
-                raise ValueError(f"{name}: shape {tuple(tensor.shape)}, expected {tuple(dest.shape)}")
-            dest.copy_(tensor)
-            loaded.add(key)
-        if self.lm_head_weight is not None and "lm_head" not in loaded:
-            # No output matrix in the file (as in many GGUFs): the model is tied in fact.
-            self.lm_head_weight = None
-            loaded.add("lm_head")
-        missing = sorted(self._expected_keys() - loaded)
-        if missing:
-            raise ValueError(f"weights missing from the checkpoint: {missing[:8]} ({len(missing)} in all)")
-
-    _LAYER = re.compile(r"model\.layers\.(\d+)\.(.+)")
-
-    def _target(self, name: str) -> tuple[torch.Tensor, tuple[int, int] | None, str] | None:
-        """(parameter, row range inside it or None, key for the completeness check) for a HF name."""
-        c = self.config
-        if name == "model.embed_tokens.weight":
-            return self.embed_weight, None, "embed"
-        if name == "model.norm.weight":
-            return self.norm.weight, None, "norm"
-        if name == "lm_head.weight":
-            return None if self.lm_head_weight is None else (self.lm_head_weight, None, "lm_head")
-        if name.endswith("rotary_emb.inv_freq"):
-            return None  # recomputed from the config
-        match = self._LAYER.fullmatch(name)
-        if match is None or int(match.group(1)) >= c.num_layers:
-            raise ValueError(f"unexpected weight {name!r}")
-        i, rest = int(match.group(1)), match.group(2)
-        layer = self.layers[i]
-        q, kv, inter = c.q_size, c.kv_size, c.intermediate_size
-        fused = {
-            "self_attn.q_proj": (0, q),
-            "self_attn.k_proj": (q, q + kv),
-            "self_attn.v_proj": (q + kv, q + 2 * kv),
-            "mlp.gate_proj": (0, inter),
-            "mlp.up_proj": (inter, 2 * inter),
-        }
-        module, _, kind = rest.rpartition(".")
-        if module in fused:
-            param = layer.gate_up_weight if module.startswith("mlp") else (
-                layer.qkv_weight if kind == "weight" else layer.qkv_bias
-            )
-            if param is not None and kind in ("weight", "bias"):
-                return param, fused[module], f"{i}.{module}.{kind}"
-        plain = {
-            "self_attn.o_proj.weight": layer.o_weight,
-            "self_attn.o_proj.bias": layer.o_bias,
-            "mlp.down_proj.weight": layer.down_weight,
-            "input_layernorm.weight": layer.input_layernorm.weight,
-            "post_attention_layernorm.weight": layer.post_attention_layernorm.weight,
-        }
-        if plain.get(rest) is not None:
-            return plain[rest], None, f"{i}.{rest}"
-        raise ValueError(f"unexpected weight {name!r} for this configuration")
-
-    def _expected_keys(self) -> set[str]:
-        keys = {"embed", "norm"} | ({"lm_head"} if self.lm_head_weight is not None else set())
-        per_layer = [
-            "self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight",
-            "self_attn.o_proj.weight", "mlp.gate_proj.weight", "mlp.up_proj.weight",
-            "mlp.down_proj.weight", "input_layernorm.weight", "post_attention_layernorm.weight",
-        ]
-        if self.config.attention_bias:
-            per_layer += ["self_attn.q_proj.bias", "self_attn.k_proj.bias", "self_attn.v_proj.bias"]
-        if self.layers and self.layers[0].o_bias is not None:
-            per_layer.append("self_attn.o_proj.bias")
-        return keys | {f"{i}.{p}" for i in range(self.config.num_layers) for p in per_layer}

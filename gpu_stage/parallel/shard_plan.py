@@ -13,7 +13,7 @@ Megatron-style, per decoder layer (N = world size, r = rank):
 so the fused qkv of a rank is its own heads' q | k | v rows, and its gate_up its gate | up rows,
 exactly the single-GPU layout of a smaller model: `local_config` is that model's shape (heads, KV
 heads and MLP width divided; hidden size and vocabulary whole, the vocabulary shard being the
-model's own business), and the same LlamaForCausalLM code and KvCache run it.
+model's own business), and the same model code and KvCache run it.
 
 A rank's query heads always read the KV head(s) it holds: with G = H/K queries per KV head, rank r's
 first query head r*H/N lies in group r*K/N (split) or r // (N/K) (replicated).

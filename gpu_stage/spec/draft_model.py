@@ -32,7 +32,7 @@ import torch
 from gpu_stage.cuda_graphs import CudaGraphRunner
 from gpu_stage.kv.cache import KvCache
 from gpu_stage.loaders.model_source import ModelSource
-from gpu_stage.model.llama import LlamaForCausalLM
+from gpu_stage.model.interface import CausalLM
 from gpu_stage.runner_builder import graphs_wanted, load_model
 from gpu_stage.sampling.states import SamplingStates
 from gpu_stage.step_inputs import StepInputs, forward_step
@@ -67,7 +67,7 @@ class Guesses:
 
 
 class DraftModel:
-    def __init__(self, model: LlamaForCausalLM, kv_cache: KvCache, inputs: StepInputs,
+    def __init__(self, model: CausalLM, kv_cache: KvCache, inputs: StepInputs,
                  graphs: CudaGraphRunner | None) -> None:
         self.model, self.kv_cache, self.inputs, self.graphs = model, kv_cache, inputs, graphs
         self.vocab_size = model.config.vocab_size

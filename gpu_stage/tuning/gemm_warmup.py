@@ -1,10 +1,9 @@
 """Load, at start-up, every cuBLAS kernel a step's matrix products can pick.
 
 cuBLAS chooses a kernel per problem shape, and CUDA loads a kernel's module the first time it runs
-(lazy loading): ~2.5-4 ms on the H200 host per kernel not yet loaded, paid in layer 0 of a step
-while the device waits (lab/gemm_first_call.py; bench/results/20261130-NVIDIA-H200/s5-first-calls).
-A prompt whose length leads a product to a kernel no earlier step used waited that long for its
-first token. So warm_gemm_kernels runs each of the model's products once at every row count a step
+(lazy loading): a few milliseconds per kernel not yet loaded, paid in layer 0 of a step while the
+device waits, so a prompt whose length leads a product to a kernel no earlier step used would wait
+that long for its first token. So warm_gemm_kernels runs each of the model's products once at every row count a step
 can have, in steps of ROW_STEP (every count up to ROW_STEP), before the server reports ready,
 through the model's ops: where a cuBLASLt algorithm was chosen (gemm_tuning.py), that is what loads,
 and its descriptors for that row count are built then.
@@ -13,11 +12,11 @@ from __future__ import annotations
 
 import torch
 
-from gpu_stage.model.llama import LlamaForCausalLM
+from gpu_stage.model.interface import CausalLM
 
 ROW_STEP = 8
-# The sweep's device time grows with the square of its rows (2.7 s to 8,192 for Llama-3-8B), and
-# past 8,192 rows a step's products take milliseconds each, against a kernel load of ~3 ms once:
+# The sweep's device time grows with the square of its rows (seconds to 8,192 at an 8B shape), and
+# past 8,192 rows a step's products take milliseconds each, against a kernel load of a few ms once:
 # budgets above it are swept to here only.
 MAX_SWEEP_ROWS = 8192
 
@@ -28,7 +27,7 @@ def row_counts(max_rows: int, step: int = ROW_STEP) -> list[int]:
 
 
 @torch.inference_mode()
-def warm_gemm_kernels(model: LlamaForCausalLM, max_tokens: int, max_sampled_rows: int) -> int:
+def warm_gemm_kernels(model: CausalLM, max_tokens: int, max_sampled_rows: int) -> int:
     """Run each distinct (weight shape) product of the layers at every row count of
     row_counts(min(max_tokens, MAX_SWEEP_ROWS)), and the lm_head at up to max_sampled_rows rows
     -> the number of products run."""

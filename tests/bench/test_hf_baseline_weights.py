@@ -92,3 +92,32 @@ def test_a_gguf_model_gets_the_tensors_ttft_loads():
     assert sorted(ours) == sorted(names)
     assert all(torch.equal(theirs[k], v) for k, v in ours.items())
     assert model.config.num_hidden_layers == source.config.num_layers == 30
+
+
+def test_a_qwen3_shape_gets_transformers_qwen3_with_the_same_weights_and_logits():
+    """The class comes from the registry: a Qwen3 shape (norms on q and k, head_dim 24 where hidden
+    / heads is 16) of dummy weights in transformers' Qwen3ForCausalLM, logits as ttft's."""
+    from dataclasses import replace
+
+    from bench.baselines.hf_weights import build_hf_model_from_source
+    from gpu_stage.attention import torch_backend
+    from gpu_stage.loaders.dummy_loader import iter_dummy_weights
+    from gpu_stage.loaders.model_source import ModelSource
+    from gpu_stage.model.registry import build_model
+    from gpu_stage.model.torch_ops import TorchOps
+    from ingress.dummy_tokenizer import DummyTokenizer
+
+    config = replace(dummy_preset("tiny"), architecture="qwen3", head_dim=24)
+    source = ModelSource("qwen3-tiny", config, lambda device, dtype, shard=None: iter_dummy_weights(
+        config, 4, torch.device(device), dtype), DummyTokenizer(config.vocab_size), "qwen3-tiny")
+    model = build_hf_model_from_source(source)
+    assert type(model).__name__ == "Qwen3ForCausalLM" and model.config.head_dim == 24
+    ours_model = build_model(config, "cpu", torch.float32, torch_backend, TorchOps)
+    ours_model.load_weights(source.weights("cpu", torch.float32))
+    n = len(PROMPT)
+    cache = KvCache(config, 4, 16, "cpu", torch.float32)
+    meta = build_metadata([n], [n], [[1, 2, 3]], 16, "cpu")
+    ours = ours_model(torch.tensor(PROMPT), meta.positions, cache, meta, torch.arange(n))
+    with torch.no_grad():
+        theirs = model(torch.tensor([PROMPT])).logits[0].float()
+    assert float((ours - theirs).norm() / theirs.norm()) < 1e-4

@@ -10,12 +10,29 @@ from gguf.quants import dequantize, quantize
 from gpu_stage.loaders.gguf_loader import gguf_to_hf_name, unpermute_rows
 
 HIDDEN, HEADS, KV_HEADS, HEAD_DIM, FFN, VOCAB = 64, 4, 2, 16, 96, 288
-TOKENS = ["<s>", "</s>", "<|eot|>"] + [f"t{i}" for i in range(VOCAB - 3)]
 
 
 def llama_cpp_permute(w: np.ndarray, num_heads: int) -> np.ndarray:
     """What llama.cpp's convert_hf_to_gguf.py does to q/k rows (the thing we must undo)."""
     return w.reshape(num_heads, 2, w.shape[0] // num_heads // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def tokens(vocab_size: int) -> list[str]:
+    """BOS, EOS and EOT special tokens (ids 0, 1, 2), then plain ones."""
+    return ["<s>", "</s>", "<|eot|>"] + [f"t{i}" for i in range(vocab_size - 3)]
+
+
+def add_tokenizer(w: GGUFWriter, token_list: list[str]) -> None:
+    """A byte-level BPE tokenizer without merges over `token_list` (see `tokens`)."""
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("smollm")
+    w.add_token_list(token_list)
+    w.add_token_types([3, 3, 3] + [1] * (len(token_list) - 3))
+    w.add_token_merges([])
+    w.add_bos_token_id(0)
+    w.add_eos_token_id(1)
+    w.add_eot_token_id(2)
+    w.add_add_bos_token(True)
 
 
 def write_tiny_gguf(path, arch: str, tied: bool) -> dict[str, np.ndarray]:
@@ -52,15 +69,7 @@ def write_tiny_gguf(path, arch: str, tied: bool) -> dict[str, np.ndarray]:
     w.add_head_count_kv(KV_HEADS)
     w.add_layer_norm_rms_eps(1e-6)
     w.add_rope_freq_base(500000.0)
-    w.add_tokenizer_model("gpt2")
-    w.add_tokenizer_pre("smollm")
-    w.add_token_list(TOKENS)
-    w.add_token_types([3, 3, 3] + [1] * (VOCAB - 3))
-    w.add_token_merges([])
-    w.add_bos_token_id(0)
-    w.add_eos_token_id(1)
-    w.add_eot_token_id(2)
-    w.add_add_bos_token(True)
+    add_tokenizer(w, tokens(VOCAB))
     expected = {}
     for name, value in hf.items():
         gguf_name = next(g for g in _gguf_names() if gguf_to_hf_name(g) == name)

@@ -5,10 +5,13 @@ import random
 
 import torch
 
+from gpu_stage.attention import torch_backend
 from gpu_stage.attention.metadata import build_metadata
 from gpu_stage.kv.cache import KvCache
 from gpu_stage.model.config import ModelConfig
-from gpu_stage.model.llama import LlamaForCausalLM
+from gpu_stage.model.interface import CausalLM
+from gpu_stage.model.registry import build_model
+from gpu_stage.model.torch_ops import TorchOps
 
 VOCAB = 400
 
@@ -28,6 +31,7 @@ def hf_model(arch: str = "llama", seed: int = 0, **overrides):
         "llama": (transformers.LlamaConfig, transformers.LlamaForCausalLM),
         "qwen2": (transformers.Qwen2Config, transformers.Qwen2ForCausalLM),
         "mistral": (transformers.MistralConfig, transformers.MistralForCausalLM),
+        "qwen3": (transformers.Qwen3Config, transformers.Qwen3ForCausalLM),
     }[arch]
     torch.manual_seed(seed)
     config = cls_config(**kwargs)
@@ -38,6 +42,11 @@ def hf_model(arch: str = "llama", seed: int = 0, **overrides):
             for layer in model.model.layers:
                 for proj in (layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj):
                     proj.bias.normal_(0, 0.2)
+    if arch == "qwen3":
+        with torch.no_grad():  # HF initialises the q/k norms to ones: make them matter
+            for layer in model.model.layers:
+                layer.self_attn.q_norm.weight.uniform_(0.5, 1.5)
+                layer.self_attn.k_norm.weight.uniform_(0.5, 1.5)
     return model
 
 
@@ -46,7 +55,8 @@ def model_config(hf) -> ModelConfig:
     rope = dict(c.rope_parameters)
     theta = rope.pop("rope_theta", 10000.0)
     head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
-    arch = {"LlamaConfig": "llama", "Qwen2Config": "qwen2", "MistralConfig": "mistral"}[type(c).__name__]
+    arch = {"LlamaConfig": "llama", "Qwen2Config": "qwen2", "MistralConfig": "mistral",
+            "Qwen3Config": "qwen3"}[type(c).__name__]
     return ModelConfig(
         architecture=arch, vocab_size=c.vocab_size, hidden_size=c.hidden_size,
         intermediate_size=c.intermediate_size, num_layers=c.num_hidden_layers,
@@ -61,8 +71,9 @@ def model_config(hf) -> ModelConfig:
     )
 
 
-def our_model(hf, dtype: torch.dtype = torch.float32) -> LlamaForCausalLM:
-    model = LlamaForCausalLM(model_config(hf), "cpu", dtype)
+def our_model(hf, dtype: torch.dtype = torch.float32) -> CausalLM:
+    """Ours of the same architecture (the class the registry names), carrying hf's weights."""
+    model = build_model(model_config(hf), "cpu", dtype, torch_backend, TorchOps)
     model.load_weights((k, v.to(dtype)) for k, v in hf.state_dict().items())
     return model
 
@@ -70,7 +81,7 @@ def our_model(hf, dtype: torch.dtype = torch.float32) -> LlamaForCausalLM:
 class PagedSequence:
     """Drives one sequence through our model and a paged cache with a shuffled block table."""
 
-    def __init__(self, model: LlamaForCausalLM, max_len: int, block_size: int = 4, seed: int = 0) -> None:
+    def __init__(self, model: CausalLM, max_len: int, block_size: int = 4, seed: int = 0) -> None:
         self.model = model
         self.block_size = block_size
         num_blocks = -(-max_len // block_size) + 3

@@ -8,6 +8,7 @@ import torch
 
 from gpu_stage.loaders import load_model_source
 from gpu_stage.loaders.dummy_loader import PRESETS, dummy_preset, dummy_state_dict, weight_shapes
+from gpu_stage.model.registry import architecture
 
 
 def test_same_seed_same_weights_other_seed_other_weights():
@@ -64,6 +65,17 @@ def test_param_counts_without_materialising(preset, approx_params):
         assert config.num_params() == pytest.approx(approx_params, rel=0.01)
 
 
+@pytest.mark.parametrize("preset, approx_params", [("qwen3-0.6b", 0.596e9), ("qwen3-8b", 8.19e9)])
+def test_qwen3_presets_carry_norms_on_q_and_k(preset, approx_params):
+    config = dummy_preset(preset)
+    shapes = dict(weight_shapes(config))
+    norms = {n: s for n, s in shapes.items() if ".self_attn.q_norm." in n or ".self_attn.k_norm." in n}
+    assert len(norms) == 2 * config.num_layers and set(norms.values()) == {(128,)}
+    assert not any(n.endswith(".bias") for n in shapes)
+    assert sum(torch.Size(s).numel() for s in shapes.values()) == pytest.approx(approx_params, rel=0.01)
+    assert ("lm_head.weight" in shapes) != config.tie_word_embeddings
+
+
 def test_preset_details():
     assert dummy_preset("llama-3.1-8b").rope_scaling["factor"] == 8.0
     assert dummy_preset("llama-3.1-8b").max_position_embeddings == 131072
@@ -85,10 +97,9 @@ def test_names_and_shapes_match_transformers(preset):
     kwargs = dict(vocab_size=c.vocab_size, hidden_size=c.hidden_size, intermediate_size=c.intermediate_size,
                   num_hidden_layers=c.num_layers, num_attention_heads=c.num_heads,
                   num_key_value_heads=c.num_kv_heads, head_dim=c.head_dim, tie_word_embeddings=c.tie_word_embeddings)
-    cls = transformers.Qwen2ForCausalLM if c.architecture == "qwen2" else transformers.LlamaForCausalLM
-    config_cls = transformers.Qwen2Config if c.architecture == "qwen2" else transformers.LlamaConfig
+    entry = architecture(c.architecture)  # transformers' class is the name the registry keys it by
     with torch.device("meta"):
-        model = cls(config_cls(**kwargs))
+        model = getattr(transformers, entry.name)(transformers.AutoConfig.for_model(entry.model_type, **kwargs))
     expected = {k: tuple(v.shape) for k, v in model.state_dict().items()}
     if c.tie_word_embeddings:
         expected.pop("lm_head.weight")

@@ -8,8 +8,8 @@ import torch
 from gguf import GGUFWriter
 
 from gpu_stage.loaders import default_model_path, load_model_source
-from gpu_stage.loaders.gguf_loader import (FastGGUFReader, gguf_model_config, iter_gguf_tensors, llama3_rope_scaling,
-                                           read_gguf_metadata, unpermute_rows)
+from gpu_stage.loaders.gguf_loader import (FastGGUFReader, gguf_model_config, gguf_to_hf_name, iter_gguf_tensors,
+                                           llama3_rope_scaling, read_gguf_metadata, unpermute_rows)
 from tiny_gguf import FFN, HEAD_DIM, HEADS, HIDDEN, KV_HEADS, VOCAB, llama_cpp_permute, write_tiny_gguf
 
 
@@ -76,6 +76,11 @@ def test_llama3_rope_freqs_are_recognised():
     assert got == {k: v for k, v in params.items() if k != "rope_theta"}
     with pytest.raises(ValueError, match="rope_freqs"):
         llama3_rope_scaling(rope_freqs * 1.5, 500000.0, 128)
+
+
+def test_qwen3_norm_tensors_take_their_hf_names():
+    assert gguf_to_hf_name("blk.3.attn_q_norm.weight") == "model.layers.3.self_attn.q_norm.weight"
+    assert gguf_to_hf_name("blk.0.attn_k_norm.weight") == "model.layers.0.self_attn.k_norm.weight"
 
 
 def test_unsupported_architecture_is_a_clear_error(tmp_path):

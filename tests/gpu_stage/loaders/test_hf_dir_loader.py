@@ -153,10 +153,25 @@ def test_qwen25_yarn_config_loads_with_its_fields():
     assert top.rope_scaling["original_max_position_embeddings"] == 16384
 
 
+QWEN3 = {"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "vocab_size": 151936, "hidden_size": 1024,
+         "intermediate_size": 3072, "num_hidden_layers": 28, "num_attention_heads": 16, "num_key_value_heads": 8,
+         "head_dim": 128, "rope_theta": 1000000, "max_position_embeddings": 40960, "rms_norm_eps": 1e-06,
+         "attention_bias": False, "tie_word_embeddings": True, "max_window_layers": 28, "use_sliding_window": False,
+         "sliding_window": None}
+
+
+def test_qwen3_config_reads_its_head_dim_and_no_qkv_bias():
+    c = hf_model_config(QWEN3)  # Qwen3-0.6B's config.json
+    assert (c.architecture, c.head_dim, c.num_heads, c.hidden_size) == ("qwen3", 128, 16, 1024)
+    assert not c.attention_bias and c.tie_word_embeddings and c.sliding_window is None
+    assert hf_model_config({**QWEN3, "attention_bias": True}).attention_bias
+
+
 def _transformers_layer_types(cfg: dict) -> list[str]:
     import transformers
 
-    cls = {"qwen2": transformers.Qwen2Config, "mistral": transformers.MistralConfig}[cfg["model_type"]]
+    cls = {"qwen2": transformers.Qwen2Config, "mistral": transformers.MistralConfig,
+           "qwen3": transformers.Qwen3Config}[cfg["model_type"]]
     hc = cls(**{k: v for k, v in cfg.items() if k not in ("architectures", "model_type")})
     window = hc.sliding_window
     types = getattr(hc, "layer_types", None) or ["sliding_attention"] * hc.num_hidden_layers
@@ -173,6 +188,8 @@ def _transformers_layer_types(cfg: dict) -> list[str]:
     {**QWEN25, "model_type": "qwen2", "use_sliding_window": False, "max_window_layers": 70},  # Qwen2.5-3B's
     {**QWEN25, "model_type": "qwen2", "use_sliding_window": True, "sliding_window": 1024,
      "layer_types": ["sliding_attention", "full_attention"] * 14},
+    {**QWEN3, "use_sliding_window": True, "sliding_window": 4096, "max_window_layers": 20},
+    {**QWEN3, "use_sliding_window": False, "sliding_window": 4096, "max_window_layers": 20},
 ])
 def test_sliding_window_per_layer_as_transformers_reads_it(cfg):
     c = hf_model_config(cfg)

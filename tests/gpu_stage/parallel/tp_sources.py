@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from gpu_stage.loaders.dummy_loader import PRESETS, dummy_tensor, weight_shapes
+import torch
+
+from gpu_stage.loaders.dummy_loader import PRESETS, dummy_tensor, tensor_seed, weight_shapes
 from gpu_stage.loaders.model_source import ModelSource
 from ingress.dummy_tokenizer import DummyTokenizer
 
@@ -44,3 +46,24 @@ def fails_on_workers() -> ModelSource:
     if os.environ.get("RANK", "0") != "0":
         raise RuntimeError("this worker cannot load its model")
     return load_model_source("dummy:tiny")
+
+
+# Qwen3 (norms on each head of q and k, head_dim 24 where hidden / heads is 16), untied
+QWEN3 = replace(PRESETS["tiny"], architecture="qwen3", head_dim=24, tie_word_embeddings=False)
+
+
+def qwen3() -> ModelSource:
+    """Dummy weights, but the q/k norm weights drawn around one (the dummy recipe's are all ones)."""
+    config = QWEN3
+
+    def weights(device, dtype, shard=None):
+        for name, shape in weight_shapes(config):
+            full = dummy_tensor(name, shape, SEED, device, dtype)
+            if name.endswith(("q_norm.weight", "k_norm.weight")):
+                gen = torch.Generator(device=device).manual_seed(tensor_seed(SEED, name))
+                full = (1 + 0.3 * torch.randn(shape, generator=gen, device=device)).to(dtype)
+            part = full if shard is None else shard.take(name, full)
+            if part is not None:
+                yield name, part
+
+    return ModelSource("qwen3-tiny", config, weights, DummyTokenizer(config.vocab_size), f"qwen3-tiny:{SEED}")
