@@ -32,6 +32,7 @@ import torch
 from gpu_stage.loaders import load_model_source
 from bench.spec_rounds import RoundTimer, breakdown_line
 from gpu_stage.model_runner import ModelRunner
+from scheduler.spec.drafts import SpecDrafts
 from stages.messages import NewRequestData, ScheduledChunk, StepBatch
 from stages.sampling import SamplingParams
 
@@ -114,7 +115,7 @@ async def engine_rate(spec: str | None, max_tokens: int, model: str = MODEL, dev
                 first = first or time.perf_counter()
                 n += len(out.token_ids)
             rates.append((n - 1) / (time.perf_counter() - first))
-        drafts = engine.built.scheduler.drafts
+        drafts = engine.built.scheduler.hooks.get(SpecDrafts)
         c = drafts.counters if drafts else None
         out = {"tokens_per_s": statistics.median(rates), "runs": rates,
                "acceptance": c.num_accepted_tokens / c.num_draft_tokens if c and c.num_draft_tokens else None}

@@ -11,6 +11,7 @@ import torch
 
 from gpu_stage.loaders.dummy_loader import load_dummy
 from pipeline import Engine
+from scheduler.spec.drafts import SpecDrafts
 from stages.sampling import SamplingParams
 from tests.pipeline.spec_kit import REPEATING, collect, config, run
 
@@ -23,7 +24,7 @@ def test_the_target_as_its_own_draft_accepts_every_guess_and_changes_nothing() -
     plain, _ = run(config(None), PROMPTS, GREEDY)
     spec, engine = run(config(DRAFT), PROMPTS, GREEDY)
     assert [r.token_ids for r in spec] == [r.token_ids for r in plain]
-    c = engine.built.scheduler.drafts.counters
+    c = engine.built.scheduler.hooks.get(SpecDrafts).counters
     assert c.num_drafts > 0 and c.num_accepted_tokens == c.num_draft_tokens  # the mechanism's ceiling
     assert engine.built.runner.draft is not None
 
@@ -43,7 +44,7 @@ def test_a_different_draft_is_mostly_rejected_and_changes_nothing_batched_and_ch
             replies = await asyncio.gather(*[collect(engine, p, GREEDY) for p in PROMPTS])
             engine.built.scheduler.check()
             assert engine.built.scheduler.stats().num_used_blocks == 0
-            return replies, engine.built.scheduler.drafts.counters
+            return replies, engine.built.scheduler.hooks.get(SpecDrafts).counters
 
     spec, c = asyncio.run(main())
     assert [r.token_ids for r in spec] == [r.token_ids for r in plain]
