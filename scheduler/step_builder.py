@@ -71,12 +71,12 @@ class StepBuilder:
         self.num_ahead += 1
 
     def add_guesses(self, req: RequestState, chunk: ScheduledChunk, token_ids: list[int]) -> None:
-        """Append `token_ids` to `req`'s decode row of this step (`chunk`, its last): a step hook's
-        guesses of the tokens that follow, not known tokens. The model samples at each of their
-        positions too, and the result says how many were right; until then the positions are in
-        flight (paid from the budget, in blocks the hook grew the row by)."""
+        """Append `token_ids` to `req`'s decode row of this step (`chunk`, its only step in flight):
+        a step hook's guesses of the tokens that follow, not known tokens. The model samples at
+        each of their positions too, and the result says how many were right; until then the
+        positions are in flight (paid from the budget, in blocks the hook grew the row by)."""
         num = len(token_ids)
-        assert 0 < num <= self.budget_left and req.in_flight and req.in_flight[-1][0] == self.step_id, req
+        assert 0 < num <= self.budget_left and len(req.in_flight) == 1 and req.in_flight[0][0] == self.step_id, req
         chunk.token_ids = chunk.token_ids + token_ids
         chunk.num_draft = num
         step_id, num_tokens, ahead = req.in_flight[-1]

@@ -14,6 +14,7 @@ import torch
 
 from gpu_stage.cuda_graphs import CudaGraphRunner
 from gpu_stage.spec.draft_model import CATCH_UP_TOKENS, DraftCounts
+from gpu_stage.spec.verifier import draft_of
 from gpu_stage.step_inputs import StepInputs, forward_step
 from gpu_stage.step_layout import GraphShape
 from pipeline import Engine
@@ -96,7 +97,7 @@ def test_a_draft_replaying_graphs_changes_nothing_and_replays_every_forward_afte
 
     async def main():
         async with Engine(config(DRAFT, attention_backend="triton")) as engine:
-            draft = engine.built.runner.draft
+            draft = draft_of(engine.built.runner.hook)
             draft.graphs = ReplayOnCpu(draft)
             replies = await asyncio.gather(*[collect(engine, p, greedy) for p in prompts])
             engine.built.scheduler.check()
