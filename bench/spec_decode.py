@@ -25,6 +25,7 @@ from importlib import resources
 from pathlib import Path
 
 from pipeline import Engine, EngineConfig
+from scheduler.spec.drafts import SpecDrafts
 from stages.sampling import SamplingParams
 
 SETS = {"lookup": "spec_lookup_prompts.json", "chat": "spec_chat_prompts.json"}
@@ -35,7 +36,7 @@ def load_set(name: str) -> list[dict]:
 
 
 async def one(engine: Engine, prompt: str, params: SamplingParams) -> dict:
-    drafts = engine.built.scheduler.drafts
+    drafts = engine.built.scheduler.hooks.get(SpecDrafts)
     before = (drafts.counters.num_drafts, drafts.counters.num_draft_tokens,
               drafts.counters.num_accepted_tokens) if drafts else (0, 0, 0)
     t0 = time.perf_counter()

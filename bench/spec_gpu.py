@@ -32,6 +32,8 @@ import torch
 from gpu_stage.loaders import load_model_source
 from bench.spec_rounds import RoundTimer, breakdown_line
 from gpu_stage.model_runner import ModelRunner
+from gpu_stage.spec.verifier import Verifier, draft_of
+from scheduler.spec.drafts import SpecDrafts
 from stages.messages import NewRequestData, ScheduledChunk, StepBatch
 from stages.sampling import SamplingParams
 
@@ -48,6 +50,7 @@ def step_costs(batches: list[int], ks: list[int], reps: int, model: str = MODEL,
                                num_blocks=num_blocks, block_size=BLOCK,
                                max_num_batched_tokens=max_seqs * (max(ks) + 1) + 64, max_num_seqs=max_seqs,
                                attention_backend="triton" if cuda else "torch", max_model_len=CONTEXT + 64)
+    runner.hook = Verifier()  # its verifying steps are timed with their sampling and acceptance
     width = -(-(CONTEXT + max(ks) + 1) // BLOCK)
     tables = [list(range(1 + i * width, 1 + (i + 1) * width)) for i in range(max_seqs)]
     params = SamplingParams(max_tokens=1 << 20, temperature=0.0, ignore_eos=True)
@@ -114,11 +117,11 @@ async def engine_rate(spec: str | None, max_tokens: int, model: str = MODEL, dev
                 first = first or time.perf_counter()
                 n += len(out.token_ids)
             rates.append((n - 1) / (time.perf_counter() - first))
-        drafts = engine.built.scheduler.drafts
+        drafts = engine.built.scheduler.hooks.get(SpecDrafts)
         c = drafts.counters if drafts else None
         out = {"tokens_per_s": statistics.median(rates), "runs": rates,
                "acceptance": c.num_accepted_tokens / c.num_draft_tokens if c and c.num_draft_tokens else None}
-        draft = engine.built.runner.draft
+        draft = draft_of(engine.built.runner.hook)
         if draft is not None:  # one more run, each call of a round timed (its rate is not the one above)
             timer = RoundTimer(engine.built.runner, device == "cuda")
             timer.install()

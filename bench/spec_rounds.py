@@ -15,10 +15,12 @@ from typing import Callable, Iterator
 
 import torch
 
+from gpu_stage.spec.verifier import draft_of
+
 
 class RoundTimer:
     def __init__(self, runner, cuda: bool) -> None:
-        self.runner, self.draft, self.cuda = runner, runner.draft, cuda
+        self.runner, self.draft, self.cuda = runner, draft_of(runner.hook), cuda
         self.rounds: list[dict] = []  # per draft.guess call: its start, host time, spans
         self._originals: list[tuple[object, str]] = []
 

@@ -8,9 +8,8 @@ MIXED_SEQ_BUCKETS), and with speculation of k tokens one per verification bucket
 decode buckets of rows carrying up to k drafts, b * (k + 1) tokens, logits for every one), and for
 a draft model one per catch-up bucket (catch_up_tokens: decode buckets of rows of up to n tokens,
 the draft's first forward of a step, which feeds a verifying row's input beside the last guess whose
-KV the draft lacks after a full acceptance). An eager step costs ~25 ms of host time on the H200 host whatever its size
-(bench/results/20261130-NVIDIA-H200, runner: decode b1 25.6 ms eager, 4.7 with graphs; prefill 512
-28.8 vs 12.4), so below ~1,000 tokens every eager step waits on the host; above, the GPU's own
+KV the draft lacks after a full acceptance). An eager step costs tens of milliseconds of host time
+whatever its size, so below ~1,000 tokens every eager step waits on the host; above, the GPU's own
 time hides it. The general attention kernel's grid depends on (tokens, sequences) only, so one
 graph serves every mix that fits its bucket. Captured at start-up, largest first,
 in one shared memory pool (a graph's activations are dead once its replay is consumed, so all graphs

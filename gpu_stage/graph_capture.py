@@ -2,9 +2,8 @@
 the capture's error mode limited to its own thread.
 
 A collection inside a capture can free another engine's dead CUDA graphs (a reference cycle), and
-destroying a graph while a stream captures invalidates that capture (cudaErrorStreamCaptureInvalidated;
-the H200 showed it when a test built a second engine right after the first: the draft model's capture
-failed with "operation not permitted when stream is capturing (function reset)" for each old graph).
+destroying a graph while a stream captures invalidates that capture (cudaErrorStreamCaptureInvalidated,
+"operation not permitted when stream is capturing": an engine built right after another was dropped).
 torch.cuda.graph no longer collects before a capture, so we do, once per batch of captures.
 thread_local: other threads (the event loop, a stopping GPU stage) may still make CUDA calls that are
 unsafe during a global-mode capture; they are not the capture's business.

@@ -10,6 +10,9 @@ ids on the device. `execute` is both halves at once. A step that scores prompt p
 request asking for prompt logprobs runs eagerly, and their results ride its first sampled token
 (sampling/prompt_logprobs.py). An exception in the forward propagates (the
 step failed: the engine is broken); a failure while sampling one request only fails that request.
+A per-step feature attaches as the runner's `hook` (runner_hooks.py): its share of a step may give
+chunks several sampled rows, fill pending inputs, edit the logits before sampling and take the
+tokens of the rows it claims.
 
 A step, on CPU and GPU alike: the sampled rows are looked up and their uniforms drawn first; the
 integer inputs and sampling parameters are packed into one pinned buffer and copied once
@@ -35,13 +38,13 @@ from gpu_stage.kv.cache import KvCache
 from gpu_stage.kv_tiers.transfer import KvTransfer, NoTransfer
 from gpu_stage.loaders.model_source import ModelSource
 from gpu_stage.runner_builder import RunnerParts, build_parts
+from gpu_stage.runner_hooks import HookStep, RunnerHook
 from gpu_stage.sampling.prompt_logprobs import PromptLogprobsPass
 from gpu_stage.sampling.rows import SamplingRow, SamplingTensors, device_ids, draw_uniforms
 from gpu_stage.sampling.sampler import PendingSample, SamplerOutput
 from gpu_stage.sampling.states import SamplingStates
-from gpu_stage.spec.draft_model import DraftModel, Guesses
-from gpu_stage.spec.verify import consume, logits_rows, num_accepted
 from gpu_stage.step_inputs import StagedStep, forward_step
+from gpu_stage.step_layout import logits_rows
 from gpu_stage.warm_up import warm_launch_thread
 from stages.messages import (
     PENDING_TOKEN, KvTransferOps, SampledToken, StepBatch, StepResult,
@@ -60,9 +63,7 @@ class LaunchedStep:
     started_ns: int
     copies_done: list = field(default_factory=list)  # events of tier copies reported with it
     prompt: PromptLogprobsPass | None = None  # its prompt logprobs, on their way to the host
-    # Verifying rows (speculative decoding): request id -> its draft tokens, in order.
-    verifying: dict[str, list[int]] = field(default_factory=dict)
-    guesses: Guesses | None = None  # the draft model's, for the verifying rows' PENDING_TOKEN slots
+    hook_step: HookStep | None = None  # the runner hook's share of this step
 
 
 class ModelRunner:
@@ -95,9 +96,8 @@ class ModelRunner:
         self.request_fault_injector: Callable[[str], None] | None = None
         # Copies between the device pool and the host KV tier (pipeline/build_tiers.py sets one).
         self.kv_transfer: KvTransfer | NoTransfer = NoTransfer()
-        # Speculative decoding's draft_model method: the draft that fills the verifying rows'
-        # PENDING_TOKEN draft slots (gpu_stage/spec/draft_model.py; pipeline/build.py sets one).
-        self.draft: DraftModel | None = None
+        # A per-step feature (runner_hooks.py), attached when the engine is built.
+        self.hook: RunnerHook | None = None
 
     @classmethod
     def build(cls, source: ModelSource, device: torch.device | str, dtype: torch.dtype, num_blocks: int | None,
@@ -124,24 +124,24 @@ class ModelRunner:
             torch.cuda.current_stream(self.device).wait_event(self._last_early_copy)  # its hits may be loading
         if batch.kv_ops is not None:
             copies_done.append(self.kv_transfer.run(batch.kv_ops))  # queued before the forward
+        hook = self.hook
         for request_id in batch.finished_ids:
             self.states.release(request_id)
-            if self.draft is not None:
-                self.draft.release(request_id)
+            if hook is not None:
+                hook.release(request_id)
         for new in batch.new_requests:
             self.states.admit(new)
         launched = LaunchedStep(StepResult(batch.step_id, [], started_ns=t0), [], [], None, [], t0, copies_done)
         if batch.chunks:
-            rows, logit_rows, request_ids = self.states.sampling_rows(batch, launched.result,
-                                                                      self.request_fault_injector)
+            part = launched.hook_step = hook.begin(batch, self.states) if hook is not None else None
+            rows, logit_rows, request_ids = self.states.sampling_rows(
+                batch, launched.result, self.request_fault_injector, part.rows if part is not None else None)
             prompt = self.states.prompt_rows(batch)  # None unless a request asked for prompt logprobs
             shape = self.graphs.shape_for(batch.chunks) if self.graphs is not None and prompt is None else None
             feed = self._feed(batch)
-            if self.draft is not None:  # its KV follows the step; its guesses fill the draft slots
-                launched.guesses = self.draft.guess(batch.chunks, self.states)
-                if launched.guesses is not None:
-                    assert feed is None, "a step built ahead never carries draft slots"
-                    feed = launched.guesses.feed
+            if part is not None and part.feed is not None:
+                assert feed is None, "a step built ahead carries no hook's feed"
+                feed = part.feed
             staged = self.inputs.stage(batch.chunks, rows, draw_uniforms(rows), self.config.vocab_size, shape,
                                        feed=feed, prompt=prompt)
             if self.parallel is not None:
@@ -156,7 +156,6 @@ class ModelRunner:
             if rows:
                 if shape is None or not shape.logits_per_seq:  # logits has one row per sampled position
                     logit_rows = logits_rows(batch.chunks, logit_rows)
-                launched.verifying = {c.request_id: c.token_ids[-c.num_draft:] for c in batch.chunks if c.num_draft}
                 self._start_sampling(logits, logit_rows, staged.sampling, launched)
             if launched.prompt is not None:
                 launched.prompt.start_copy()
@@ -203,13 +202,9 @@ class ModelRunner:
         prompt = self.states.prompt  # (empty unless a live request asked for prompt logprobs)
         if launched.prompt is not None:
             self.states.record_prompt_logprobs(launched.prompt, result)
-        verifying = launched.verifying
-        if launched.guesses is not None and outputs and outputs[0][0].extra:  # the draft's, off the copy
-            extra = outputs[0][0].extra
-            for request_id, at in launched.guesses.order:
-                verifying[request_id] = [extra[i] for i in at]
-        # (Guesses lost with a row-by-row retry stay PENDING_TOKEN: none is accepted, which is exact.)
-        runs: dict[str, list[SampledToken]] = {}  # a verifying row's samples, position by position
+        part = launched.hook_step
+        claimed = part.claimed if part is not None else ()
+        runs: dict[str, list[SampledToken]] = {}  # a claimed request's samples, row by row
         for out, group in outputs:
             for k, j in enumerate(group):
                 request_id = request_ids[j]
@@ -218,36 +213,23 @@ class ModelRunner:
                     continue
                 token_id = out.token_ids[k]
                 token = SampledToken(request_id, token_id, out.logprobs[k], out.top_logprobs[k])
-                if verifying and request_id in verifying:
+                if claimed and request_id in claimed:
                     runs.setdefault(request_id, []).append(token)
                     continue
                 rows[j].output_token_ids.append(token_id)
                 if prompt and (progress := prompt.get(request_id)) is not None:
                     token.prompt_logprobs = progress.take()  # with its first token, once
                 result.sampled.append(token)
+        extra = outputs[0][0].extra if outputs else []  # (a row-by-row retry brings none back)
         for request_id, run in runs.items():
             if request_id not in result.failed:
-                self._accept(request_id, run, verifying[request_id], result)
+                part.accept(request_id, run, extra, result)
         for copies in launched.copies_done:
             if copies is not None:
                 copies.synchronize()  # the scheduler reads "step done" as "copies done"
         result.synced_ns = time.perf_counter_ns()
         result.duration_ns = result.synced_ns - launched.started_ns
         return result
-
-    def _accept(self, request_id: str, run: list[SampledToken], drafts: list[int], result: StepResult) -> None:
-        """A verifying row's samples -> the tokens it emits: the accepted guesses' samples and
-        the one after them (gpu_stage/spec/verify.py); its state moves by as many."""
-        emitted = run[: num_accepted([t.token_id for t in run], drafts) + 1]
-        state = self.states.requests.get(request_id)
-        if state is not None:
-            state.output_token_ids.extend(t.token_id for t in emitted)
-            state.num_sampled += len(emitted)
-            if not state.params.greedy:
-                consume(state.lookahead, len(emitted))
-        result.sampled.append(emitted[0])
-        if len(emitted) > 1:
-            result.spec[request_id] = emitted[1:]
 
     def _feed(self, batch: StepBatch) -> tuple[list[int], list[int], torch.Tensor] | None:
         """Where the PENDING_TOKEN inputs of this step come from: the rows of the previous step's
@@ -295,15 +277,16 @@ class ModelRunner:
             logits = logits[: len(rows)]
         else:  # a failed request or an unsampled chunk in between: gather (rare)
             logits = logits[device_ids(logit_rows, logits.device)]
-        extra = launched.guesses.ids if launched.guesses is not None else None
+        part = launched.hook_step
+        extra, process = (part.extra, part.process_logits) if part is not None else (None, None)
         try:
-            launched.pending = self.sampler.start(logits, rows, tensors, extra)
+            launched.pending = self.sampler.start(logits, rows, tensors, extra, process)
         except Exception:
             # Find the culprit: sample each row alone, waiting for each (rare); only the rows that
             # still fail are failed. No pending ids: the next step feeds none from this one.
             for j in range(len(rows)):
                 try:
                     one = tensors.select(j) if tensors is not None else None
-                    launched.outputs.append((self.sampler(logits[j : j + 1], rows[j : j + 1], one), [j]))
+                    launched.outputs.append((self.sampler(logits[j : j + 1], rows[j : j + 1], one, process), [j]))
                 except Exception as exc:
                     launched.result.failed[request_ids[j]] = f"sampling failed: {type(exc).__name__}: {exc}"

@@ -8,8 +8,8 @@ table row (the null block 0, which the scheduler never hands out); extra tokens 
 (0: the null block; -1: not stored). Their outputs are ignored.
 
 Two pinned buffers alternate (or `num_host_buffers`), each guarded by an event recorded after its
-copy, so packing step N+1 never overwrites memory that step N's copy may still be reading. (A draft
-model stages k forwards per step back to back: with k + 1 buffers the host never waits on the
+copy, so packing step N+1 never overwrites memory that step N's copy may still be reading. (A model
+that stages k forwards per step back to back gets k + 1 buffers: the host never waits on the
 device for a free one within a step.) On CPU the views are the host
 buffer itself and nothing is copied.
 
@@ -157,8 +157,8 @@ class StepInputs:
         self.max_num_tokens, self.max_num_seqs = max_num_tokens, max_num_seqs
         self.max_blocks_per_seq = round_width(max_blocks_per_seq)
         # Sized for the largest step; a graph shape pads tokens to at most max(max_num_tokens, B).
-        # Sampled rows: one per sequence, or one per token of a verifying row (speculative
-        # decoding), never more than the step's tokens; an eager step's logits rows add a prompt
+        # Sampled rows: one per sequence, or one per token of a row sampled at several positions,
+        # never more than the step's tokens; an eager step's logits rows add a prompt
         # row per token at most (prompt logprobs).
         num_tokens = max(max_num_tokens, max_num_seqs)
         capacity = make_layout(num_tokens, max_num_seqs, self.max_blocks_per_seq, 2 * num_tokens, num_tokens,

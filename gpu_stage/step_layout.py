@@ -32,7 +32,7 @@ class Chunk(Protocol):  # stages.messages.ScheduledChunk satisfies it
     start_pos: int
     block_table: list[int]
     sample: bool
-    num_draft: int  # a verifying row: logits at its last num_draft + 1 positions
+    num_draft: int  # tokens guessed at its end: logits at its last num_draft + 1 positions
 
 
 @dataclass(frozen=True)
@@ -41,12 +41,12 @@ class GraphShape:
     every row. Prefill: one sequence of up to num_tokens tokens, logits for its last token. Mixed:
     up to num_seqs sequences (prefill chunks and decodes) of up to num_tokens tokens in all; the
     missing sequences are one-token pads on the null block (as decode's), the tokens left over
-    belong to no sequence (as prefill's); logits for every sequence's last token. Verify (speculative
-    decoding, a mixed shape with `verify`): up to num_seqs rows of up to k + 1 tokens each
-    (num_tokens = num_seqs * (k + 1)), padded as a mixed shape; logits for every token (a
-    verifying row's k + 1 positions), in the eager step's order, then the pads'. Catch-up (a draft
-    model's first forward of a step, a mixed shape with `catch_up`): up to num_seqs rows of a few
-    tokens each, padded and sampled as a mixed shape."""
+    belong to no sequence (as prefill's); logits for every sequence's last token. Verify (a mixed
+    shape with `verify`, for rows carrying up to k guesses): up to num_seqs rows of up to k + 1
+    tokens each (num_tokens = num_seqs * (k + 1)), padded as a mixed shape; logits for every token
+    (such a row's k + 1 positions), in the eager step's order, then the pads'. Catch-up (a mixed
+    shape with `catch_up`): up to num_seqs rows of a few tokens each, padded and sampled as a mixed
+    shape, whose logits go to a buffer of their own."""
 
     num_tokens: int
     num_seqs: int
@@ -54,7 +54,7 @@ class GraphShape:
     decode: bool
     mixed: bool = False
     verify: bool = False  # with mixed: every token is a logits row
-    catch_up: bool = False  # with mixed: a draft model's catch-up shape (CudaGraphRunner's catch_up_tokens)
+    catch_up: bool = False  # with mixed: rows of up to CudaGraphRunner's catch_up_tokens each
 
     @property
     def pad_slot(self) -> int:
@@ -170,7 +170,22 @@ def plan_step(chunks: Sequence[Chunk], block_size: int, shape: GraphShape | None
 
 
 def eager_logits_rows(chunks: Sequence[Chunk], cu: np.ndarray) -> np.ndarray:
-    """The last token of each sampled chunk; a verifying row's last num_draft + 1 (row 0 when
-    nothing is sampled: a placeholder)."""
+    """The last token of each sampled chunk; a chunk carrying guesses its last num_draft + 1 (row 0
+    when nothing is sampled: a placeholder)."""
     return np.array([r for i, c in enumerate(chunks) if c.sample
                      for r in range(cu[i + 1] - 1 - c.num_draft, cu[i + 1])] or [0], np.int64)
+
+
+def logits_rows(chunks: Sequence[Chunk], chunk_index: Sequence[int]) -> list[int]:
+    """Each sampled row's row in an eager step's logits (one per sampled chunk, a chunk carrying
+    guesses num_draft + 1 in order), from the chunk index of each row (repeated for such a chunk)."""
+    first, n = [], 0
+    for chunk in chunks:
+        first.append(n)
+        n += (1 + chunk.num_draft) if chunk.sample else 0
+    out, prev, offset = [], -1, 0
+    for i in chunk_index:
+        offset = offset + 1 if i == prev else 0
+        prev = i
+        out.append(first[i] + offset)
+    return out

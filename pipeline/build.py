@@ -23,7 +23,7 @@ from ingress.chat_template import ChatTemplate, load_chat_template
 from ingress.tokenizer import Tokenizer
 from pipeline.build_parallel import (ParallelStartupError, cpu_threads_per_rank, kv_shard_config, runner_spec,
                                      start_tensor_parallel)
-from pipeline.build_spec import attach_draft, resolve_speculative
+from pipeline.build_spec import attach_speculation, resolve_speculative
 from pipeline.build_tiers import BuiltTiers, build_tiers
 from pipeline.config import EngineConfig
 from pipeline.faults import install_faults
@@ -83,7 +83,7 @@ def build_model(cfg: EngineConfig) -> BuiltModel:
     if cfg.tensor_parallel_size == 1:
         runner = ModelRunner.build(source, device=device, dtype=dtype, **runner_args)
         try:
-            attach_draft(cfg, speculative(cfg), source, runner, dtype, runner_args)
+            attach_speculation(cfg, speculative(cfg), source, runner, dtype, runner_args)
         except ValueError as exc:
             raise StartupError(str(exc)) from None
         return _build_rest(cfg, source, runner, None, template)

@@ -1,7 +1,8 @@
 """Speculative decoding at start-up: --speculative-config parsed and checked against the other
-flags, and for the draft_model method the draft loaded beside the target (its vocabulary must be
-the target's). A config that cannot work raises ValueError naming the field; pipeline/build.py
-turns it into a refusal to start."""
+flags, and the runner's verification hook attached, for the draft_model method with the draft
+loaded beside the target (its vocabulary must be the target's). (The scheduler attaches its own
+hook from SchedulerConfig.speculative.) A config that cannot work raises ValueError naming the
+field; pipeline/build.py turns it into a refusal to start."""
 from __future__ import annotations
 
 import torch
@@ -10,6 +11,7 @@ from gpu_stage.loaders import load_model_source
 from gpu_stage.loaders.model_source import ModelSource
 from gpu_stage.model_runner import ModelRunner
 from gpu_stage.spec.draft_model import DraftModel
+from gpu_stage.spec.verifier import Verifier
 from pipeline.config import EngineConfig
 from stages.speculative import SpeculativeConfig
 
@@ -32,10 +34,14 @@ def resolve_speculative(cfg: EngineConfig) -> SpeculativeConfig | None:
     return spec
 
 
-def attach_draft(cfg: EngineConfig, spec: SpeculativeConfig | None, target: ModelSource, runner: ModelRunner,
-                 dtype: torch.dtype, runner_args: dict) -> None:
-    """draft_model: load the draft (same device, dtype, block ids; its own KV pool) into `runner`."""
-    if spec is None or spec.method != "draft_model":
+def attach_speculation(cfg: EngineConfig, spec: SpeculativeConfig | None, target: ModelSource, runner: ModelRunner,
+                       dtype: torch.dtype, runner_args: dict) -> None:
+    """Speculation on: `runner` verifies drafts (its hook); draft_model: with the draft loaded (same
+    device, dtype, block ids; its own KV pool)."""
+    if spec is None:
+        return
+    if spec.method != "draft_model":
+        runner.hook = Verifier()
         return
     try:
         source = load_model_source(spec.model, seed=cfg.seed)
@@ -45,7 +51,7 @@ def attach_draft(cfg: EngineConfig, spec: SpeculativeConfig | None, target: Mode
         raise ValueError(f"speculative_config.model: the draft's vocabulary ({source.config.vocab_size} ids) "
                          f"differs from the target's ({target.config.vocab_size})")
     try:
-        runner.draft = DraftModel.build(
+        draft = DraftModel.build(
             source, runner.device, dtype, runner.kv_cache.num_blocks, runner.block_size,
             runner.max_num_batched_tokens, runner.max_num_seqs, runner.max_model_len, runner.attention_backend,
             runner_args["enforce_eager"], spec.k)
@@ -54,3 +60,4 @@ def attach_draft(cfg: EngineConfig, spec: SpeculativeConfig | None, target: Mode
         raise ValueError(f"speculative_config.model: the draft and its KV pool ({runner.kv_cache.num_blocks} "
                          "blocks, the target's block ids) do not fit beside the target: set --num-kv-blocks "
                          "or a lower --gpu-memory-utilization") from None
+    runner.hook = Verifier(draft)

@@ -58,7 +58,7 @@ class EngineGauges:
         yield from scheduler_metrics(st, fam)
         yield from token_metrics(e.emitter_stage, fam)
         yield from tier_metrics(e.built.scheduler.tiers, fam)
-        yield from spec_metrics(e.built.scheduler.drafts, fam)
+        yield from spec_metrics(e.built.scheduler.hooks, fam)
         yield from cpu_thread_metrics(e.stages, fam)
         yield from kv_cache_metrics(e.built.runner.kv_cache, fam)
         yield from liveness_metrics(e, fam)

@@ -9,9 +9,12 @@ from prometheus_client.core import Metric
 
 from pipeline.metric_families import ModelFamilies
 from scheduler.spec.drafts import SpecDrafts
+from scheduler.step_hooks import StepHooks
 
 
-def spec_metrics(drafts: SpecDrafts | None, fam: ModelFamilies) -> Iterator[Metric]:
+def spec_metrics(hooks: StepHooks, fam: ModelFamilies) -> Iterator[Metric]:
+    """From the scheduler's step hooks: its SpecDrafts' counters, if it has one."""
+    drafts = hooks.get(SpecDrafts)
     if drafts is None:
         return
     c = drafts.counters

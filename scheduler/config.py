@@ -63,7 +63,8 @@ class SchedulerConfig:
     max_reservation_bypasses: int = 64
     # Output-length prediction before any request finished (capped by max_tokens).
     prior_output_tokens: int = 256
-    # Speculative decoding (scheduler/spec/): decode rows carry draft tokens. None: off.
+    # Speculative decoding (scheduler/spec/, attached as a step hook): decode rows carry draft
+    # tokens. None: off.
     speculative: SpeculativeConfig | None = None
 
     def __post_init__(self) -> None:
@@ -100,11 +101,6 @@ class SchedulerConfig:
         # A verifying row's next step needs the tokens it accepted: it is never built ahead.
         need(self.speculative is None or not self.async_scheduling,
              "speculative decoding needs async_scheduling off")
-
-    @property
-    def num_speculative_slots(self) -> int:
-        """KV positions a decode row may take beyond its own: its draft tokens."""
-        return 0 if self.speculative is None else self.speculative.num_speculative_tokens
 
     @property
     def num_usable_blocks(self) -> int:

@@ -13,9 +13,8 @@ matrix ceiling; a multiple of ALIGN: the long-context attention's query buckets)
 costs about what a chunk of `limit` costs at no context. With cuts a prefill's age (lanes' aging)
 counts only the steps it waits, not those it progresses in: cut chunks take more steps (~100 for
 128K), and promoted after 64 a long prompt would head every step with shorts joining behind its
-chunk. In the 128K sim (tests/bench/test_sim_long_prefill.py) the shorts' TTFT P95 falls from 384 to
-162 ms and the long prompt's TTFT rises 0.6%. Off (weight 0) by default: which is better for a 128K
-prompt's TTFT against a short request's wait on the GPU is measured by bench/long_chunks.py.
+chunk. Off (weight 0) by default: which is better for a 128K prompt's TTFT against a short
+request's wait on the GPU is what bench/long_chunks.py measures.
 """
 from __future__ import annotations
 

@@ -4,12 +4,11 @@ When nobody waits, no claim is pending and every running request lacks exactly o
 slot in its last block or, at a block boundary, in a block the pool can give it),
 `Scheduler.schedule()` would walk the policy's order (decodes first, in arrival order, by
 priority), call the shadow's no-op hooks and add one decode per request. That walk costs little
-in a hot loop (~13 us a step of 8 decodes), but between two steps the rest of the process (the
-model, HTTP, asyncio, the emitter) evicts it from the caches, and each function, object and list
-it touches is a miss again: ~65 us a step in the running engine, most of a decode request's
-scheduling work (bench/results/20261130-cpu/issue2-s4). This builds the same chunks, in the same
-order, touching only the running requests, and declines (None, nothing changed) whenever the
-general walk might differ.
+in a hot loop, but between two steps the rest of the process (the model, HTTP, asyncio, the
+emitter) evicts it from the caches, and each function, object and list it touches is a miss
+again: several times its hot cost, most of a decode request's scheduling work. This builds the
+same chunks, in the same order, touching only the running requests, and declines (None, nothing
+changed) whenever the general walk might differ.
 """
 from __future__ import annotations
 

@@ -4,12 +4,10 @@ the step's requests, for their traces' "schedule" work.
 A step of decodes costs about the same for each of its requests. A prefill chunk costs more than
 a decode: its blocks are allocated and hashed, and a prompt still prefilling sends schedule() down
 the general walk instead of the decode fast path. Sharing a step's cost by tokens charged a long
-prompt's chunk for its neighbours' decodes as well: with caches cold, as between CPU model steps,
-7 decodes cost 124 us (schedule + update) and the same step with a 256-token chunk 243 us; by
-tokens the chunk was charged 237 us, though it added 119 (`python -m lab.chunk_step_cost`,
-bench/results/20261130-cpu/issue2-s7). So each decode pays what a decode costs in a
-decode-only step (a running estimate from those steps, one per call site: schedule() and update()
-differ), and the prefill chunks share the rest by their tokens: each prompt pays what it adds.
+prompt's chunk for its neighbours' decodes as well (a 256-token chunk beside 7 decodes, about
+twice what it added). So each decode pays what a decode costs in a decode-only step (a running
+estimate from those steps, one per call site: schedule() and update() differ), and the prefill
+chunks share the rest by their tokens: each prompt pays what it adds.
 """
 from __future__ import annotations
 

@@ -18,6 +18,7 @@ from scheduler.kv_tiers.manager import KvTierManager
 from scheduler.kv_tiers.no_tiers import NoTiers
 from scheduler.request_state import RequestState, RequestStatus
 from scheduler.shadow import ShadowAdmission
+from scheduler.step_placement import StepPlacement
 from stages.messages import MAX_STEPS_IN_FLIGHT
 
 
@@ -27,20 +28,16 @@ class SchedulerState(Protocol):
     kv: KVManager
     shadow: ShadowAdmission
     tiers: KvTierManager | NoTiers
+    placement: StepPlacement
     requests: dict[str, RequestState]
     running: list[RequestState]
+    num_decodes_ahead: int
 
     @property
     def waiting(self) -> Collection[RequestState]: ...
 
     @property
     def num_preemptions(self) -> int: ...
-
-    @property
-    def num_decodes_ahead(self) -> int: ...
-
-    @property
-    def num_admitted_by_lane(self) -> dict[str, int]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,8 +77,8 @@ def collect_stats(s: SchedulerState) -> SchedulerStats:
         num_prefix_query_tokens=kv.num_hit_queries, num_prefix_hit_tokens=kv.num_hit_tokens,
         num_reserved_blocks=s.shadow.num_reserved, num_waiting_for_room=len(s.shadow.pending),
         num_reclaimed_blocks=s.shadow.num_reclaimed, num_revoked_reservations=s.shadow.num_revoked,
-        num_admitted_short=s.num_admitted_by_lane["short"],
-        num_admitted_long=s.num_admitted_by_lane["long"],
+        num_admitted_short=s.placement.num_admitted_by_lane["short"],
+        num_admitted_long=s.placement.num_admitted_by_lane["long"],
     )
 
 
@@ -100,11 +97,11 @@ def check_scheduler(s: SchedulerState) -> None:
         assert len(req.block_ids) == config.blocks_for(covered), req
         # A decode built ahead covers the position of the token its step in flight samples: at
         # most one token is not known yet, and only while the latest step in flight is ahead.
-        # A verifying row covers its draft tokens' positions too (guesses, not known tokens).
-        unknown = covered - req.num_tokens - req.num_draft_in_flight
+        # A row carrying guesses covers their positions too (not known tokens).
+        unknown = covered - req.num_tokens - req.num_guessed_in_flight
         assert 0 <= req.num_computed_tokens <= covered and unknown <= 1, req
         assert unknown < 1 or req.in_flight[-1][2], req
-        assert not req.num_draft_in_flight or len(req.in_flight) == 1, req
+        assert not req.num_guessed_in_flight or len(req.in_flight) == 1, req
         assert req.num_in_flight_tokens == sum(n for _, n, _ in req.in_flight), req
         assert len(req.in_flight) <= MAX_STEPS_IN_FLIGHT, req
         assert req.in_flight_step == (req.in_flight[-1][0] if req.in_flight else None), req

@@ -73,8 +73,8 @@ class KVManager:
         return True
 
     def truncate(self, req: RequestState, num_total_tokens: int) -> int:
-        """Give back the blocks past those covering `num_total_tokens` positions (a verifying
-        row's rejected draft slots) -> how many. The table is replaced, not shrunk in place (see
+        """Give back the blocks past those covering `num_total_tokens` positions (those of a row's
+        rejected guesses) -> how many. The table is replaced, not shrunk in place (see
         the module's note); the blocks given back were never complete, so none is cached."""
         num_keep = self.config.blocks_for(num_total_tokens)
         extra = req.block_ids[num_keep:]

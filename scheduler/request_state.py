@@ -28,7 +28,7 @@ class RequestState:
         "priority", "num_reserved_blocks", "has_reservation", "awaiting_reclaim",
         "num_bypassed", "num_claimed_hits", "is_long", "lane_since_step", "promoted",
         "num_queued_uncached",
-        "sample_leader", "num_shared_blocks", "num_draft_in_flight",
+        "sample_leader", "num_shared_blocks", "num_guessed_in_flight",
     )
 
     def __init__(self, request: GenerateRequest, arrival_seq: int) -> None:
@@ -74,8 +74,8 @@ class RequestState:
         # request) while it lives, and how many of its prompt blocks the follower shares.
         self.sample_leader: RequestState | None = None
         self.num_shared_blocks = 0
-        # Speculative decoding: draft tokens of the step in flight (its chunk's num_draft).
-        self.num_draft_in_flight = 0
+        # Tokens a step hook guessed past the known ones in the step in flight (StepBuilder.add_guesses).
+        self.num_guessed_in_flight = 0
 
     @property
     def num_tokens(self) -> int:

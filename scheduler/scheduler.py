@@ -13,11 +13,13 @@ drops what the step built ahead of N computed for it.
 Who runs first is the policy's (policy.py, lanes.py); who may be admitted is the shadow's (shadow.py);
 how one request enters the queue and a step is its StepPlacement's (step_placement.py), how a result
 is applied and a request retired its StepResults' (step_results.py): two objects it owns, built
-with the collaborators they share with it. KV tiers off: `tiers` is a NoTiers, which does nothing.
+with the collaborators they share with it. The requests are its own (one RequestTable), handed to
+them with each call that moves one. Per-step features attach as step hooks (step_hooks.py), called
+after the walk and on each sampled row's result. KV tiers off: `tiers` is a NoTiers, which does
+nothing.
 """
 from __future__ import annotations
 
-from collections import deque
 from typing import Iterable
 
 from scheduler.admission import OVERLOADED, admission_error
@@ -31,50 +33,52 @@ from scheduler.kv_tiers.no_tiers import NoTiers
 from scheduler.policy import Policy, make_policy
 from scheduler.predictor import OutputLengthPredictor
 from scheduler.request_state import RequestState, RequestStatus, is_decode
+from scheduler.request_table import RequestTable
 from scheduler.sample_group import is_held, link
 from scheduler.shadow import ShadowAdmission
-from scheduler.spec.drafts import SpecDrafts
 from scheduler.step_builder import StepBuilder
+from scheduler.step_hooks import StepHook, build_step_hooks
 from scheduler.step_placement import StepPlacement
 from scheduler.step_results import StepResults
-from stages.messages import (
-    MAX_STEPS_IN_FLIGHT, GenerateRequest, ScheduledChunk, StepBatch, StepResult, TokenEvent,
-)
+from stages.messages import MAX_STEPS_IN_FLIGHT, GenerateRequest, StepBatch, StepResult, TokenEvent
 
 __all__ = ["OVERLOADED", "Scheduler"]
 
 
 class Scheduler:
     def __init__(self, config: SchedulerConfig, policy: Policy | None = None,
-                 tiers: TierConfig | None = None, disk_blocks: Iterable[bytes] = ()) -> None:
+                 tiers: TierConfig | None = None, disk_blocks: Iterable[bytes] = (),
+                 hooks: Iterable[StepHook] = ()) -> None:
+        """`hooks`: step hooks to attach after those the configuration switches on."""
         self.config = config
         self._block_size = config.block_size
         self.kv = KVManager(config)
         self.policy = policy or make_policy(config)
         self.predictor = OutputLengthPredictor(config.prior_output_tokens)
-        self.shadow = ShadowAdmission(config, self.kv, self.predictor)
-        self.requests: dict[str, RequestState] = {}  # live (not finished) requests
-        self.waiting: deque[RequestState] = deque()
-        self.running: list[RequestState] = []  # sorted by arrival_seq
-        # KV tiers below the device pool (host memory, disk); `disk_blocks`: what the disk holds.
+        self.hooks = build_step_hooks(config, hooks)
+        self.shadow = ShadowAdmission(config, self.kv, self.predictor, self.hooks.num_slots_past_end)
+        self.table = RequestTable()
+        # The table's collections by their own names, to read (the table moves requests between them).
+        self.requests, self.waiting, self.running = self.table.requests, self.table.waiting, self.table.running
+        # KV tiers below the device pool (host memory, disk); `disk_blocks`: what the disk holds. A
+        # fetch may fill what nobody claimed plus its request's own claim, whose hits it then protects.
+        requests, shadow = self.requests, self.shadow
         self.tiers: KvTierManager | NoTiers = KvTierManager(
-            tiers, self.kv.pool, self._tier_room, self._tier_fetched, disk_blocks
+            tiers, self.kv.pool, lambda rid: shadow.fetch_room(requests.get(rid)),
+            lambda rid, num_blocks: shadow.protect_hits(requests.get(rid), num_blocks), disk_blocks,
         ) if tiers is not None and tiers.enabled else NoTiers()
         self._tiers_on = self.tiers.enabled  # (the one-pass decode step queues no tier copies)
-        self.placement = StepPlacement(config, self.kv, self.shadow, self.policy, self.tiers,
-                                       self.running, self.waiting)
-        # Speculative decoding: decode rows get draft tokens after the walk (scheduler/spec/).
-        self.drafts = SpecDrafts(config, config.speculative, self.kv, self.shadow, self.placement.grow
-                                 ) if config.speculative is not None else None
-        self.results = StepResults(config, self.kv, self.shadow, self.tiers, self.predictor,
-                                   self.requests, self.running, self.waiting, self.drafts)
+        self.placement = StepPlacement(config, self.kv, self.shadow, self.policy, self.tiers)
+        self.results = StepResults(config, self.kv, self.shadow, self.tiers, self.predictor, self.hooks)
         self._next_arrival = 0
-        self._next_step_id = 0
+        self.next_step_id = 0
+        self.num_decodes_ahead = 0  # since start: decodes built before their input was sampled
         self._steps_in_flight: dict[int, bool] = {}  # step id -> whether it is decodes only
         # Steady decode steps in one pass (decode_step.py), for the policies whose order then
         # is arrival order; off: every step walks the policy's order (the tests compare both).
+        # Hooks see every step the walk builds, so they turn it off.
         self._decode_fast_path = (getattr(self.policy, "decodes_in_arrival_order", False)
-                                  and self.drafts is None)
+                                  and not self.hooks)
 
     # -- arrivals and aborts -----------------------------------------------------------------
     def add_request(self, req: GenerateRequest) -> str | None:
@@ -88,23 +92,10 @@ class Scheduler:
         self._next_arrival += 1
         link(state, self.requests, self._block_size)  # a sample of an n > 1 request: its leader
         self.kv.update_hashes(state)
-        self.requests[req.request_id] = state
-        self.waiting.append(state)
+        self.table.add(state)
         req.trace.mark("queued")
-        self.placement.queue(state, self._next_step_id)
+        self.placement.queue(state, self.next_step_id)
         return None
-
-    def _tier_room(self, request_id: str) -> int:
-        """Device blocks a tier fetch for this request may take: what nobody has claimed, plus
-        the request's own claim (the fetched blocks are part of what it reserved)."""
-        req = self.requests.get(request_id)
-        own = req.num_reserved_blocks if req is not None else 0
-        return self.kv.pool.num_allocatable - self.shadow.num_reserved + own
-
-    def _tier_fetched(self, request_id: str, num_blocks: int) -> None:
-        req = self.requests.get(request_id)
-        if req is not None:
-            self.shadow.protect_hits(req, num_blocks)
 
     def reclaim(self, max_blocks: int | None = None) -> int:
         """Evict up to `max_blocks` cold cached blocks that claims will need; the stage calls it
@@ -117,7 +108,7 @@ class Scheduler:
         req = self.requests.get(request_id)
         if req is None:
             return None
-        self.results.retire(req, reason, error)
+        self.results.retire(req, reason, error, self.table)
         return self.results.event(req, [], None)
 
     def fail_all(self, message: str) -> list[TokenEvent]:
@@ -128,25 +119,32 @@ class Scheduler:
     def schedule(self) -> StepBatch | None:
         """The next step, or None when nothing can run (finished ids then ride the next batch).
         Walks the policy's order under the token budget: running requests get their chunk
-        (preempting if short of blocks), waiting ones are admitted if the shadow allows."""
+        (preempting if short of blocks), waiting ones are admitted if the shadow allows; then
+        the step hooks see the step."""
+        table, running = self.table, self.running
+        step_id = self.next_step_id
         if (self._decode_fast_path and not self.waiting and not self._tiers_on
                 and self.shadow.is_settled()):
             num_allocatable = self.kv.pool.num_allocatable
-            chunks = decode_chunks(self.running, self._next_step_id, self._block_size,
+            chunks = decode_chunks(running, step_id, self._block_size,
                                    self.config.max_num_batched_tokens, num_allocatable, self.placement.grow)
             if chunks is not None:  # the general walk below would build exactly these
                 if self.kv.pool.num_allocatable != num_allocatable:  # blocks were taken: claims may exceed
-                    self.shadow.enforce(self.waiting, self.running)
-                return self._decode_batch(chunks)
+                    self.shadow.enforce(self.waiting, running)
+                self.next_step_id = step_id + 1
+                self._steps_in_flight[step_id] = True
+                results = self.results  # (take_finished_ids() inline: no call in the steady step)
+                finished, results.finished_ids = results.finished_ids, []
+                return StepBatch(step_id, [], chunks, finished)
         self.shadow.grant_pending()
         self.shadow.reclaim()  # what the stage has not reclaimed yet: before any admission
-        step = StepBuilder(self._next_step_id, self.config.max_num_batched_tokens)
-        admitting = len(self.running) < self.config.max_num_seqs
+        step = StepBuilder(step_id, self.config.max_num_batched_tokens)
+        admitting = len(running) < self.config.max_num_seqs
         waiting = list(self.waiting) if admitting and self.waiting else []
         ahead = self.can_schedule_ahead()
         place = self.placement
         running_status, block_size = RequestStatus.RUNNING, self._block_size
-        for req in self.policy.order(self.running, waiting, step.step_id):
+        for req in self.policy.order(running, waiting, step_id):
             if step.budget_left <= 0:
                 break
             if step.num_prefill_tokens and not self.policy.admits_prefill(step) and not is_decode(req):
@@ -161,42 +159,32 @@ class Scheduler:
                     # slot already in the last block: no growth, no preemption.
                     step.add_decode(req)
                 else:
-                    place.schedule_running(req, step)
+                    place.schedule_running(req, step, table)
             elif (not admitting or req.request_id in step.preempted_ids
                   or not self.shadow.admissible(req) or is_held(req, self._block_size)
-                  or place.waits_for_fetch(req)):
+                  or place.waits_for_fetch(req, len(running))):
                 continue
             elif step.num_preempted and step.chunks:
                 continue  # blocks just taken back by preemption go to the running batch, not the queue
-            elif not place.try_admit(req, step) and self.policy.blocks_queue(req):
+            elif not place.try_admit(req, step, table) and self.policy.blocks_queue(req):
                 admitting = False  # admit nobody behind it; running requests still get served
-        if self.drafts is not None and step.chunks:
-            self.drafts.attach(step, self.requests, len(self.running))
-        self.shadow.enforce(self.waiting, self.running)
+        if self.hooks and step.chunks:
+            self.hooks.on_schedule(step, table, place.grow)
+        self.shadow.enforce(self.waiting, running)
+        self.num_decodes_ahead += step.num_ahead
         if not step.chunks:
             return None
-        self._next_step_id += 1
-        self._steps_in_flight[step.step_id] = not step.num_prefill_tokens
-        results = self.results  # (its finished ids taken inline, as in _decode_batch)
-        finished, results.finished_ids = results.finished_ids, []
-        batch = step.build(finished)
-        batch.kv_ops = self.tiers.take_ops(batch.step_id)
+        self.next_step_id = step_id + 1
+        self._steps_in_flight[step_id] = not step.num_prefill_tokens
+        batch = step.build(self.results.take_finished_ids())
+        batch.kv_ops = self.tiers.take_ops(step_id)
         return batch
-
-    def _decode_batch(self, chunks: list[ScheduledChunk]) -> StepBatch:
-        """What schedule() ends with for a step of decodes only (no new requests, no admission)."""
-        step_id = self._next_step_id
-        self._next_step_id = step_id + 1
-        self._steps_in_flight[step_id] = True
-        results = self.results  # (take_finished_ids() inline: no call in the steady step)
-        finished, results.finished_ids = results.finished_ids, []
-        return StepBatch(step_id, [], chunks, finished)
 
     def update(self, batch: StepBatch, result: StepResult) -> list[TokenEvent]:
         """Apply a step's result: advance computed tokens, append samples, finish requests."""
         self._steps_in_flight.pop(batch.step_id, None)
         self.tiers.on_step_done(batch.step_id)
-        return self.results.apply(batch, result)
+        return self.results.apply(batch, result, self.table)
 
     def can_schedule_ahead(self) -> bool:
         """May a step be built now, before the results of those in flight? Only with async
@@ -213,10 +201,6 @@ class Scheduler:
         return len(self.running) < self.config.max_num_seqs
 
     # -- introspection -----------------------------------------------------------------------
-    @property
-    def next_step_id(self) -> int:
-        return self._next_step_id
-
     def has_work(self) -> bool:
         return bool(self.requests)
 
@@ -230,14 +214,6 @@ class Scheduler:
     @property
     def num_preemptions(self) -> int:  # since start
         return self.placement.num_preemptions
-
-    @property
-    def num_decodes_ahead(self) -> int:  # since start: decodes built before their input was sampled
-        return self.placement.num_decodes_ahead
-
-    @property
-    def num_admitted_by_lane(self) -> dict[str, int]:  # first admissions, since start
-        return self.placement.num_admitted_by_lane
 
     def stats(self) -> SchedulerStats:
         return collect_stats(self)

@@ -35,8 +35,12 @@ def _order(req: RequestState) -> tuple[int, int]:
 
 
 class ShadowAdmission:
-    def __init__(self, config: SchedulerConfig, kv: KVManager, predictor: OutputLengthPredictor) -> None:
+    def __init__(self, config: SchedulerConfig, kv: KVManager, predictor: OutputLengthPredictor,
+                 num_slots_past_end: int = 0) -> None:
+        """`num_slots_past_end`: KV positions a row may take past its last token (its step hooks'
+        guesses, scheduler/step_hooks.py): every footprint counts them."""
         self.config = config
+        self.num_slots_past_end = num_slots_past_end
         self.kv = kv
         self.pool = kv.pool
         self.predictor = predictor
@@ -60,7 +64,7 @@ class ShadowAdmission:
         # The last sampled token is never computed, so it needs no KV slot.
         num_positions = min(req.num_tokens + num_remaining - 1,
                             req.num_prompt_tokens + req.params.max_tokens - 1)
-        num_positions += self.config.num_speculative_slots  # a verifying row's draft slots, past its end
+        num_positions += self.num_slots_past_end
         num_busy_hits = sum(self.pool.ref_counts[b] > 0 for b in hits)
         # A sample group's follower shares its leader's prompt blocks: the leader's claim has them.
         num_busy_hits = max(num_busy_hits, num_blocks_from_leader(req))
@@ -156,17 +160,23 @@ class ShadowAdmission:
         self.num_reserved -= take
 
     def refund(self, req: RequestState, num_blocks: int) -> None:
-        """`req` gave `num_blocks` back to the pool (its rejected draft slots' blocks): its claim
+        """`req` gave `num_blocks` back to the pool (its rejected guesses' blocks): its claim
         grows again by them, which the pool now holds for it (claims stay <= allocatable)."""
         if req.has_reservation and num_blocks > 0:
             req.num_reserved_blocks += num_blocks
             self.num_reserved += num_blocks
 
-    def protect_hits(self, req: RequestState, num_blocks: int) -> None:
+    def fetch_room(self, req: RequestState | None) -> int:
+        """Device blocks a tier fetch for this request may take: what nobody has claimed, plus the
+        request's own claim (the fetched blocks are part of what it reserved)."""
+        own = req.num_reserved_blocks if req is not None else 0
+        return self.pool.num_allocatable - self.num_reserved + own
+
+    def protect_hits(self, req: RequestState | None, num_blocks: int) -> None:
         """Blocks fetched from a lower KV tier for a request already holding a claim are now cached
         prefix hits inside that claim: a reclaim must leave them, as it leaves the hits counted
-        at claim time."""
-        if not req.has_reservation:
+        at claim time. (None: the request ended meanwhile.)"""
+        if req is None or not req.has_reservation:
             return  # its claim, when granted, counts them itself
         num = min(num_blocks, req.num_reserved_blocks - req.num_claimed_hits)
         if num > 0:

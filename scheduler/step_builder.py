@@ -16,6 +16,7 @@ class StepBuilder:
         self.num_first_prefill_tokens = 0
         self.num_preempted = 0
         self.preempted_ids: set[str] = set()  # preempted during this step: not readmitted in it
+        self.num_ahead = 0  # decodes built ahead of their input's sampling
         self.admits = False  # a request is admitted (first chunk after a wait) in this step
 
     def add(self, req: RequestState, num_tokens: int) -> None:
@@ -67,6 +68,22 @@ class StepBuilder:
         req.in_flight_step = self.step_id
         req.num_in_flight_tokens += 1
         self.budget_left -= 1
+        self.num_ahead += 1
+
+    def add_guesses(self, req: RequestState, chunk: ScheduledChunk, token_ids: list[int]) -> None:
+        """Append `token_ids` to `req`'s decode row of this step (`chunk`, its only step in flight):
+        a step hook's guesses of the tokens that follow, not known tokens. The model samples at
+        each of their positions too, and the result says how many were right; until then the
+        positions are in flight (paid from the budget, in blocks the hook grew the row by)."""
+        num = len(token_ids)
+        assert 0 < num <= self.budget_left and len(req.in_flight) == 1 and req.in_flight[0][0] == self.step_id, req
+        chunk.token_ids = chunk.token_ids + token_ids
+        chunk.num_draft = num
+        step_id, num_tokens, ahead = req.in_flight[-1]
+        req.in_flight[-1] = (step_id, num_tokens + num, ahead)
+        req.num_in_flight_tokens += num
+        req.num_guessed_in_flight = num
+        self.budget_left -= num
 
     def build(self, finished_ids: list[str]) -> StepBatch:
         return StepBatch(self.step_id, self.new_requests, self.chunks, finished_ids, admits=self.admits)

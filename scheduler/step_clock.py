@@ -3,10 +3,9 @@
 Building step N+1 the moment step N is sent keeps the device busy, but it also closes N+1 to
 every request that arrives while N runs: their prefills wait one more step. So the step is built
 just in time instead: at the moment the device is expected to finish the steps in flight, less a
-lead: half a decode step, at least `lead_ns`. (Measured on the H200: a lead of 1.5 ms alone left
-the device idle between steps at 64 streams, whose results keep the event loop busy for ~3 ms,
-so the tick came late: 12.2 ms per step against 9.3 when building at once.) Arrivals until then
-join the step; later ones wait at most one decode step more.
+lead: half a decode step, at least `lead_ns`. (A fixed lead alone is shorter than the time a busy
+batch's results keep the event loop, so the tick would come late and the device idle between
+steps.) Arrivals until then join the step; later ones wait at most one decode step more.
 
 The expectation is the last measured duration of a decode-only step (the only kind a step is
 built ahead of), chained from the last result: a step queued behind another starts when that one
@@ -14,11 +13,10 @@ ends. Before any measurement the expected duration is 0: build at once. (The sta
 the clock when no arrival could join the step anyway: max_num_seqs requests are running.)
 
 A tick can still come late: the event loop is busy with the last result (its tokens emitted and
-written to 64 sockets), and while the timer waits its turn the device runs out of queued work.
-On the H200 the steady decode steps at 64 streams then ran at 10-13 ms instead of 9.3
-(bench/results/20261130-NVIDIA-H200, "Seventh session"). So the clock learns how late the ticks
-come and moves the due time earlier by as much: quickly after a late tick, slowly back when
-steps are built without waiting for one.
+written to many sockets), and while the timer waits its turn the device runs out of queued work
+and the steady decode steps stretch. So the clock learns how late the ticks come and moves the
+due time earlier by as much: quickly after a late tick, slowly back when steps are built without
+waiting for one.
 """
 from __future__ import annotations
 

@@ -8,21 +8,20 @@ it; a waiting request is admitted with its first chunk when seats, blocks and th
 Preemption is by recompute: the KV is dropped, the tokens kept.
 
 The Scheduler owns one and gives it, once, the collaborators it works with (shared with the
-scheduler and never replaced): the block tables (KVManager), the shadow, the policy, the tiers,
-and the running and waiting queues. It counts what it does: preemptions, decodes built ahead,
-first admissions by lane.
+scheduler and never replaced): the block tables (KVManager), the shadow, the policy and the tiers.
+The requests are not among them: a call that moves a request between the queues is handed the
+scheduler's RequestTable, one that only reads how many run is handed that count. It counts what it
+does: preemptions, first admissions by lane.
 """
 from __future__ import annotations
-
-import bisect
-from collections import deque
 
 from scheduler.config import SchedulerConfig
 from scheduler.kv_manager import KVManager
 from scheduler.kv_tiers.manager import KvTierManager
 from scheduler.kv_tiers.no_tiers import NoTiers
 from scheduler.policy import Policy
-from scheduler.request_state import RequestState, RequestStatus
+from scheduler.request_state import RequestState
+from scheduler.request_table import RequestTable
 from scheduler.sample_group import admission_hits
 from scheduler.shadow import ShadowAdmission
 from scheduler.step_builder import StepBuilder
@@ -30,8 +29,7 @@ from scheduler.step_builder import StepBuilder
 
 class StepPlacement:
     def __init__(self, config: SchedulerConfig, kv: KVManager, shadow: ShadowAdmission, policy: Policy,
-                 tiers: KvTierManager | NoTiers, running: list[RequestState],
-                 waiting: deque[RequestState]) -> None:
+                 tiers: KvTierManager | NoTiers) -> None:
         self.config = config
         self._block_size = config.block_size
         self._max_model_len = config.max_model_len
@@ -39,10 +37,7 @@ class StepPlacement:
         self.shadow = shadow
         self.policy = policy
         self.tiers = tiers
-        self.running = running  # sorted by arrival_seq
-        self.waiting = waiting
         self.num_preemptions = 0
-        self.num_decodes_ahead = 0
         self.num_admitted_by_lane = {"short": 0, "long": 0}  # first admissions
 
     def queue(self, req: RequestState, step_id: int) -> None:
@@ -72,9 +67,8 @@ class StepPlacement:
         # Its slot in the last block (most steps: no growth), else grow by a block.
         if num_tokens < len(req.block_ids) * self._block_size or self.grow(req, num_tokens + 1):
             step.add_ahead(req)
-            self.num_decodes_ahead += 1
 
-    def waits_for_fetch(self, req: RequestState) -> bool:
+    def waits_for_fetch(self, req: RequestState, num_running: int) -> bool:
         """Tiers: bring up what arrived since the request was queued, then say whether it should
         wait for the disk reads that continue its prefix rather than recompute (never blocking
         the requests behind it)."""
@@ -84,9 +78,9 @@ class StepPlacement:
         hits = self.kv.find_prefix(req)
         if tiers.prefetch(req, hits):
             hits = self.kv.find_prefix(req)
-        return tiers.must_wait(req, len(hits), len(self.running))
+        return tiers.must_wait(req, len(hits), num_running)
 
-    def schedule_running(self, req: RequestState, step: StepBuilder) -> None:
+    def schedule_running(self, req: RequestState, step: StepBuilder, table: RequestTable) -> None:
         """A decode takes 1 token, an unfinished prefill a chunk, shrunk to the blocks there are;
         if not even one token fits, preempt the policy's victim until it does."""
         # Not in flight, so its last result is in: a running request always lacks a token. (The
@@ -100,17 +94,18 @@ class StepPlacement:
             num_room = (len(req.block_ids) + self.kv.pool.num_allocatable) * self._block_size
             num_new = max(1, min(num_new, num_room - req.num_computed_tokens))
         while not self.grow(req, req.num_computed_tokens + num_new):
-            victim = self.policy.pick_victim(self.running)
+            victim = self.policy.pick_victim(table.running)
             assert victim is not None  # req itself is a candidate
-            self.preempt(victim, step)
+            self.preempt(victim, step, table)
             if victim is req:
                 return
         step.add(req, num_new)
 
-    def try_admit(self, req: RequestState, step: StepBuilder) -> bool:
+    def try_admit(self, req: RequestState, step: StepBuilder, table: RequestTable) -> bool:
         """Admit a waiting request with its first chunk (after prefix hits) if seats and blocks allow."""
         config = self.config
-        if len(self.running) >= config.max_num_seqs:
+        running = table.running
+        if len(running) >= config.max_num_seqs:
             return False
         hits = admission_hits(req, self.kv.find_prefix(req), self._block_size)
         num_hit_tokens = len(hits) * self._block_size
@@ -121,17 +116,15 @@ class StepPlacement:
             return False  # no chunked prefill: the whole (uncached) prompt in one step, or wait
         num_prompt_blocks = config.blocks_for(req.num_tokens) - len(hits)
         if not self.kv.can_admit(hits, num_hit_tokens + num_new) or not self.policy.can_start(
-                req, num_prompt_blocks, self.kv.pool.num_allocatable, self.running):
+                req, num_prompt_blocks, self.kv.pool.num_allocatable, running):
             return False
         num_before = self.kv.pool.num_allocatable
         self.kv.admit(req, hits, num_hit_tokens + num_new)
         self.shadow.consume(req, num_before - self.kv.pool.num_allocatable)
         self.tiers.release(req)
-        self.waiting.remove(req)
+        table.admit(req)
         if not req.was_scheduled:
             self.num_admitted_by_lane["long" if req.is_long else "short"] += 1
-        req.status = RequestStatus.RUNNING
-        bisect.insort(self.running, req, key=lambda r: r.arrival_seq)
         step.add(req, num_new)
         step.admits = True
         return True
@@ -147,17 +140,15 @@ class StepPlacement:
         self.shadow.consume(req, num_before - self.kv.pool.num_allocatable)
         return True
 
-    def preempt(self, req: RequestState, step: StepBuilder) -> None:
+    def preempt(self, req: RequestState, step: StepBuilder, table: RequestTable) -> None:
         """Recompute preemption: drop the KV, keep the tokens; back to the queue's front, shadowed
         again (its claim is recomputed for what it still needs)."""
-        self.running.remove(req)
+        table.preempt(req)
         self.kv.free(req)
         self.shadow.release(req)
         req.num_computed_tokens = 0
-        req.status = RequestStatus.PREEMPTED
         req.num_preemptions += 1
         self.num_preemptions += 1
         step.num_preempted += 1
         step.preempted_ids.add(req.request_id)
-        self.waiting.appendleft(req)
         self.queue(req, step.step_id)

@@ -6,14 +6,16 @@ by `retire`, the one exit (an abort too), which frees its blocks and claim once.
 request aborted while its step was in flight is dropped (its step id no longer heads its
 in-flight list).
 
+A row that carried a step hook's guesses (scheduler/step_hooks.py) appends the run its hooks
+leave, one token at a time, and gives back the blocks of the guesses that were wrong.
+
 The Scheduler owns one and gives it, once, the collaborators it works with (shared with the
 scheduler and never replaced): the block tables (KVManager), the shadow, the tiers, the output
-length predictor, and the live requests with their running and waiting queues. It keeps the ids
-of the requests that ended since the last batch, which the GPU stage must forget.
+length predictor and the step hooks. The requests are not among them: `apply` and `retire` are
+handed the scheduler's RequestTable. It keeps the ids of the requests that ended since the last
+batch, which the GPU stage must forget.
 """
 from __future__ import annotations
-
-from collections import deque
 
 from scheduler.config import SchedulerConfig
 from scheduler.finish import finish_reason
@@ -22,9 +24,10 @@ from scheduler.kv_tiers.manager import KvTierManager
 from scheduler.kv_tiers.no_tiers import NoTiers
 from scheduler.predictor import OutputLengthPredictor
 from scheduler.request_state import RequestState, RequestStatus
+from scheduler.request_table import RequestTable
 from scheduler.shadow import ShadowAdmission
-from scheduler.spec.drafts import SpecDrafts
-from stages.messages import SampledToken, StepBatch, StepResult, TokenEvent
+from scheduler.step_hooks import StepHooks
+from stages.messages import SampledToken, ScheduledChunk, StepBatch, StepResult, TokenEvent
 from stages.trace import RequestTrace
 
 
@@ -42,8 +45,7 @@ def _mark_prefill_done(trace: RequestTrace, result: StepResult) -> None:
 class StepResults:
     def __init__(self, config: SchedulerConfig, kv: KVManager, shadow: ShadowAdmission,
                  tiers: KvTierManager | NoTiers, predictor: OutputLengthPredictor,
-                 requests: dict[str, RequestState], running: list[RequestState],
-                 waiting: deque[RequestState], drafts: SpecDrafts | None = None) -> None:
+                 hooks: StepHooks | None = None) -> None:
         self._block_size = config.block_size
         self._caching = config.enable_prefix_caching
         self._eos_token_ids = config.eos_token_ids
@@ -52,22 +54,20 @@ class StepResults:
         self.shadow = shadow
         self.tiers = tiers
         self.predictor = predictor
-        self.requests = requests  # live (not finished) requests
-        self.running = running
-        self.waiting = waiting
+        self.hooks = hooks if hooks is not None else StepHooks()
         self.finished_ids: list[str] = []  # ended since the last batch, known to the GPU stage
-        self.drafts = drafts  # speculative decoding: verifying rows roll back their rejected slots
 
     def take_finished_ids(self) -> list[str]:
         """The ids that ended since the last call (they ride the next batch)."""
         out, self.finished_ids = self.finished_ids, []
         return out
 
-    def apply(self, batch: StepBatch, result: StepResult) -> list[TokenEvent]:
+    def apply(self, batch: StepBatch, result: StepResult, table: RequestTable) -> list[TokenEvent]:
         """Advance computed tokens, append samples, finish requests."""
         sampled = {s.request_id: s for s in result.sampled}
         failed = result.failed
-        requests = self.requests
+        requests = table.requests
+        hooks = self.hooks if self.hooks else None
         step_id = batch.step_id
         caching, block_size = self._caching, self._block_size
         events: list[TokenEvent] = []
@@ -85,12 +85,16 @@ class StepResults:
             if failure is None and chunk.sample and token is None:
                 failure = "the step sampled no token for this request"
             if failure is not None:
-                self.retire(req, "error", failure)
+                self.retire(req, "error", failure, table)
                 events.append(self.event(req, [], None))
                 continue
-            if chunk.num_draft:
-                events.append(self._apply_verified(req, chunk.num_draft, token, result.spec.get(req.request_id, [])))
-                continue
+            if hooks is not None and token is not None:
+                run = hooks.on_results(req, chunk, token, result)
+                if req.num_guessed_in_flight:
+                    events.append(self._apply_run(req, chunk, run, table))
+                    continue
+                assert len(run) == 1, "a row without guesses samples one token"
+                token = run[0]
             # Advance the computed tokens (inline: once per request per step).
             before = req.num_computed_tokens
             after = req.num_computed_tokens = before + len(chunk.token_ids)
@@ -99,10 +103,10 @@ class StepResults:
             if caching and after // block_size > req.num_hashed_blocks:
                 self.kv.cache_computed(req)  # only when a block has just been completed
             if token is not None:
-                events.append(self._append_token(req, token))
+                events.append(self._append_token(req, token, table))
         return events
 
-    def _append_token(self, req: RequestState, token: SampledToken) -> TokenEvent:
+    def _append_token(self, req: RequestState, token: SampledToken, table: RequestTable) -> TokenEvent:
         token_id = token.token_id
         token_ids = req.all_token_ids
         token_ids.append(token_id)
@@ -119,7 +123,7 @@ class StepResults:
                 or token_id in self._eos_token_ids or token_id in params.stop_token_ids):
             reason = finish_reason(req, token_id, self._eos_token_ids, self._max_model_len)
             if reason is not None:
-                self.retire(req, reason, None)
+                self.retire(req, reason, None, table)
         # event()'s TokenEvent, inline (one per request per step).
         event = TokenEvent(req.request_id, [token_id], req.finish_reason,
                            None if params.logprobs is None else [token], req.num_prompt_tokens,
@@ -128,37 +132,35 @@ class StepResults:
             event.prompt_logprobs = token.prompt_logprobs
         return event
 
-    def _apply_verified(self, req: RequestState, num_draft: int, first: SampledToken,
-                        accepted: list[SampledToken]) -> TokenEvent:
-        """A verifying row's result: its input and the `len(accepted)` guesses it accepted are
-        computed, the blocks of the rejected slots go back, and its 1 + len(accepted) tokens
-        are appended one by one, so that a stop id or a length limit inside the run ends the
-        request exactly where it would have ended without speculation (the rest is dropped)."""
-        assert self.drafts is not None and len(accepted) <= num_draft
-        req.num_computed_tokens += 1 + len(accepted)
-        self.drafts.roll_back(req, num_draft, len(accepted))
-        tokens = [first, *accepted]
+    def _apply_run(self, req: RequestState, chunk: ScheduledChunk, run: list[SampledToken],
+                   table: RequestTable) -> TokenEvent:
+        """A row that carried guesses: its known tokens and the guesses its run accepted (one per
+        token after the first) are computed, the blocks past them go back, and the run's tokens
+        are appended one by one, so that a stop id or a length limit inside it ends the request
+        exactly where it would have ended token by token (the rest is dropped)."""
+        num_guessed = req.num_guessed_in_flight
+        assert len(run) - 1 <= num_guessed, (req, len(run))
+        req.num_guessed_in_flight = 0
+        req.num_computed_tokens += len(chunk.token_ids) - num_guessed + len(run) - 1
+        self.shadow.refund(req, self.kv.truncate(req, req.num_computed_tokens + req.num_in_flight_tokens))
         event = None
-        for n, token in enumerate(tokens, 1):
-            event = self._append_token(req, token)
+        for n, token in enumerate(run, 1):
+            event = self._append_token(req, token, table)
             if req.finish_reason is not None:
                 break
         assert event is not None
         if n > 1:  # one event for the run
-            event.token_ids = [t.token_id for t in tokens[:n]]
+            event.token_ids = [t.token_id for t in run[:n]]
             if event.logprobs is not None:
-                event.logprobs = tokens[:n]
+                event.logprobs = run[:n]
         if self._caching and req.finish_reason is None:
             self.kv.cache_computed(req)  # blocks the accepted run completed (now known and computed)
         return event
 
-    def retire(self, req: RequestState, reason: str, error: str | None) -> None:
+    def retire(self, req: RequestState, reason: str, error: str | None, table: RequestTable) -> None:
         """The one exit: out of its queue, blocks and claim freed once, forgotten. Natural ends
         teach the output-length predictor."""
-        if req.status is RequestStatus.RUNNING:
-            self.running.remove(req)
-        else:
-            self.waiting.remove(req)
+        table.remove(req)
         if req.in_flight:  # its steps in flight write past the computed
             self.tiers.mark_dirty(req.block_ids[req.num_computed_tokens // self._block_size:], req.in_flight_step)
         self.kv.free(req)
@@ -170,8 +172,7 @@ class StepResults:
         req.finish_reason, req.error = reason, error
         req.in_flight.clear()
         req.in_flight_step, req.num_in_flight_tokens = None, 0
-        req.num_draft_in_flight = 0
-        del self.requests[req.request_id]
+        req.num_guessed_in_flight = 0
         if req.was_scheduled:
             self.finished_ids.append(req.request_id)
 

@@ -44,8 +44,8 @@ class SamplingRow:
     # Tokens sampled for it before this one, those of steps still in flight included (a decode
     # launched ahead of the previous step's result); None: len(output_token_ids). min_tokens reads it.
     num_output: int | None = None
-    # Its uniform, drawn already from its generator (speculative decoding's look-ahead, see
-    # SamplingState); None: draw_uniforms draws the next one.
+    # Its uniform, drawn already from its generator (SamplingState.lookahead: a row sampled ahead
+    # of the tokens before it being known); None: draw_uniforms draws the next one.
     uniform: float | None = None
     bias: BiasRow | None = None  # its logit_bias on the device (None: built from params when it has one)
 

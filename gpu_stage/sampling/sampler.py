@@ -1,17 +1,18 @@
 """Sampler: logits of the sampled rows of a step -> one token per row, vectorised over the batch.
 
-Order of processing (as vLLM): logprobs are taken from the raw model log-softmax; then min_tokens
-bans the stop ids, logit_bias adds its biases (logit_bias.py), the repetition penalty (HF semantics, over prompt + output) and the frequency /
-presence penalties (over output) edit the logits; temperature 0 takes the argmax; otherwise
-temperature, top_k, top_p and min_p shape the distribution (`truncation_mask`) and the token is
-drawn by inverse CDF, in vocabulary order, with ONE uniform from the request's own generator. Each
-request's randomness is therefore its own: a seeded request gives the same tokens whatever else
-shares its batch.
+Order of processing (as vLLM): logprobs are taken from the raw model log-softmax; then a logits
+processor edits the logits where the runner passes one (a runner hook's: gpu_stage/runner_hooks.py),
+min_tokens bans the stop ids, logit_bias adds its biases (logit_bias.py), the repetition penalty
+(HF semantics, over prompt + output) and the frequency / presence penalties (over output) edit
+them; temperature 0 takes the argmax; otherwise temperature, top_k, top_p and min_p shape the
+distribution (`truncation_mask`) and the token is drawn by inverse CDF, in vocabulary order, with
+ONE uniform from the request's own generator. Each request's randomness is therefore its own: a
+seeded request gives the same tokens whatever else shares its batch.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterable
+from typing import Callable, Iterable
 
 import numpy as np
 import torch
@@ -20,6 +21,9 @@ from gpu_stage.sampling import torch_draw
 from gpu_stage.sampling.logit_bias import apply_logit_bias
 from gpu_stage.sampling.penalties import PenaltyCache, apply_penalties
 from gpu_stage.sampling.rows import SamplingRow, SamplingTensors, device_ids
+
+# logits [R, V] float32 and their rows -> new logits (the input left as it is)
+LogitsProcessor = Callable[[torch.Tensor, list[SamplingRow]], torch.Tensor]
 
 
 @dataclass
@@ -43,7 +47,7 @@ class PendingSample:
     num_rows: int
     logprob_ks: list[int | None]  # per row: None (no logprobs) or how many alternatives
     max_k: int
-    num_extra: int = 0  # int32 ids appended to the packed results (a draft model's guesses)
+    num_extra: int = 0  # int32 ids appended to the packed results (`start`'s `extra`)
 
 
 class Sampler:
@@ -81,23 +85,25 @@ class Sampler:
         self._row_kernel(logits, *draw, top_k=torch.full((2,), 2, dtype=torch.int32, device=device),
                          top_p=torch.full((2,), 0.5, device=device), min_p=torch.full((2,), 0.1, device=device))
 
-    def __call__(self, logits: torch.Tensor, rows: list[SamplingRow],
-                 tensors: SamplingTensors | None = None) -> SamplerOutput:
+    def __call__(self, logits: torch.Tensor, rows: list[SamplingRow], tensors: SamplingTensors | None = None,
+                 process: LogitsProcessor | None = None) -> SamplerOutput:
         """logits [B, vocab] (any float dtype) -> one token per row, waiting for the result."""
-        return self.finish(self.start(logits, rows, tensors))
+        return self.finish(self.start(logits, rows, tensors, process=process))
 
-    def start(self, logits: torch.Tensor, rows: list[SamplingRow],
-              tensors: SamplingTensors | None = None, extra: torch.Tensor | None = None) -> PendingSample:
+    def start(self, logits: torch.Tensor, rows: list[SamplingRow], tensors: SamplingTensors | None = None,
+              extra: torch.Tensor | None = None, process: LogitsProcessor | None = None) -> PendingSample:
         """Queue the sampling of one token per row and the single device-to-host copy of the packed
         results (ids, ok flags and, when asked, logprobs); no host sync. `tensors`: the rows'
         staged parameters (drawn and built here when None). `extra`: int32 ids on the device that
-        ride the same copy (SamplerOutput.extra)."""
+        ride the same copy (SamplerOutput.extra). `process`: the logits processor, if any."""
         assert logits.shape[0] == len(rows)
         if tensors is None:
             tensors = SamplingTensors.build(rows, logits.device, logits.shape[1])
         logits = logits.to(torch.float32)  # [B, V]
         ks = [r.params.logprobs for r in rows]
         raw_logprobs = torch.log_softmax(logits, dim=-1) if any(k is not None for k in ks) else None
+        if process is not None:
+            logits = process(logits, rows)
         logits = self._ban_stop_ids(logits, rows)
         if tensors.flags.need_logit_bias:
             logits = apply_logit_bias(logits, rows)

@@ -19,8 +19,7 @@ import torch
 from gpu_stage.sampling.penalties import PenaltyCache
 from gpu_stage.sampling.prompt_logprobs import PromptLogprobsPass, PromptProgress, PromptRows, plan_prompt_rows
 from gpu_stage.sampling.rows import BiasRow, SamplingRow
-from gpu_stage.spec.verify import verify_rows
-from stages.messages import NewRequestData, StepBatch, StepResult
+from stages.messages import NewRequestData, ScheduledChunk, StepBatch, StepResult
 from stages.sampling import SamplingParams
 
 
@@ -32,10 +31,14 @@ class SamplingState:
     generator: torch.Generator
     # Rows sampled for it in launched steps: output_token_ids plus the steps still in flight.
     num_sampled: int = 0
-    # Uniforms drawn from `generator` for positions not emitted yet (a verifying row draws one per
-    # position it samples and uses up those of the tokens it emits: gpu_stage/spec/verify.py).
+    # Uniforms drawn from `generator` for positions not emitted yet (a runner hook that samples a
+    # chunk at several positions draws one per position and uses up those of the tokens it emits).
     lookahead: deque[float] = field(default_factory=deque)
     bias: BiasRow | None = None  # its logit_bias on the device, put there once at admission
+
+
+# A chunk's sampled rows when it has several (None: the plain one row; runner_hooks.HookStep.rows).
+Expand = Callable[[ScheduledChunk, SamplingState], list[SamplingRow] | None]
 
 
 class SamplingStates:
@@ -78,11 +81,11 @@ class SamplingStates:
             if progress is not None and progress.results is not None:
                 progress.results.extend(entries)
 
-    def sampling_rows(self, batch: StepBatch, result: StepResult, fault_injector: Callable[[str], None] | None
-                      ) -> tuple[list[SamplingRow], list[int], list[str]]:
+    def sampling_rows(self, batch: StepBatch, result: StepResult, fault_injector: Callable[[str], None] | None,
+                      expand: Expand | None = None) -> tuple[list[SamplingRow], list[int], list[str]]:
         """Rows to sample (requests known and not failed by the test hook `fault_injector`, which
-        `result.failed` then names), their chunk index and request id; a verifying chunk's
-        num_draft + 1 rows one after the other."""
+        `result.failed` then names), their chunk index and request id. `expand` (a runner hook's
+        HookStep.rows) may give a chunk several rows, one after the other."""
         rows, chunk_index, request_ids = [], [], []
         for i, chunk in enumerate(batch.chunks):
             if not chunk.sample:
@@ -100,14 +103,10 @@ class SamplingStates:
             except Exception as exc:
                 result.failed[chunk.request_id] = f"{type(exc).__name__}: {exc}"
                 continue
-            if chunk.num_draft:  # a verifying row: num_draft + 1 rows; num_sampled moves when it is known
-                verifying = verify_rows(chunk, state.params, state.prompt_token_ids, state.output_token_ids,
-                                        state.generator, state.lookahead, state.num_sampled)
-                for row in verifying:
-                    row.bias = state.bias
-                rows += verifying
-                chunk_index += [i] * len(verifying)
-                request_ids += [chunk.request_id] * len(verifying)
+            if expand is not None and (several := expand(chunk, state)) is not None:
+                rows += several
+                chunk_index += [i] * len(several)
+                request_ids += [chunk.request_id] * len(several)
                 continue
             uniform = state.lookahead.popleft() if state.lookahead and not state.params.greedy else None
             rows.append(SamplingRow(state.params, state.prompt_token_ids, state.output_token_ids, state.generator,

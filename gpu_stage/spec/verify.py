@@ -49,18 +49,3 @@ def consume(lookahead: deque[float], num_emitted: int) -> None:
     """The uniforms of the emitted positions are used; the rest stay for the next step."""
     for _ in range(min(num_emitted, len(lookahead))):
         lookahead.popleft()
-
-
-def logits_rows(chunks: Sequence[Chunk], chunk_index: Sequence[int]) -> list[int]:
-    """Each sampled row's row in an eager step's logits (one per sampled chunk, a verifying row's
-    num_draft + 1 in order), from the chunk index of each row (repeated for a verifying row)."""
-    first, n = [], 0
-    for chunk in chunks:
-        first.append(n)
-        n += (1 + chunk.num_draft) if chunk.sample else 0
-    out, prev, offset = [], -1, 0
-    for i in chunk_index:
-        offset = offset + 1 if i == prev else 0
-        prev = i
-        out.append(first[i] + offset)
-    return out

@@ -1,17 +1,19 @@
-"""SpecDrafts: draft tokens for a step's decode rows, and what a verifying row's result does.
+"""SpecDrafts: speculative decoding's step hook (scheduler/step_hooks.py): draft tokens for a step's
+decode rows, and what a verifying row's result adds to them.
 
-After the policy's walk has built the step (so the lanes' order stands: every prefill chunk has
-taken its share of the budget first, and a verification never pushes a waiting prompt's first
-token back), each decode row gets up to k draft tokens as extra query rows, paid from the budget
-that is left: guessed here by prompt lookup (ngram.py), or left PENDING_TOKEN for the GPU stage's
-draft model to fill. The draft slots' KV positions come from the blocks the row already has, or
+`on_schedule`: after the policy's walk has built the step (so the lanes' order stands: every
+prefill chunk has taken its share of the budget first, and a verification never pushes a waiting
+prompt's first token back), each decode row gets up to k draft tokens as extra query rows, paid
+from the budget that is left: guessed here by prompt lookup (ngram.py), or left PENDING_TOKEN for
+the GPU stage's draft model to fill. The draft slots' KV positions come from the blocks the row already has, or
 one more block if the pool gives it (never by preempting anyone: a row that cannot grow takes the
 drafts that fit its last block).
 
-When the result comes back the row has accepted a <= k drafts: computed advances by 1 + a (its
-input and the accepted guesses; the StepResults do it), and the blocks past what that covers are
-given back (`roll_back`): the rejected slots' KV is garbage that the next steps overwrite, and no
-prefix-cache hash ever covers it (only full blocks of known, computed tokens are hashed).
+`on_results`: the row has accepted a <= k drafts, and its run grows by their successors (the
+GPU stage's StepResult.spec); the row's counters and trace note a. The StepResults then advance
+computed by 1 + a (its input and the accepted guesses) and give back the blocks past what that
+covers: the rejected slots' KV is garbage that the next steps overwrite, and no prefix-cache hash
+ever covers it (only full blocks of known, computed tokens are hashed).
 
 Rows that get no drafts: penalised requests (their history would have to include the guesses),
 rows the budget, max_tokens or the context window leave no room for, all rows while more
@@ -22,12 +24,11 @@ from __future__ import annotations
 from typing import Callable
 
 from scheduler.config import SchedulerConfig
-from scheduler.kv_manager import KVManager
 from scheduler.request_state import RequestState
-from scheduler.shadow import ShadowAdmission
+from scheduler.request_table import RequestTable
 from scheduler.spec.ngram import propose_ngram
 from scheduler.step_builder import StepBuilder
-from stages.messages import PENDING_TOKEN
+from stages.messages import PENDING_TOKEN, SampledToken, ScheduledChunk, StepResult
 from stages.speculative import SpeculativeConfig
 
 
@@ -49,20 +50,21 @@ class SpecCounters:
 
 
 class SpecDrafts:
-    def __init__(self, config: SchedulerConfig, spec: SpeculativeConfig, kv: KVManager, shadow: ShadowAdmission,
-                 grow: Callable[[RequestState, int], bool]) -> None:
+    def __init__(self, config: SchedulerConfig, spec: SpeculativeConfig) -> None:
         self.spec = spec
         self._block_size = config.block_size
         self._max_model_len = config.max_model_len
         self._guess = spec.method == "ngram"  # else the GPU stage's draft model guesses
-        self.kv, self.shadow = kv, shadow
-        self._grow = grow  # StepPlacement.grow: growth charged to the request's claim
+        self.num_slots_past_end = spec.num_speculative_tokens  # a verifying row's draft slots
         self.counters = SpecCounters(spec.num_speculative_tokens)
 
-    def attach(self, step: StepBuilder, requests: dict[str, RequestState], num_running: int) -> None:
-        """Give the step's decode rows their drafts from the budget left (see the module doc)."""
-        if not self.spec.speculates(num_running):
+    def on_schedule(self, step: StepBuilder, table: RequestTable,
+                    grow: Callable[[RequestState, int], bool]) -> None:
+        """Give the step's decode rows their drafts from the budget left (see the module doc);
+        `grow`: StepPlacement.grow, growth charged to the request's claim."""
+        if not self.spec.speculates(len(table.running)):
             return
+        requests = table.requests
         k, block_size = self.spec.num_speculative_tokens, self._block_size
         for chunk in step.chunks:
             if step.budget_left <= 0:
@@ -78,18 +80,10 @@ class SpecDrafts:
                 continue
             drafts = self._propose(req, num_room)
             end = chunk.start_pos + 1 + len(drafts)
-            if drafts and not self._grow(req, end):  # the slots that fit its last block
+            if drafts and not grow(req, end):  # the slots that fit its last block
                 drafts = drafts[: len(req.block_ids) * block_size - chunk.start_pos - 1]
-            if not drafts:
-                continue
-            n = len(drafts)
-            chunk.token_ids = chunk.token_ids + drafts
-            chunk.num_draft = n
-            step_id, num, ahead = req.in_flight[-1]
-            req.in_flight[-1] = (step_id, num + n, ahead)
-            req.num_in_flight_tokens += n
-            req.num_draft_in_flight = n
-            step.budget_left -= n
+            if drafts:
+                step.add_guesses(req, chunk, drafts)
 
     def _propose(self, req: RequestState, num_room: int) -> list[int]:
         if not self._guess:
@@ -97,13 +91,18 @@ class SpecDrafts:
         spec = self.spec
         return propose_ngram(req.all_token_ids, num_room, spec.prompt_lookup_min, spec.prompt_lookup_max)
 
-    def roll_back(self, req: RequestState, num_draft: int, num_accepted: int) -> None:
-        """A verifying row's result: count it, trace it, give back the rejected slots' blocks."""
-        req.num_draft_in_flight = 0
-        self.counters.observe(num_draft, num_accepted)
+    def on_results(self, req: RequestState, chunk: ScheduledChunk, run: list[SampledToken],
+                   result: StepResult) -> list[SampledToken]:
+        """A verifying row's run: its sample, then the successors of the drafts the model accepted
+        (counted and traced here)."""
+        if not chunk.num_draft:
+            return run
+        accepted = result.spec.get(req.request_id, [])
+        assert len(accepted) <= chunk.num_draft
+        self.counters.observe(chunk.num_draft, len(accepted))
         info = req.request.trace.info
-        accepted = info.get("spec_accepted")
-        if accepted is None:
-            accepted = info["spec_accepted"] = []
-        accepted.append(num_accepted)  # type: ignore[union-attr]
-        self.shadow.refund(req, self.kv.truncate(req, req.num_computed_tokens + req.num_in_flight_tokens))
+        trace = info.get("spec_accepted")
+        if trace is None:
+            trace = info["spec_accepted"] = []
+        trace.append(len(accepted))  # type: ignore[union-attr]
+        return run + accepted

@@ -7,6 +7,7 @@ import asyncio
 import json
 
 from bench.spec_rounds import RoundTimer, breakdown_line
+from gpu_stage.spec.verifier import draft_of
 from pipeline import Engine
 from stages.sampling import SamplingParams
 from tests.pipeline.spec_kit import config
@@ -25,7 +26,7 @@ def test_round_breakdown_of_a_draft_model_reply() -> None:
                                                                                 ignore_eos=True)):
                 n += len(out.token_ids)
             timer.remove()
-            assert "guess" not in vars(runner.draft) and "_forward" not in vars(runner)  # restored
+            assert "guess" not in vars(draft_of(runner.hook)) and "_forward" not in vars(runner)  # restored
             return timer.summary(n - 1), n  # the first token: the prefill's
 
     b, n = asyncio.run(main())

@@ -10,7 +10,9 @@ import json
 import torch
 
 from gpu_stage.loaders.dummy_loader import load_dummy
+from gpu_stage.spec.verifier import draft_of
 from pipeline import Engine
+from scheduler.spec.drafts import SpecDrafts
 from stages.sampling import SamplingParams
 from tests.pipeline.spec_kit import REPEATING, collect, config, run
 
@@ -23,9 +25,9 @@ def test_the_target_as_its_own_draft_accepts_every_guess_and_changes_nothing() -
     plain, _ = run(config(None), PROMPTS, GREEDY)
     spec, engine = run(config(DRAFT), PROMPTS, GREEDY)
     assert [r.token_ids for r in spec] == [r.token_ids for r in plain]
-    c = engine.built.scheduler.drafts.counters
+    c = engine.built.scheduler.hooks.get(SpecDrafts).counters
     assert c.num_drafts > 0 and c.num_accepted_tokens == c.num_draft_tokens  # the mechanism's ceiling
-    assert engine.built.runner.draft is not None
+    assert draft_of(engine.built.runner.hook) is not None
 
 
 def test_a_different_draft_is_mostly_rejected_and_changes_nothing_batched_and_chunked() -> None:
@@ -36,14 +38,14 @@ def test_a_different_draft_is_mostly_rejected_and_changes_nothing_batched_and_ch
         async with Engine(config(DRAFT, **kw)) as engine:
             # Other weights: the target's, each matrix mixed with another seed's (the guesses agree
             # with the target only sometimes).
-            draft = engine.built.runner.draft
+            draft = draft_of(engine.built.runner.hook)
             other = dict(load_dummy("tiny", seed=1).weights(torch.device("cpu"), torch.float32))
             draft.model.load_weights((name, 0.5 * w + 0.5 * other[name]) for name, w in
                                      load_dummy("tiny").weights(torch.device("cpu"), torch.float32))
             replies = await asyncio.gather(*[collect(engine, p, GREEDY) for p in PROMPTS])
             engine.built.scheduler.check()
             assert engine.built.scheduler.stats().num_used_blocks == 0
-            return replies, engine.built.scheduler.drafts.counters
+            return replies, engine.built.scheduler.hooks.get(SpecDrafts).counters
 
     spec, c = asyncio.run(main())
     assert [r.token_ids for r in spec] == [r.token_ids for r in plain]

@@ -10,6 +10,7 @@ import pytest
 
 from ingress.dummy_tokenizer import FIRST_FILLER_ID
 from pipeline import Engine
+from scheduler.spec.drafts import SpecDrafts
 from stages.sampling import SamplingParams
 from tests.pipeline.spec_kit import NGRAM, REPEATING, collect, config, run
 
@@ -35,7 +36,7 @@ def test_greedy_with_ngram_equals_greedy_without(kw: dict) -> None:
     spec, engine = run(config(NGRAM, **kw), REPEATING, GREEDY)
     assert [r.token_ids for r in spec] == [r.token_ids for r in plain]
     assert all(r.num_output_tokens == 40 and r.finish_reason == "length" for r in spec)
-    counters = engine.built.scheduler.drafts.counters
+    counters = engine.built.scheduler.hooks.get(SpecDrafts).counters
     assert counters.num_accepted_tokens > 0 and counters.num_drafts > 0  # the runs did speculate
     assert any(len(f) > 1 for r in spec for f in r.flushes)
     if "num_kv_blocks" in kw:
@@ -104,7 +105,7 @@ def test_metrics_and_traces_record_drafts_and_accepted_lengths() -> None:
 
     spec, engine = run(config(NGRAM), REPEATING, GREEDY)
     values = parse_metrics(engine.metrics.render().decode())
-    c = engine.built.scheduler.drafts.counters
+    c = engine.built.scheduler.hooks.get(SpecDrafts).counters
     assert values["ttft_spec_decode_num_drafts_total"] == c.num_drafts > 0
     assert values["ttft_spec_decode_num_draft_tokens_total"] == c.num_draft_tokens >= c.num_drafts
     assert values["ttft_spec_decode_num_accepted_tokens_total"] == c.num_accepted_tokens > 0

@@ -8,6 +8,7 @@ import asyncio
 
 from exactness import ExactnessReport, compare_runs
 from pipeline import Engine, EngineConfig
+from scheduler.spec.drafts import SpecDrafts
 from stages.sampling import SamplingParams
 from tests.pipeline.spec_kit import NGRAM
 
@@ -49,7 +50,7 @@ def test_smollm2_greedy_and_seeded_replies_with_ngram_equal_those_without() -> N
     for i, ((ref, gaps), (ids, _)) in enumerate(zip(plain_greedy, spec_greedy)):
         compare_runs(report, f"prompt {i}", ref, ids, gaps.__getitem__)
     assert not report.failures, report.summary()
-    counters = engine.built.scheduler.drafts.counters
+    counters = engine.built.scheduler.hooks.get(SpecDrafts).counters
     assert counters.num_accepted_tokens >= 10, counters.__dict__  # lookup paid on these prompts
     if report.num_identical == len(PROMPTS):  # (a near-tie flip would change what follows)
         assert [ids for ids, _ in spec_seeded] == [ids for ids, _ in plain_seeded]

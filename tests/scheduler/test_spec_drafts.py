@@ -1,10 +1,11 @@
-"""SpecDrafts in the Scheduler: decode rows get prompt-lookup drafts from the budget the walk left
-(a waiting prompt's first chunk goes first), the draft slots' blocks are charged and given back on
-rejection, and every invariant holds after every step (Scheduler.check)."""
+"""SpecDrafts, the Scheduler's speculative step hook: decode rows get prompt-lookup drafts from the
+budget the walk left (a waiting prompt's first chunk goes first), the draft slots' blocks are
+charged and given back on rejection, and every invariant holds after every step (Scheduler.check)."""
 from __future__ import annotations
 
 from scheduler.config import SchedulerConfig
 from scheduler.scheduler import Scheduler
+from scheduler.spec.drafts import SpecDrafts
 from scheduler.spec.ngram import propose_ngram
 from stages.messages import GenerateRequest, SampledToken, StepResult
 from stages.sampling import SamplingParams
@@ -62,11 +63,11 @@ def test_drafts_come_after_prefills_and_rejected_slots_give_their_blocks_back() 
     assert len(prefill.token_ids) == 26 and decode.num_draft == 4 and decode.token_ids == [9] * 5
     a = s.requests["a"]
     # All rejected: computed is the input only; blocks cover exactly that again
-    assert a.num_computed_tokens == 7 and len(a.block_ids) == 2 and a.num_draft_in_flight == 0
+    assert a.num_computed_tokens == 7 and len(a.block_ids) == 2 and a.num_guessed_in_flight == 0
     chunks = step(s, 4)  # every draft accepted: 1 + 4 tokens at once
     assert next(c for c in chunks if c.request_id == "a").num_draft == 4
     assert a.num_computed_tokens == 12 and a.num_tokens == 13
-    assert s.drafts.counters.accepted_by_position == [1, 1, 1, 1] and a.request.trace.info["spec_accepted"] == [0, 4]
+    assert s.hooks.get(SpecDrafts).counters.accepted_by_position == [1, 1, 1, 1] and a.request.trace.info["spec_accepted"] == [0, 4]
 
 
 def test_a_budget_of_one_step_gives_no_drafts_and_max_tokens_caps_them() -> None:

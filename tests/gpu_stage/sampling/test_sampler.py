@@ -258,3 +258,20 @@ def test_start_queues_the_sampling_without_a_host_sync() -> None:
         torch.cuda.set_sync_debug_mode(0)
     out = sampler.finish(pending)
     assert out.token_ids[0] not in (1, 2) and out.token_ids[3] == int(logits[3].argmax())
+
+
+def test_a_logits_processor_edits_the_draw_but_not_the_logprobs() -> None:
+    def ban_first(logits: torch.Tensor, rows: list[SamplingRow]) -> torch.Tensor:
+        assert len(rows) == logits.shape[0]
+        out = logits.clone()
+        out[:, 0] = float("-inf")
+        return out
+
+    logits = _hand_logits(2)
+    rows = [_row(temperature=0.0, logprobs=0), _row(seed=1, temperature=1.0, logprobs=0)]
+    plain = Sampler()(logits, rows)
+    processed = Sampler()(logits, rows, process=ban_first)
+    assert plain.token_ids[0] == 0 and processed.token_ids[0] == 1  # the argmax is banned
+    assert processed.token_ids[1] != 0  # and never drawn
+    assert processed.logprobs[0] == pytest.approx(math.log(PROBS[1]), abs=1e-6)  # the model's, not renormalised
+    assert torch.equal(logits, _hand_logits(2))  # the input is left as it is

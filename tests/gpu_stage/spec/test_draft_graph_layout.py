@@ -14,9 +14,11 @@ import torch
 
 from gpu_stage.cuda_graphs import CudaGraphRunner
 from gpu_stage.spec.draft_model import CATCH_UP_TOKENS, DraftCounts
+from gpu_stage.spec.verifier import draft_of
 from gpu_stage.step_inputs import StepInputs, forward_step
 from gpu_stage.step_layout import GraphShape
 from pipeline import Engine
+from scheduler.spec.drafts import SpecDrafts
 from stages.messages import ScheduledChunk
 from stages.sampling import SamplingParams
 from tests.pipeline.spec_kit import REPEATING, collect, config, run
@@ -95,12 +97,12 @@ def test_a_draft_replaying_graphs_changes_nothing_and_replays_every_forward_afte
 
     async def main():
         async with Engine(config(DRAFT, attention_backend="triton")) as engine:
-            draft = engine.built.runner.draft
+            draft = draft_of(engine.built.runner.hook)
             draft.graphs = ReplayOnCpu(draft)
             replies = await asyncio.gather(*[collect(engine, p, greedy) for p in prompts])
             engine.built.scheduler.check()
             assert engine.built.scheduler.stats().num_used_blocks == 0
-            return replies, draft, engine.built.scheduler.drafts.counters
+            return replies, draft, engine.built.scheduler.hooks.get(SpecDrafts).counters
 
     spec, draft, c = asyncio.run(main())
     assert [r.token_ids for r in spec] == [r.token_ids for r in plain]

@@ -10,6 +10,7 @@ import json
 
 import pytest
 
+from gpu_stage.spec.verifier import draft_of
 from pipeline import Engine
 from stages.sampling import SamplingParams
 from tests.pipeline.spec_kit import REPEATING, collect, config
@@ -25,7 +26,7 @@ def _run(spec: str | None, prompts: list) -> tuple[list[list[int]], object, list
 
     async def main():
         async with Engine(cfg) as engine:
-            draft = engine.built.runner.draft
+            draft = draft_of(engine.built.runner.hook)
             shapes = []
             if draft is not None:
                 assert draft.graphs is not None and draft.graphs.catch_up_sizes, "the draft captured catch-up graphs"

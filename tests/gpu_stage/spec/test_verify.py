@@ -10,9 +10,11 @@ import torch
 
 from gpu_stage.loaders import load_model_source
 from gpu_stage.model_runner import ModelRunner
-from gpu_stage.spec.verify import logits_rows, num_accepted
+from gpu_stage.spec.verifier import Verifier
+from gpu_stage.spec.verify import num_accepted
 from gpu_stage.sampling.rows import SamplingRow
 from gpu_stage.step_inputs import StepInputs, forward_step
+from gpu_stage.step_layout import logits_rows
 from stages.messages import NewRequestData, ScheduledChunk, StepBatch
 from stages.sampling import SamplingParams
 
@@ -24,8 +26,10 @@ PARAMS = dict(max_tokens=8, temperature=1.0, top_k=TOP_K, ignore_eos=True)
 
 @pytest.fixture(scope="module")
 def runner() -> ModelRunner:
-    return ModelRunner.build(load_model_source("dummy:tiny"), "cpu", torch.float32, num_blocks=BATCH + 1,
-                             block_size=16, max_num_batched_tokens=BATCH * 8, max_num_seqs=BATCH)
+    runner = ModelRunner.build(load_model_source("dummy:tiny"), "cpu", torch.float32, num_blocks=BATCH + 1,
+                               block_size=16, max_num_batched_tokens=BATCH * 8, max_num_seqs=BATCH)
+    runner.hook = Verifier()
+    return runner
 
 
 def test_helpers_count_leading_agreement_and_place_a_verifying_rows_logits() -> None:

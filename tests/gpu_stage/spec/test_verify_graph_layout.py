@@ -13,6 +13,7 @@ from gpu_stage.attention.metadata import AttentionMetadata
 from gpu_stage.cuda_graphs import CudaGraphRunner, verify_buckets, verify_reserve_bytes
 from gpu_stage.loaders.model_source import ModelSource
 from gpu_stage.model_runner import ModelRunner
+from gpu_stage.spec.verifier import Verifier
 from gpu_stage.step_inputs import StepInputs
 from gpu_stage.step_layout import GraphShape, make_layout, plan_step
 from stages.messages import NewRequestData, ScheduledChunk, StepBatch
@@ -124,6 +125,7 @@ def test_verifying_steps_through_the_graph_path_emit_greedy_tokens_and_keep_pads
     def start(graphs: bool) -> ModelRunner:
         runner = ModelRunner.build(source, "cpu", torch.float32, 32, BS, max_num_batched_tokens=16, max_num_seqs=4,
                                    attention_backend="triton", max_model_len=16)
+        runner.hook = Verifier()
         if graphs:
             runner.graphs = ReplayOnCpu(runner.model, runner.kv_cache, runner.inputs, 4, 16, 16, prefill_buckets=(),
                                         mixed_token_buckets=(), verify_tokens=3)

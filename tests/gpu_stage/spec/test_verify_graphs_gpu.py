@@ -14,6 +14,7 @@ from gpu_runner_helpers import make_runner, source_from_hf
 from tiny_hf_models import hf_model
 
 from pipeline import Engine
+from scheduler.spec.drafts import SpecDrafts
 from stages.messages import ScheduledChunk
 from stages.sampling import SamplingParams
 from tests.pipeline.spec_kit import NGRAM, REPEATING, collect, config
@@ -83,7 +84,7 @@ def _run(spec: str | None, **kw) -> tuple[list[list[int]], int, object]:
             scheduler = engine.built.scheduler
             scheduler.check()
             assert scheduler.stats().num_used_blocks == 0 and scheduler.shadow.num_reserved == 0
-            counters = scheduler.drafts.counters if scheduler.drafts else None
+            counters = drafts.counters if (drafts := scheduler.hooks.get(SpecDrafts)) else None
             return [r.token_ids for r in replies], sum(s.verify for s in replays), counters
 
     return asyncio.run(main())
