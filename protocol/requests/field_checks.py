@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ingress.errors import ApiError, bad_request
+from protocol.errors import ApiError, bad_request
 
 INT64_MIN = -(2**63)
 UINT64_MAX = 2**64 - 1

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from ingress.errors import ApiError
-from ingress.limits import IngressLimits
-from ingress.schemas import parse_chat_request, parse_completion_request
+from protocol.errors import ApiError
+from protocol.limits import IngressLimits
+from protocol.requests.chat import parse_chat_request
+from protocol.requests.completion import parse_completion_request
 from stages.sampling import SamplingParams
 
 VOCAB = 1000

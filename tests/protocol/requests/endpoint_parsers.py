@@ -3,8 +3,9 @@ from __future__ import annotations
 
 import pytest
 
-from ingress.limits import IngressLimits
-from ingress.schemas import parse_chat_request, parse_completion_request
+from protocol.limits import IngressLimits
+from protocol.requests.chat import parse_chat_request
+from protocol.requests.completion import parse_completion_request
 
 VOCAB = 1000
 LIMITS = IngressLimits()

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from ingress.errors import ApiError
-from ingress.limits import IngressLimits
-from ingress.tokenize_schema import (
+from protocol.errors import ApiError
+from protocol.limits import IngressLimits
+from protocol.requests.tokenize import (
     DetokenizeRequest,
     TokenizeRequest,
     parse_detokenize_request,

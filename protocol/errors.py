@@ -75,6 +75,12 @@ def model_not_found(model: str, served: str) -> ApiError:
     )
 
 
+def check_model(requested: str | None, served: str) -> None:
+    """404 unless the request names no model or the one served."""
+    if requested is not None and requested != served:
+        raise model_not_found(requested, served)
+
+
 def payload_too_large(num_bytes: int | None, max_bytes: int) -> ApiError:
     got = f" ({num_bytes} bytes)" if num_bytes is not None else ""
     return ApiError(

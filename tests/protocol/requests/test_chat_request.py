@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import pytest
 
-from ingress.errors import ApiError
-from ingress.limits import IngressLimits
-from ingress.schemas import ChatCompletionRequest, parse_chat_request
+from protocol.errors import ApiError
+from protocol.limits import IngressLimits
+from protocol.requests.chat import ChatCompletionRequest, parse_chat_request
 from stages.sampling import SamplingParams
 
 VOCAB = 1000

@@ -4,7 +4,7 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from ingress.errors import (
+from protocol.errors import (
     ApiError,
     bad_request,
     context_length_exceeded,

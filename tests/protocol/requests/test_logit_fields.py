@@ -4,8 +4,8 @@ from __future__ import annotations
 import pytest
 from endpoint_parsers import ENDPOINTS, LIMITS, chat, completion
 
-from ingress.errors import ApiError
-from ingress.limits import IngressLimits
+from protocol.errors import ApiError
+from protocol.limits import IngressLimits
 
 
 def _error(parse, fields: dict, limits: IngressLimits = LIMITS) -> ApiError:

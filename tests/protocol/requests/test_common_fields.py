@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from endpoint_parsers import ENDPOINTS, LIMITS, chat, completion
 
-from ingress.errors import ApiError
-from ingress.limits import IngressLimits
+from protocol.errors import ApiError
+from protocol.limits import IngressLimits
 
 UNSUPPORTED = [
     ("best_of", 2), ("best_of", True), ("best_of", 1.0),

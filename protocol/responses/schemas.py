@@ -1,18 +1,18 @@
 """JSON Schemas of the response bodies: completions, chat completions, their stream chunks, errors,
-/v1/models and /health, as emitter/openai_format.py and ingress/errors.py write them.
+/v1/models, /health, /tokenize and /detokenize, as protocol/responses/ and protocol/errors.py write them.
 
 Required fields are the ones the server always sends, so schemathesis' response check catches a
 field that goes missing; logprob fields are typed down to the bytes of each token.
 """
 from __future__ import annotations
 
-from pipeline.openapi_requests import Schema
+from protocol.requests.fields import NULL_ONLY, Schema
 
 FINISH_REASONS = ["stop", "length", "abort", "timeout", "error"]
 
 
 def response_schemas() -> dict[str, Schema]:
-    """Component schemas of every body the server sends (emitter/openai_format.py, ingress/errors.py)."""
+    """Component schemas of every body the server sends."""
     usage = {
         "type": "object",
         "required": ["prompt_tokens", "completion_tokens", "total_tokens"],
@@ -101,4 +101,18 @@ def response_schemas() -> dict[str, Schema]:
         "Health": {"type": "object", "required": ["status"],
                    "properties": {"status": {"enum": ["loading", "ready", "draining", "broken", "stopped"]},
                                   "reason": {"type": "string"}}},
+        **tokenize_responses(),
+    }
+
+
+def tokenize_responses() -> dict[str, Schema]:
+    count = {"type": "integer", "minimum": 0}
+    return {
+        "TokenizeResponse": {
+            "type": "object", "required": ["count", "max_model_len", "tokens", "token_strs"],
+            "properties": {"count": count, "max_model_len": {"type": "integer", "minimum": 1},
+                           "tokens": {"type": "array", "items": count}, "token_strs": NULL_ONLY},
+        },
+        "DetokenizeResponse": {"type": "object", "required": ["prompt"],
+                               "properties": {"prompt": {"type": "string"}}},
     }

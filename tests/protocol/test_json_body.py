@@ -4,9 +4,9 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from ingress.errors import ApiError
-from ingress.limits import IngressLimits
-from ingress.parser import parse_json_body
+from protocol.errors import ApiError
+from protocol.limits import IngressLimits
+from protocol.json_body import parse_json_body
 
 LIMITS = IngressLimits(max_body_bytes=1000)
 

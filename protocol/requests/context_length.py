@@ -1,7 +1,7 @@
 """The context-window check, after tokenizing: prompt plus completion must fit max_model_len."""
 from __future__ import annotations
 
-from ingress.errors import bad_request, context_length_exceeded
+from protocol.errors import bad_request, context_length_exceeded
 
 
 def check_context_length(

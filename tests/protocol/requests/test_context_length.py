@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import pytest
 
-from ingress.context_length import check_context_length
-from ingress.errors import ApiError
+from protocol.requests.context_length import check_context_length
+from protocol.errors import ApiError
 
 
 def test_explicit_max_tokens_that_fits_is_kept():

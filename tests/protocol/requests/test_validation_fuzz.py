@@ -9,15 +9,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ingress.errors import ApiError
-from ingress.limits import IngressLimits
-from ingress.parser import parse_json_body
-from ingress.schemas import (
-    ChatCompletionRequest,
-    CompletionRequest,
-    parse_chat_request,
-    parse_completion_request,
-)
+from protocol.errors import ApiError
+from protocol.json_body import parse_json_body
+from protocol.limits import IngressLimits
+from protocol.requests.chat import ChatCompletionRequest, parse_chat_request
+from protocol.requests.completion import CompletionRequest, parse_completion_request
 
 VOCAB = 500
 LIMITS = IngressLimits(max_body_bytes=64 * 1024, max_prompt_chars=2000, max_tokens_cap=4096, max_batch_prompts=3)

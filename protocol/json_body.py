@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import orjson
 
-from ingress.errors import bad_request, payload_too_large
-from ingress.limits import IngressLimits
+from protocol.errors import bad_request, payload_too_large
+from protocol.limits import IngressLimits
 
 _JSON_TYPE_NAMES = {list: "an array", str: "a string", int: "a number", float: "a number",
                     bool: "a boolean", type(None): "null"}
