@@ -6,15 +6,9 @@ import pytest
 from openai.types import Completion
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
-from emitter.openai_format import (
-    ChatChunker,
-    CompletionChunker,
-    ResponseAccumulator,
-    ResponseMeta,
-    chat_body,
-    completion_body,
-    usage_chunk,
-)
+from protocol.responses.bodies import ResponseAccumulator, chat_body, completion_body
+from protocol.responses.chunks import ChatChunker, CompletionChunker, usage_chunk
+from protocol.responses.envelope import ResponseMeta
 from stages.messages import RequestOutput, TokenLogprob
 
 META = ResponseMeta(id="cmpl-1", created=1_700_000_000, model="smollm2")

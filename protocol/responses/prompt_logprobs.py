@@ -7,7 +7,7 @@ itself first, with its rank, then the k most likely tokens there, ranked 1..k (a
 present, the prompt token among them, is not repeated).
 
 `echo` with `logprobs` on completions: the prompt's positions in the legacy completions logprobs
-object before the completion's (openai_logprobs.completion_logprobs): the first prompt token with
+object before the completion's (logprobs.completion_logprobs): the first prompt token with
 null token_logprobs and top_logprobs, then each token's logprob and a top_logprobs dict of the token
 itself and up to `logprobs` alternatives (vLLM's "logprobs + 1" entries), text offsets counted over
 the token strings from 0 and continuing into the completion.
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from emitter.openai_logprobs import clamp_logprob
+from protocol.responses.logprobs import clamp_logprob
 from stages.messages import PromptScores
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from emitter.sse import SSE_DONE, error_payload, sse_error, sse_event
+from protocol.responses.sse import SSE_DONE, error_payload, sse_error, sse_event
 
 
 def parse_sse(stream: bytes) -> list[bytes]:

@@ -1,17 +1,14 @@
 """Prompt logprobs and echo in the bodies: vLLM's prompt_logprobs list, echo's text and logprobs
-(whole and in the first streamed chunk only), the
-emitter's PromptScores with the first output, and merged outputs keeping them."""
+(whole and in the first streamed chunk only)."""
 from __future__ import annotations
 
 import orjson
 
-from emitter.openai_format import CompletionChunker, Echo, ResponseAccumulator, ResponseMeta, chat_body, completion_body
-from emitter.openai_prompt_logprobs import echo_logprobs, vllm_prompt_logprobs
-from emitter.output_stream import merge_outputs
-from emitter.request_emitter import RequestEmitter
-from ingress.dummy_tokenizer import DummyTokenizer
-from stages.messages import PromptLogprob, PromptScores, RequestOutput, TokenEvent, TokenLogprob
-from stages.sampling import SamplingParams
+from protocol.responses.bodies import ResponseAccumulator, chat_body, completion_body
+from protocol.responses.chunks import CompletionChunker
+from protocol.responses.envelope import Echo, ResponseMeta
+from protocol.responses.prompt_logprobs import echo_logprobs, vllm_prompt_logprobs
+from stages.messages import PromptScores, RequestOutput, TokenLogprob
 
 META = ResponseMeta(id="cmpl-1", created=1_700_000_000, model="m")
 # Prompt "ab c": tokens a, b, " c"; b is the most likely after a; " c" ranks 3rd after "ab".
@@ -72,19 +69,3 @@ def test_streamed_echo_goes_with_the_first_chunk_only() -> None:
     plain = CompletionChunker(META, echo=Echo("ab c", None))
     assert orjson.loads(plain.chunk(_out(" d")))["choices"][0]["text"] == "ab c d"
     assert orjson.loads(plain.chunk(_out("!")))["choices"][0]["text"] == "!"
-
-
-def test_emitter_hands_the_scores_out_with_the_first_output_and_merging_keeps_them() -> None:
-    tok = DummyTokenizer(512)
-    params = SamplingParams(prompt_logprobs=1)
-    emitter = RequestEmitter("r", tok, params, num_prompt_tokens=3, first_prompt_token=0)
-    scores = [PromptLogprob(3 + ord("a"), -0.25, 2, [(300, -0.1)]), PromptLogprob(3 + ord("b"), -1.0, 1, [])]
-    # Its first token is half a character: no text yet, but the prompt logprobs go out now.
-    out = emitter.on_event(TokenEvent("r", [3 + 0xC3], prompt_logprobs=scores))
-    assert out is not None and out.text == "" and out.token_ids == [3 + 0xC3]
-    assert out.prompt_logprobs.first_token == "<s>" and out.prompt_logprobs.first_token_id == 0
-    assert [(p.token, p.logprob, p.rank, p.top) for p in out.prompt_logprobs.positions] == [
-        ("a", -0.25, 2, [(" t300", 300, -0.1)]), ("b", -1.0, 1, [])]
-    later = emitter.on_event(TokenEvent("r", [3 + 0xA9]))
-    assert later.text == "\u00e9" and later.prompt_logprobs is None
-    assert merge_outputs(out, later).prompt_logprobs is out.prompt_logprobs
