@@ -33,7 +33,6 @@ def merge_outputs(a: RequestOutput, b: RequestOutput) -> RequestOutput:
         error=b.error,
         error_status=b.error_status,
         index=b.index,
-        sse=a.sse + b.sse if a.sse and b.sse else b"",  # two events are the same as one merged
         prompt_logprobs=a.prompt_logprobs or b.prompt_logprobs,
     )
 
@@ -42,7 +41,7 @@ class OutputStream:
     # Slots: the emitter touches every live stream once a step, after the model's step has
     # evicted it from the caches; without an instance dict that is fewer lines to fetch.
     __slots__ = ("request_id", "trace", "max_items", "finished", "stalled_since_ns", "_items", "_waiter",
-                 "on_push", "framer")
+                 "on_push")
 
     def __init__(self, request_id: str, trace: RequestTrace, max_items: int) -> None:
         assert max_items >= 1
@@ -54,9 +53,6 @@ class OutputStream:
         self._items: deque[RequestOutput] = deque()
         self._waiter: asyncio.Future[None] | None = None
         self.on_push: Callable[[], None] | None = None  # wakes a reader of several streams
-        # A streamed HTTP reply's framing (output -> SSE bytes), run by the emitter as it pushes:
-        # in the emitter's one pass over a step's requests, not in each reader's task.
-        self.framer: Callable[[RequestOutput], bytes] | None = None
 
     def push(self, out: RequestOutput) -> None:
         if self.finished:

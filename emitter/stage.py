@@ -1,9 +1,10 @@
 """EmitterStage: turns each step's token events into text deltas on the requests' own streams.
 
-One message per step; per request one RequestOutput (one flush) per step, framed as its SSE bytes
-here when the stream has a framer (a streamed HTTP reply): one pass over the step's requests does
-all their per-token work, and the readers' tasks only write. A stop string found here
-ends the reply at once and sends Abort(reason="stop") upstream so the scheduler frees the blocks.
+One message per step; per request one RequestOutput (one flush) per step: one pass over the step's
+requests does their detokenizing and stop-string matching; the readers frame and write (the
+protocol room turns outputs into bytes). The requests admitted since the last step arrive with the
+step's events and are registered first. A stop string found here ends the reply at once and sends
+Abort(reason="stop") upstream so the scheduler frees the blocks.
 
 It also counts the tokens the engine produced (/metrics' prompt and generation token counters, read
 at scrape time): in the pass it makes anyway, one add per event and step, nothing per token.
@@ -44,14 +45,10 @@ class EmitterStage(Stage[StepEvents]):
     def register(self, stream: OutputStream, emitter: RequestEmitter) -> None:
         self._entries[stream.request_id] = _Entry(stream, emitter)
 
-    def fail_all(self, message: str) -> None:
-        """The engine broke: every open stream ends with an error."""
-        for rid, entry in list(self._entries.items()):
-            out = RequestOutput(rid, "", [], finish_reason="error", error=message, index=entry.emitter.index)
-            entry.stream.push(out)
-            self._finish(rid, entry, out)
-
     async def handle(self, msg: StepEvents) -> None:
+        for admission in msg.admitted:
+            for stream, emitter in admission.outputs:
+                self.register(stream, emitter)
         entries = self._entries
         c0, t0 = cpu_clock_ns(), host_clock_ns()
         traces = []
@@ -71,11 +68,13 @@ class EmitterStage(Stage[StepEvents]):
             out = emitter.on_event(event)
             if out is None:
                 continue
-            if stream.framer is not None and out.error is None:  # an error's event is the route's
-                out.sse = stream.framer(out)
             stream.push(out)
             if emitter.stopped_by_string and event.finish_reason is None:
-                # The reply ended here; the scheduler still runs it: free its blocks now.
+                # The reply ended here; the scheduler still runs it: free its blocks now. Past the
+                # inbox's bound, because this actor must not wait on the scheduler (which may be
+                # waiting on this inbox). Bounded all the same: at most one per admitted request,
+                # since a stop string finishes the output, so the entry goes in this pass and the
+                # request's later events find none (tests/emitter/test_emitter_stage.py).
                 self.scheduler_inbox.force_put(Abort(event.request_id, reason="stop"))
             if out.finish_reason is not None:
                 entries.pop(event.request_id, None)
@@ -83,7 +82,7 @@ class EmitterStage(Stage[StepEvents]):
         self.num_generation_tokens += num_generated
         self.num_prompt_tokens += num_prompt
         if traces:
-            # The step's emit work (detokenize, hold-back, SSE framing, hand-off), shared evenly by
+            # The step's emit work (detokenize, hold-back, hand-off), shared evenly by
             # its events: two clock reads per step, not per token (the CPU clock is a system call).
             cpu_ns = (cpu_clock_ns() - c0) // len(traces)
             wall_ns = (host_clock_ns() - t0) // len(traces)

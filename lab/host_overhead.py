@@ -26,9 +26,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from emitter.openai_format import ChatChunker, ResponseMeta
 from emitter.request_emitter import RequestEmitter
-from emitter.sse import SSE_DONE, sse_event
+from protocol.responses.chunks import ChatChunker
+from protocol.responses.envelope import ResponseMeta
+from protocol.responses.sse import SSE_DONE, sse_event
 from scheduler.config import SchedulerConfig
 from scheduler.scheduler import Scheduler
 from stages.messages import GenerateRequest, SampledToken, StepResult

@@ -36,11 +36,12 @@ from pathlib import Path
 from typing import Any
 
 from lab.host_overhead import _TEXT, fake_result, load_tokenizer
-from emitter.openai_format import ChatChunker, ResponseMeta
 from emitter.output_stream import OutputStream
 from emitter.request_emitter import RequestEmitter
-from emitter.sse import sse_event
 from emitter.stage import EmitterStage
+from protocol.responses.chunks import ChatChunker
+from protocol.responses.envelope import ResponseMeta
+from protocol.responses.sse import sse_event
 from scheduler.config import SchedulerConfig
 from scheduler.scheduler import Scheduler
 from stages.channel import Channel

@@ -15,7 +15,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from ingress.errors import ApiError, not_found
+from protocol.errors import ApiError, not_found
 from starlette.middleware import Middleware
 
 from pipeline.auth import ApiKeyMiddleware

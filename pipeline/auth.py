@@ -18,7 +18,7 @@ import hmac
 import logging
 import os
 
-from ingress.errors import unauthorized
+from protocol.errors import unauthorized
 
 log = logging.getLogger("ttft.auth")
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ingress.limits import IngressLimits
+from protocol.limits import IngressLimits
 from scheduler.config import PREFILL_BACKLOG_STEPS
 from gpu_stage.kv.format import KV_CACHE_DTYPES
 from stages.options import option

@@ -4,7 +4,7 @@ from __future__ import annotations
 import orjson
 from starlette.responses import Response
 
-from ingress.errors import ApiError
+from protocol.errors import ApiError
 
 
 def json_response(obj: object, status: int = 200, headers: dict[str, str] | None = None) -> Response:

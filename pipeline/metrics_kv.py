@@ -9,7 +9,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from gpu_stage.kv.cache import KvCache
-from ingress.errors import ApiError
+from protocol.errors import ApiError
 from pipeline.json_response import error_response, json_response
 from pipeline.metric_families import MODEL_LABEL, ModelFamilies
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from ingress.errors import overloaded
+from protocol.errors import overloaded
 
 UNCAPPED_PATHS = frozenset({"/health", "/live"})
 

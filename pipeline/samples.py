@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from ingress.field_checks import UINT64_MAX
+from protocol.requests.field_checks import UINT64_MAX
 from stages.sampling import SamplingParams
 from stages.trace import RequestTrace
 

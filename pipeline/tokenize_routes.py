@@ -13,10 +13,10 @@ from typing import Awaitable, Callable
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
-from ingress.errors import ApiError, model_not_found
 from pipeline.engine import Engine
+from pipeline.http_body import check_ready, receive_body
 from pipeline.json_response import error_response, json_response
-from pipeline.openai_routes import check_ready, receive_body
+from protocol.errors import ApiError, check_model
 
 
 async def tokenize(request: Request) -> Response:
@@ -24,7 +24,7 @@ async def tokenize(request: Request) -> Response:
 
     async def answer(body: bytes) -> dict:
         req = engine.ingress.parse_tokenize(body)
-        _check_model(engine, req.model)
+        check_model(req.model, engine.model_name)
         ids = await engine.ingress.tokenize(req)
         return {"count": len(ids), "max_model_len": engine.built.max_model_len, "tokens": ids, "token_strs": None}
 
@@ -36,7 +36,7 @@ async def detokenize(request: Request) -> Response:
 
     async def answer(body: bytes) -> dict:
         req = engine.ingress.parse_detokenize(body)
-        _check_model(engine, req.model)
+        check_model(req.model, engine.model_name)
         return {"prompt": await engine.ingress.detokenize(req)}
 
     return await _serve(request, engine, answer)
@@ -51,7 +51,3 @@ async def _serve(request: Request, engine: Engine, answer: Callable[[bytes], Awa
     except ClientDisconnect:
         return Response(status_code=499)
 
-
-def _check_model(engine: Engine, model: str | None) -> None:
-    if model is not None and model != engine.model_name:
-        raise model_not_found(model, engine.model_name)

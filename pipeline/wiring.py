@@ -1,9 +1,10 @@
 """wire_stages: the engine's actors built from the synchronous cores and joined by their inboxes.
 
-    ingress (in the handler task) -> scheduler <-> gpu, scheduler -> emitter, scheduler <-> kv_disk
+    ingress (in the handler task) -> engine (one Admission) -> scheduler <-> gpu, scheduler -> emitter,
+    scheduler <-> kv_disk
 
 The GPU stage and the disk stage reply into the scheduler's inbox; the scheduler is the one owner
-of the cores it drives. `all` lists the running actors in stop order: the disk stage last, so it
+of the cores it drives, and hands each Admission's streams to the emitter with its step events. `all` lists the running actors in stop order: the disk stage last, so it
 flushes pending block writes on a graceful shutdown.
 """
 from __future__ import annotations

@@ -20,7 +20,7 @@ from scheduler.scheduler import OVERLOADED, Scheduler
 from scheduler.step_clock import StepClock
 from stages.channel import Channel, ChannelClosed
 from stages.messages import (
-    MAX_STEPS_IN_FLIGHT, Abort, GenerateRequest, KvDiskDone, KvDiskRequest, KvTransferOps, StepBatch, StepEvents,
+    MAX_STEPS_IN_FLIGHT, Abort, Admission, GenerateRequest, KvDiskDone, KvDiskRequest, KvTransferOps, StepBatch, StepEvents,
     StepResult, TokenEvent,
 )
 from stages.stage import Stage
@@ -33,7 +33,7 @@ class AheadDue:
     """The StepClock's tick: time to build the next step ahead (handled in after_burst)."""
 
 
-SchedulerMessage = Union[GenerateRequest, Abort, StepResult, KvDiskDone, AheadDue]
+SchedulerMessage = Union[Admission, GenerateRequest, Abort, StepResult, KvDiskDone, AheadDue]
 RECLAIM_BLOCKS_PER_STEP = 256
 
 
@@ -62,6 +62,7 @@ class SchedulerStage(Stage[SchedulerMessage]):
         self._timer_due_ns = 0
         self._awaited_due_ns = 0  # the due time the next step waits for (0: none): its tick's lateness
         self._pending_events: list[TokenEvent] = []
+        self._admitted: list[Admission] = []  # for the emitter, with the next events (before them)
         self._schedule_cost = StepCostShares()  # schedule() and update() calls, shared per request
         self._update_cost = StepCostShares()
 
@@ -78,6 +79,10 @@ class SchedulerStage(Stage[SchedulerMessage]):
                     TokenEvent(msg.request_id, [], finish_reason="error", error=error,
                                num_prompt_tokens=len(msg.prompt_token_ids), error_status=status)
                 )
+        elif isinstance(msg, Admission):
+            self._admitted.append(msg)
+            for request in msg.requests:
+                await self.handle(request)
         elif isinstance(msg, Abort):
             event = self.scheduler.abort(msg.request_id, msg.reason)
             if event is not None:
@@ -151,7 +156,8 @@ class SchedulerStage(Stage[SchedulerMessage]):
             await self.gpu_inbox.put(batch)
         if self._pending_events:
             events, self._pending_events = self._pending_events, []
-            await self.emitter_inbox.put(StepEvents(self.num_steps, events))
+            admitted, self._admitted = self._admitted, []
+            await self.emitter_inbox.put(StepEvents(self.num_steps, events, admitted))
         if self.in_flight:
             # While the model runs, evict cold cached blocks that waiting reservations need, so
             # that admission never pays for it.

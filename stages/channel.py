@@ -78,8 +78,9 @@ class Channel(Generic[T]):
         self._push(item)
 
     def force_put(self, item: T) -> None:
-        """Append past the bound. Only for messages that must never wait and are bounded
-        elsewhere: aborts, step results (by the steps in flight), disk-tier results."""
+        """Append past the bound. Only for messages that must never wait and whose number is bounded
+        elsewhere, the bound stated where they are sent: a stop string's abort (one per request),
+        step results (by the steps in flight), disk-tier results."""
         if self._closed:
             raise ChannelClosed(self.name)
         self._push(item)

@@ -1,9 +1,12 @@
 """The messages that cross stages. Nouns for what travels; each is owned by its receiver once sent.
 
-    ingress   --GenerateRequest/Abort-->  scheduler  --StepBatch, KvTransferOps (early)-->  gpu
-    gpu       --StepResult------------->  scheduler  --StepEvents--> emitter
+    engine    --Admission/Abort-------->  scheduler  --StepBatch, KvTransferOps (early)-->  gpu
+    gpu       --StepResult------------->  scheduler  --StepEvents (+ the Admissions)--> emitter
     emitter   --RequestOutput---------->  the request's own output stream (read by HTTP / embedder)
     emitter   --Abort(reason="stop")--->  scheduler   (a stop string ended the reply)
+
+A request enters as one Admission: its samples' GenerateRequests for the scheduler and their output
+streams for the emitter, which the scheduler hands on ahead of the requests' first events.
 """
 from __future__ import annotations
 
@@ -28,6 +31,17 @@ class GenerateRequest:
     # n > 1: the id of sample 0 of the same HTTP request (same prompt), whose prompt blocks this
     # sample shares (scheduler/sample_group.py). None: a request of its own, or sample 0.
     leader_id: str | None = None
+
+
+@dataclass(slots=True)
+class Admission:
+    """One admitted request: all its engine requests (a batch's prompts times n samples), admitted
+    together, and where each one's outputs go."""
+
+    requests: list[GenerateRequest]
+    # Per request, in the same order: (its OutputStream, its RequestEmitter). The scheduler does not
+    # look at them; the emitter registers them before it handles any event of theirs.
+    outputs: list[tuple[object, object]]
 
 
 @dataclass(slots=True)
@@ -147,6 +161,7 @@ class TokenEvent:
 class StepEvents:
     step_id: int
     events: list[TokenEvent]
+    admitted: list[Admission] = field(default_factory=list)  # registered by the emitter before `events`
 
 
 @dataclass(slots=True)
@@ -182,9 +197,6 @@ class RequestOutput:
     error: str | None = None
     error_status: int = 500
     index: int = 0  # the choice index of this sample within its request (n > 1)
-    # This output as SSE bytes, framed by the emitter when its stream has a framer (a streamed
-    # HTTP reply); b"" otherwise.
-    sse: bytes = b""
     prompt_logprobs: PromptScores | None = None  # with the first output, when they were asked for
 
 

@@ -47,9 +47,3 @@ def test_merge_keeps_last_finish_and_counts():
     m = merge_outputs(out("a", [1]), out("b", [2], "length"))
     assert (m.text, m.token_ids, m.finish_reason, m.num_output_tokens) == ("ab", [1, 2], "length", 1)
 
-
-def test_merge_of_framed_outputs_sends_both_events_and_never_half_of_them():
-    a, b = out("a", [1]), out("b", [2])
-    a.sse, b.sse = b"data: A\n\n", b"data: B\n\n"
-    assert merge_outputs(a, b).sse == b"data: A\n\ndata: B\n\n"
-    assert merge_outputs(a, out("c", [3])).sse == b""  # one unframed: the route frames the merge itself

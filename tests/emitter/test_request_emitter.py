@@ -4,8 +4,10 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from emitter.output_stream import merge_outputs
 from emitter.request_emitter import RequestEmitter
-from stages.messages import RequestOutput, SampledToken, TokenEvent
+from ingress.dummy_tokenizer import DummyTokenizer
+from stages.messages import PromptLogprob, RequestOutput, SampledToken, TokenEvent
 from stages.sampling import SamplingParams
 
 
@@ -178,3 +180,19 @@ def test_stream_is_the_decoded_text_cut_at_the_first_stop(byte_tok, text, stops,
         assert full == text[: cut - len(longest)]
         assert em.stopped_by_string and outs[-1].finish_reason == "stop"
     assert outs[-1].num_output_tokens <= len(ids)
+
+
+def test_emitter_hands_the_scores_out_with_the_first_output_and_merging_keeps_them() -> None:
+    tok = DummyTokenizer(512)
+    params = SamplingParams(prompt_logprobs=1)
+    emitter = RequestEmitter("r", tok, params, num_prompt_tokens=3, first_prompt_token=0)
+    scores = [PromptLogprob(3 + ord("a"), -0.25, 2, [(300, -0.1)]), PromptLogprob(3 + ord("b"), -1.0, 1, [])]
+    # Its first token is half a character: no text yet, but the prompt logprobs go out now.
+    out = emitter.on_event(TokenEvent("r", [3 + 0xC3], prompt_logprobs=scores))
+    assert out is not None and out.text == "" and out.token_ids == [3 + 0xC3]
+    assert out.prompt_logprobs.first_token == "<s>" and out.prompt_logprobs.first_token_id == 0
+    assert [(p.token, p.logprob, p.rank, p.top) for p in out.prompt_logprobs.positions] == [
+        ("a", -0.25, 2, [(" t300", 300, -0.1)]), ("b", -1.0, 1, [])]
+    later = emitter.on_event(TokenEvent("r", [3 + 0xA9]))
+    assert later.text == "\u00e9" and later.prompt_logprobs is None
+    assert merge_outputs(out, later).prompt_logprobs is out.prompt_logprobs

@@ -10,8 +10,8 @@ import pytest
 
 from ingress.chat_template import ChatTemplate
 from ingress.dummy_tokenizer import DummyTokenizer
-from ingress.errors import ApiError
-from ingress.limits import IngressLimits
+from protocol.errors import ApiError
+from protocol.limits import IngressLimits
 from ingress.stage import IngressStage
 from stages.trace import RequestTrace
 

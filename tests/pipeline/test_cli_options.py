@@ -7,7 +7,7 @@ from dataclasses import fields
 
 import pytest
 
-from ingress.limits import IngressLimits
+from protocol.limits import IngressLimits
 from pipeline.cli import ServeOptions, add_serve_arguments, config_from_args
 from pipeline.config import EngineConfig
 from scheduler.config import SchedulerConfig

@@ -6,7 +6,8 @@ import asyncio
 import pytest
 
 from bench.prom_text import parse_metrics
-from ingress.errors import ApiError
+from ingress.prepared import PreparedRequest
+from protocol.errors import ApiError
 from pipeline import Engine, EngineConfig
 from pipeline.perfetto import traces_to_perfetto
 from stages.sampling import SamplingParams
@@ -68,9 +69,10 @@ async def test_admission_past_running_plus_queued_is_503():
     async with Engine(config(max_num_seqs=1, max_queued=1)) as engine:
         ids = engine.tokenizer.encode("x")
         params = SamplingParams(max_tokens=50, temperature=0.0, ignore_eos=True)
-        streams = [engine.submit(f"r{i}", ids, params, RequestTrace(f"r{i}")) for i in range(2)]
+        streams = [engine.submit(PreparedRequest(f"r{i}", [ids], params, RequestTrace(f"r{i}"))).streams[0]
+                   for i in range(2)]
         with pytest.raises(ApiError) as err:
-            engine.submit("r3", ids, params, RequestTrace("r3"))
+            engine.submit(PreparedRequest("r3", [ids], params, RequestTrace("r3")))
         assert err.value.status == 503 and "Retry-After" in err.value.headers
         for s in streams:
             while (await s.get()).finish_reason is None:

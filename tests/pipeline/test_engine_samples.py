@@ -1,4 +1,4 @@
-"""n > 1 through the embedding API (Engine.generate / submit_samples / submit_batch, dummy:tiny): indexed
+"""n > 1 through the embedding API (Engine.generate / submit, dummy:tiny): indexed
 outputs, seed + i per choice, all-or-none admission (of a batch of prompts too), early exit aborts every
 choice, blocks back to zero."""
 from __future__ import annotations
@@ -8,13 +8,19 @@ import dataclasses
 
 import pytest
 
-from ingress.errors import ApiError
+from ingress.prepared import PreparedRequest
+from protocol.errors import ApiError
 from pipeline import Engine, EngineConfig
 from stages.sampling import SamplingParams
 from stages.trace import RequestTrace
 
 PROMPT = list(range(10, 50))  # 40 tokens: 2 full blocks of 16 shared by the samples
 SEEDED = SamplingParams(max_tokens=6, temperature=1.0, seed=99, ignore_eos=True)
+
+
+def submit(engine: Engine, request_id: str, prompts: list[list[int]], params: SamplingParams, n: int = 1) -> list:
+    """The admitted request's streams, choice by choice."""
+    return engine.submit(PreparedRequest(request_id, prompts, params, RequestTrace(request_id), n)).streams
 
 
 def config(**kw) -> EngineConfig:
@@ -68,11 +74,11 @@ async def test_samples_are_admitted_all_or_none():
     async with Engine(config(max_num_seqs=2, max_queued=2)) as engine:
         params = SamplingParams(max_tokens=50, temperature=0.0, ignore_eos=True)
         with pytest.raises(ApiError) as err:
-            engine.submit_samples("big", PROMPT, params, RequestTrace("big"), n=5)
+            submit(engine, "big", [PROMPT], params, n=5)
         assert (err.value.status, err.value.param) == (400, "n")  # can never run: not an overload
-        first = engine.submit_samples("a", PROMPT, params, RequestTrace("a"), n=3)
+        first = submit(engine, "a", [PROMPT], params, n=3)
         with pytest.raises(ApiError) as err:
-            engine.submit_samples("b", PROMPT, params, RequestTrace("b"), n=2)
+            submit(engine, "b", [PROMPT], params, n=2)
         assert err.value.status == 503 and engine.num_active == 3  # none of b's two went in
         assert [s.request_id for s in first] == ["a-0", "a-1", "a-2"]
         for s in first:
@@ -81,13 +87,13 @@ async def test_samples_are_admitted_all_or_none():
         await wait_idle(engine)
         # A batch of prompts is admitted all or none too: prompts x n sequences against the capacity.
         with pytest.raises(ApiError) as err:
-            engine.submit_batch("big", [PROMPT, PROMPT[:5], PROMPT[:9]], params, RequestTrace("big"), n=2)
+            submit(engine, "big", [PROMPT, PROMPT[:5], PROMPT[:9]], params, n=2)
         assert (err.value.status, err.value.param) == (400, "prompt")
         assert "3 prompts of 2 choices" in err.value.message
-        batch = engine.submit_batch("c", [PROMPT, PROMPT[:5]], params, RequestTrace("c"), n=2)
+        batch = submit(engine, "c", [PROMPT, PROMPT[:5]], params, n=2)
         assert [s.request_id for s in batch] == ["c-0-0", "c-0-1", "c-1-0", "c-1-1"]
         with pytest.raises(ApiError) as err:
-            engine.submit_batch("d", [PROMPT[:3]], params, RequestTrace("d"))
+            submit(engine, "d", [PROMPT[:3]], params)
         assert err.value.status == 503 and engine.num_active == 4
         for s in batch:
             while (out := await s.get()).finish_reason is None:

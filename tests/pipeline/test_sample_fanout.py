@@ -2,7 +2,7 @@
 each (the request's edges so far) and seed + i, wrapping past the top of the 64-bit range."""
 from __future__ import annotations
 
-from ingress.field_checks import UINT64_MAX
+from protocol.requests.field_checks import UINT64_MAX
 from pipeline.samples import fan_out, sample_seed, split_prompts
 from stages.sampling import SamplingParams
 from stages.trace import RequestTrace

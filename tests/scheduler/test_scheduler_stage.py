@@ -11,7 +11,7 @@ from scheduler.config import SchedulerConfig
 from scheduler.scheduler import Scheduler
 from scheduler.stage import AheadDue, SchedulerStage
 from stages.channel import Channel
-from stages.messages import GenerateRequest, SampledToken, StepBatch, StepResult
+from stages.messages import Admission, GenerateRequest, SampledToken, StepBatch, StepResult
 from stages.sampling import SamplingParams
 from stages.trace import RequestTrace
 
@@ -109,4 +109,24 @@ def test_a_tick_that_comes_late_teaches_the_clock() -> None:
         assert len(sent(gpu)) == 1
         assert 1.4 * SECOND_NS < stage.clock.late_ns < 1.6 * SECOND_NS  # halfway to 3 s at once
         assert stage._awaited_due_ns == 0
+    asyncio.run(run())
+
+
+def test_an_admission_reaches_the_emitter_with_its_requests_first_events() -> None:
+    """One message admits every request of it; its outputs' registration goes to the emitter in the
+    step events that carry (or come before) the requests' first events, never after them."""
+    async def run() -> None:
+        stage, gpu = make_stage(max_num_seqs=4)
+        requests = [GenerateRequest(f"a-{i}", [100, 101, 102], SamplingParams(max_tokens=1), RequestTrace(f"a-{i}"))
+                    for i in range(2)]
+        admission = Admission(requests, [("stream", "emitter")] * 2)
+        await stage.handle(admission)
+        await stage.after_burst()
+        assert stage.emitter_inbox.get_nowait() is None  # no events yet: it waits for them
+        [prefill] = sent(gpu)
+        assert sorted(c.request_id for c in prefill.chunks) == ["a-0", "a-1"]
+        await answer(stage, prefill, SECOND_NS)
+        events = stage.emitter_inbox.get_nowait()
+        assert events.admitted == [admission] and {e.request_id for e in events.events} == {"a-0", "a-1"}
+
     asyncio.run(run())

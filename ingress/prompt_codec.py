@@ -1,0 +1,64 @@
+"""PromptCodec: the tokenizer and the chat template applied to what a request carries.
+
+Plain text gets the model's special tokens (its BOS rule) unless the request says otherwise; a chat
+is rendered by the template, which writes its own special tokens, so they are never added twice.
+Each method takes one argument so that the ingress stage can hand it to its pool as it is.
+"""
+from __future__ import annotations
+
+from ingress.chat_template import ChatTemplate
+from ingress.tokenizer import Tokenizer
+from protocol.errors import bad_request
+from protocol.requests.chat import ChatCompletionRequest
+from protocol.requests.tokenize import TokenizeRequest
+
+
+class PromptCodec:
+    def __init__(self, tokenizer: Tokenizer, chat_template: ChatTemplate) -> None:
+        self.tokenizer = tokenizer
+        self.chat_template = chat_template
+
+    def encode_text(self, text: str) -> list[int]:
+        return self.tokenizer.encode(text, add_special_tokens=True)
+
+    def encode_texts(self, texts: list[str]) -> list[list[int]]:
+        return [self.tokenizer.encode(text, add_special_tokens=True) for text in texts]
+
+    def encode_chat(self, req: ChatCompletionRequest) -> list[int]:
+        text = self.render(req.messages, req.add_generation_prompt, req.chat_template_kwargs)
+        return self.tokenizer.encode(text, add_special_tokens=False)  # the template wrote them
+
+    def encode_tokenize_chat(self, req: TokenizeRequest) -> list[int]:
+        """/tokenize's chat: the template's special tokens, and the model's too when asked."""
+        text = self.render(req.messages, req.add_generation_prompt, req.chat_template_kwargs)
+        return self.tokenizer.encode(text, add_special_tokens=req.add_special_tokens)
+
+    def encode_plain(self, req: TokenizeRequest) -> list[int]:
+        return self.tokenizer.encode(req.prompt, add_special_tokens=req.add_special_tokens)
+
+    def decode(self, ids: list[int]) -> str:
+        """The ids' text, special tokens included (as vLLM decodes them)."""
+        return self.tokenizer.decode(ids, skip_special_tokens=False)
+
+    def decode_all(self, prompts: list[list[int]]) -> list[str]:
+        return [self.decode(ids) for ids in prompts]
+
+    def render(self, messages: list[dict], add_generation_prompt: bool, kwargs: dict) -> str:
+        """The chat template's text; a template that fails on these messages is the client's 400
+        with the template's own message (raise_exception's text, or the Jinja error)."""
+        try:
+            return self.chat_template.render(messages, add_generation_prompt=add_generation_prompt, **kwargs)
+        except ValueError as exc:
+            raise bad_request(f"messages could not be rendered by the chat template: {exc}", "messages") from None
+
+
+def content_chars(messages: list[dict]) -> int:
+    """The characters of the messages' contents: what decides where they are tokenized."""
+    total = 0
+    for message in messages:
+        content = message.get("content")
+        if isinstance(content, str):
+            total += len(content)
+        elif isinstance(content, list):
+            total += sum(len(p.get("text", "")) for p in content if isinstance(p, dict))
+    return total

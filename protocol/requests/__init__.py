@@ -1,0 +1,1 @@
+"""Request bodies: the declaration kit (fields, spec, unsupported rows) and one module per kind."""

@@ -1,0 +1,1 @@
+"""Response framing: RequestOutputs to OpenAI chunks, SSE events and whole bodies."""

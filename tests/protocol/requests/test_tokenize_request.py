@@ -1,0 +1,86 @@
+"""parse_tokenize_request / parse_detokenize_request: vLLM's fields and defaults; each bad body a 400
+naming the field."""
+from __future__ import annotations
+
+import pytest
+
+from protocol.errors import ApiError
+from protocol.limits import IngressLimits
+from protocol.requests.tokenize import (
+    DetokenizeRequest,
+    TokenizeRequest,
+    parse_detokenize_request,
+    parse_tokenize_request,
+)
+
+VOCAB = 1000
+LIMITS = IngressLimits(max_prompt_chars=50, max_messages=3)
+USER = {"role": "user", "content": "hi"}
+
+
+def test_prompt_defaults_add_special_tokens_and_messages_do_not():
+    assert parse_tokenize_request({"prompt": "hi"}, LIMITS) == TokenizeRequest(None, "hi", None, True)
+    assert parse_tokenize_request({"prompt": "", "add_special_tokens": False, "model": "m"}, LIMITS) == \
+        TokenizeRequest("m", "", None, False)
+    req = parse_tokenize_request({"messages": [USER, {"role": "developer", "content": "x"}]}, LIMITS)
+    assert req.messages == [USER, {"role": "system", "content": "x"}] and req.prompt is None
+    assert (req.add_special_tokens, req.add_generation_prompt, req.chat_template_kwargs) == (False, True, {})
+    req = parse_tokenize_request({"messages": [USER], "add_generation_prompt": False, "add_special_tokens": True,
+                                  "chat_template_kwargs": {"enable_thinking": False},
+                                  "return_token_strs": False, "unknown": 1}, LIMITS)
+    assert (req.add_special_tokens, req.add_generation_prompt) == (True, False)
+    assert req.chat_template_kwargs == {"enable_thinking": False}
+
+
+BAD_TOKENIZE = [
+    ({}, "prompt", "'prompt' (a text) or 'messages' (a chat) is required"),
+    ({"prompt": "a", "messages": [USER]}, "prompt", "not both"),
+    ({"prompt": 5}, "prompt", "must be a string"),
+    ({"prompt": [1, 2]}, "prompt", "must be a string"),
+    ({"prompt": "x" * 51}, "prompt", "too long"),
+    ({"prompt": "x", "add_special_tokens": 1}, "add_special_tokens", "a boolean"),
+    ({"prompt": "x", "model": 3}, "model", "a string"),
+    ({"prompt": "x", "return_token_strs": True}, "return_token_strs", "not supported"),
+    ({"messages": [USER], "continue_final_message": True}, "continue_final_message", "not supported"),
+    ({"messages": [USER], "chat_template": "{{ x }}"}, "chat_template", "not supported"),
+    ({"messages": [USER], "tools": [{"type": "function"}]}, "tools", "not supported"),
+    ({"messages": []}, "messages", "must not be empty"),
+    ({"messages": "hi"}, "messages", "an array"),
+    ({"messages": [USER] * 4}, "messages", "the limit is 3"),
+    ({"messages": [{"role": "bot", "content": "x"}]}, "messages[0].role", "must be one of"),
+    ({"messages": [{"role": "user", "content": "x" * 51}]}, "messages", "too long"),
+    ({"messages": [USER], "add_generation_prompt": "yes"}, "add_generation_prompt", "a boolean"),
+    ({"messages": [USER], "chat_template_kwargs": {"messages": []}}, "chat_template_kwargs.messages", "cannot be set"),
+]
+
+
+@pytest.mark.parametrize("body, param, fragment", BAD_TOKENIZE, ids=[f"{i}-{p}" for i, (_, p, _) in
+                                                                     enumerate(BAD_TOKENIZE)])
+def test_bad_tokenize_bodies(body, param, fragment):
+    with pytest.raises(ApiError) as info:
+        parse_tokenize_request(body, LIMITS)
+    assert (info.value.status, info.value.param) == (400, param)
+    assert fragment in info.value.message
+
+
+def test_detokenize():
+    assert parse_detokenize_request({"tokens": [0, 5, 999]}, LIMITS, VOCAB) == DetokenizeRequest(None, [0, 5, 999])
+    assert parse_detokenize_request({"tokens": [], "model": "m"}, LIMITS, VOCAB) == DetokenizeRequest("m", [])
+
+
+@pytest.mark.parametrize("body, param, fragment", [
+    ({}, "tokens", "required"),
+    ({"tokens": "hi"}, "tokens", "an array of token ids"),
+    ({"tokens": [1, VOCAB]}, "tokens[1]", "not a token id"),
+    ({"tokens": [-1]}, "tokens[0]", "not a token id"),
+    ({"tokens": [1, True]}, "tokens[1]", "an integer token id"),
+    ({"tokens": [1.0]}, "tokens[0]", "an integer token id"),
+    ({"tokens": [[1]]}, "tokens[0]", "an integer token id"),
+    ({"tokens": [1] * 51}, "tokens", "too long"),
+    ({"tokens": [1], "model": []}, "model", "a string"),
+])
+def test_bad_detokenize_bodies(body, param, fragment):
+    with pytest.raises(ApiError) as info:
+        parse_detokenize_request(body, LIMITS, VOCAB)
+    assert (info.value.status, info.value.param) == (400, param)
+    assert fragment in info.value.message
