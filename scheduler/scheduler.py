@@ -35,7 +35,7 @@ from scheduler.predictor import OutputLengthPredictor
 from scheduler.request_state import RequestState, RequestStatus, is_decode
 from scheduler.request_table import RequestTable
 from scheduler.sample_group import is_held, link
-from scheduler.shadow import ShadowAdmission
+from scheduler.shadow import ShadowAdmission, fetch_room
 from scheduler.step_builder import StepBuilder
 from scheduler.step_hooks import StepHook, build_step_hooks
 from scheduler.step_placement import StepPlacement
@@ -64,7 +64,7 @@ class Scheduler:
         # fetch may fill what nobody claimed plus its request's own claim, whose hits it then protects.
         requests, shadow = self.requests, self.shadow
         self.tiers: KvTierManager | NoTiers = KvTierManager(
-            tiers, self.kv.pool, lambda rid: shadow.fetch_room(requests.get(rid)),
+            tiers, self.kv.pool, lambda rid: fetch_room(shadow, requests.get(rid)),
             lambda rid, num_blocks: shadow.protect_hits(requests.get(rid), num_blocks), disk_blocks,
         ) if tiers is not None and tiers.enabled else NoTiers()
         self._tiers_on = self.tiers.enabled  # (the one-pass decode step queues no tier copies)

@@ -166,12 +166,6 @@ class ShadowAdmission:
             req.num_reserved_blocks += num_blocks
             self.num_reserved += num_blocks
 
-    def fetch_room(self, req: RequestState | None) -> int:
-        """Device blocks a tier fetch for this request may take: what nobody has claimed, plus the
-        request's own claim (the fetched blocks are part of what it reserved)."""
-        own = req.num_reserved_blocks if req is not None else 0
-        return self.pool.num_allocatable - self.num_reserved + own
-
     def protect_hits(self, req: RequestState | None, num_blocks: int) -> None:
         """Blocks fetched from a lower KV tier for a request already holding a claim are now cached
         prefix hits inside that claim: a reclaim must leave them, as it leaves the hits counted
@@ -232,3 +226,10 @@ class ShadowAdmission:
                 req.request.trace.info["shadow"]["reclaim_done_ns"] = now_ns  # type: ignore[index]
             self._awaiting_reclaim = []
         return num
+
+
+def fetch_room(shadow: ShadowAdmission, req: RequestState | None) -> int:
+    """Device blocks a tier fetch for this request may take: what nobody has claimed, plus the
+    request's own claim (the fetched blocks are part of what it reserved; None: it ended)."""
+    own = req.num_reserved_blocks if req is not None else 0
+    return shadow.pool.num_allocatable - shadow.num_reserved + own

@@ -1,2 +1,3 @@
-"""Speculative decoding on the GPU stage's side: a verifying row's sampled rows and their acceptance
-(verify.py), and the draft model that guesses for the draft_model method (draft_model.py)."""
+"""Speculative decoding on the GPU stage's side, attached to the ModelRunner as its hook
+(verifier.py): a verifying row's sampled rows and their acceptance (verify.py), and the draft
+model that guesses for the draft_model method (draft_model.py)."""
