@@ -32,7 +32,9 @@ class Chunk(Protocol):  # stages.messages.ScheduledChunk satisfies it
     start_pos: int
     block_table: list[int]
     sample: bool
-    num_draft: int  # tokens guessed at its end: logits at its last num_draft + 1 positions
+
+    @property
+    def num_sampled_positions(self) -> int: ...  # logits at its last this many positions when it samples
 
 
 @dataclass(frozen=True)
@@ -170,19 +172,19 @@ def plan_step(chunks: Sequence[Chunk], block_size: int, shape: GraphShape | None
 
 
 def eager_logits_rows(chunks: Sequence[Chunk], cu: np.ndarray) -> np.ndarray:
-    """The last token of each sampled chunk; a chunk carrying guesses its last num_draft + 1 (row 0
-    when nothing is sampled: a placeholder)."""
+    """The last num_sampled_positions tokens of each sampled chunk (the last one, unless it carries
+    guesses; row 0 when nothing is sampled: a placeholder)."""
     return np.array([r for i, c in enumerate(chunks) if c.sample
-                     for r in range(cu[i + 1] - 1 - c.num_draft, cu[i + 1])] or [0], np.int64)
+                     for r in range(cu[i + 1] - c.num_sampled_positions, cu[i + 1])] or [0], np.int64)
 
 
 def logits_rows(chunks: Sequence[Chunk], chunk_index: Sequence[int]) -> list[int]:
-    """Each sampled row's row in an eager step's logits (one per sampled chunk, a chunk carrying
-    guesses num_draft + 1 in order), from the chunk index of each row (repeated for such a chunk)."""
+    """Each sampled row's row in an eager step's logits (num_sampled_positions per sampled chunk, in
+    order), from the chunk index of each row (repeated for a chunk of several)."""
     first, n = [], 0
     for chunk in chunks:
         first.append(n)
-        n += (1 + chunk.num_draft) if chunk.sample else 0
+        n += chunk.num_sampled_positions if chunk.sample else 0
     out, prev, offset = [], -1, 0
     for i in chunk_index:
         offset = offset + 1 if i == prev else 0

@@ -82,6 +82,11 @@ class ScheduledChunk:
     # guesses it agrees with). PENDING_TOKEN guesses are the GPU stage's draft model's to make.
     num_draft: int = 0
 
+    @property
+    def num_sampled_positions(self) -> int:
+        """Positions at its end whose logits are sampled when it samples: the last, and each guess."""
+        return self.num_draft + 1
+
 
 _token_ids = attrgetter("token_ids")
 
