@@ -32,6 +32,7 @@ import torch
 from gpu_stage.loaders import load_model_source
 from bench.spec_rounds import RoundTimer, breakdown_line
 from gpu_stage.model_runner import ModelRunner
+from gpu_stage.spec.graph_shapes import VERIFY, verify_graphs
 from gpu_stage.spec.verifier import Verifier, draft_of
 from scheduler.spec.drafts import SpecDrafts
 from stages.messages import NewRequestData, ScheduledChunk, StepBatch
@@ -78,12 +79,12 @@ def step_costs(batches: list[int], ks: list[int], reps: int, model: str = MODEL,
     rows = [{"batch": b, "decode_ms": decode[b], "verify_ms": {}, "verify_eager_ms": {}} for b in batches]
     for k in ks:
         if graphs is not None:  # this k's verification graphs (replacing the last k's)
-            graphs.capture_verify(k, batches)
+            graphs.capture_family(verify_graphs(k, batches))
         for row in rows:
             b = row["batch"]
             chunks = [ScheduledChunk(f"r{i}", [1] * (k + 1), CONTEXT, tables[i], True, k) for i in range(b)]
             if graphs is not None:
-                assert graphs.shape_for(chunks).verify, "the verifying step takes its graph"
+                assert graphs.shape_for(chunks).family == VERIFY, "the verifying step takes its graph"
             verify = timed(chunks)
             runner.graphs = None  # the same step eagerly
             eager = timed(chunks)

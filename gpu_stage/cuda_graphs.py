@@ -4,11 +4,8 @@ One graph per decode batch bucket (1, 2, 4, 8, 16, 24, 32, 48, 64, ... up to max
 single-sequence prefill token bucket (32, 64, 128, 256 by default: a 128-token prefill is ~350
 launches, which eager Python cannot issue inside the GPU time), and one per (tokens, sequences)
 bucket of mixed steps, a prefill chunk beside running decodes (MIXED_TOKEN_BUCKETS x
-MIXED_SEQ_BUCKETS), and with speculation of k tokens one per verification bucket (verify_buckets:
-decode buckets of rows carrying up to k drafts, b * (k + 1) tokens, logits for every one), and for
-a draft model one per catch-up bucket (catch_up_tokens: decode buckets of rows of up to n tokens,
-the draft's first forward of a step, which feeds a verifying row's input beside the last guess whose
-KV the draft lacks after a full acceptance). An eager step costs tens of milliseconds of host time
+MIXED_SEQ_BUCKETS), and the shapes of the families a feature hands it (graph_families.py), each
+captured and replayed as the runner's own. An eager step costs tens of milliseconds of host time
 whatever its size, so below ~1,000 tokens every eager step waits on the host; above, the GPU's own
 time hides it. The general attention kernel's grid depends on (tokens, sequences) only, so one
 graph serves every mix that fits its bucket. Captured at start-up, largest first,
@@ -18,8 +15,7 @@ its GraphShape; `replay` stages the step padded to that shape (one H2D copy) and
 
 Padded rows are computed and ignored: decode pads are one-token sequences on the null block 0;
 prefill pad tokens belong to no sequence and store nothing; a mixed shape has both, and so has a
-verification shape (a row with fewer than k drafts leaves its spare tokens to the pad tokens after
-the real rows: the general kernel reads each sequence's length from cu_seqlens on the device, and
+family's shape (the general kernel reads each sequence's length from cu_seqlens on the device, and
 the pads' logits rows are never sampled). The decode split count of a graph is
 chosen for its bucket and the longest context (`max_model_len`), so a replay serves any length.
 Graphs need the Triton backend: the torch backend plans with host lists and makes H2D copies.
@@ -35,6 +31,7 @@ from typing import Sequence
 import torch
 
 from gpu_stage.graph_capture import capturing, gc_frozen
+from gpu_stage.graph_families import FamilyFactory, GraphBuckets, GraphFamily
 from gpu_stage.kv.cache import KvCache
 from gpu_stage.model.interface import CausalLM
 from gpu_stage.step_inputs import StagedStep, StepInputs, forward_step
@@ -48,29 +45,15 @@ PREFILL_BUCKETS = (32, 64, 128, 256)
 MIXED_TOKEN_BUCKETS = (256, 384, 512, 640, 768, 896, 1024)
 # Few: a missing sequence costs one padded token, and each graph keeps logits [sequences, vocab].
 MIXED_SEQ_BUCKETS = (8, 32)
-# Verification graphs stop at this many tokens (b * (k + 1)): a larger verifying step runs eagerly.
-# Their logits are [tokens, vocab] float32 (all of them sampled), written into one buffer that
-# every verification graph shares (at 640 x 128,256: 328 MB), so the bucket count costs no memory.
-VERIFY_MAX_TOKENS = 640
 
 
 def decode_buckets(max_num_seqs: int) -> list[int]:
     return sorted({b for b in DECODE_BUCKETS if b < max_num_seqs} | {max_num_seqs})
 
 
-def verify_buckets(max_num_seqs: int, max_num_tokens: int, k: int, max_tokens: int = VERIFY_MAX_TOKENS) -> list[int]:
-    """The sequence counts of the verification graphs for k drafts per row: the decode buckets
-    whose b * (k + 1) tokens fit the step budget and `max_tokens` (none when k is 0)."""
-    if k <= 0:
-        return []
-    return [b for b in decode_buckets(max_num_seqs) if b * (k + 1) <= min(max_num_tokens, max_tokens)]
-
-
-def verify_reserve_bytes(max_num_seqs: int, max_num_tokens: int, k: int, vocab_size: int) -> int:
-    """Memory the verification graphs add to the graph pool: the shared logits buffer [T, vocab]
-    float32 and, inside the pool, the largest graph's own logits (bf16 and float32) before the copy."""
-    sizes = verify_buckets(max_num_seqs, max_num_tokens, k)
-    return max(sizes, default=0) * (k + 1) * vocab_size * (4 + 6)
+def graph_buckets(max_num_seqs: int, max_num_tokens: int, width: int) -> GraphBuckets:
+    """What a runner of these limits hands its families (`width`: its block-table columns)."""
+    return GraphBuckets(tuple(decode_buckets(max_num_seqs)), max_num_tokens, width)
 
 
 @dataclass
@@ -84,25 +67,22 @@ class CudaGraphRunner:
     def __init__(self, model: CausalLM, kv_cache: KvCache, inputs: StepInputs, max_num_seqs: int,
                  max_num_tokens: int, max_model_len: int, prefill_buckets: Sequence[int] = PREFILL_BUCKETS,
                  mixed_token_buckets: Sequence[int] = MIXED_TOKEN_BUCKETS,
-                 mixed_seq_buckets: Sequence[int] = MIXED_SEQ_BUCKETS, verify_tokens: int = 0,
-                 verify_max_tokens: int = VERIFY_MAX_TOKENS, catch_up_tokens: int = 0) -> None:
-        """`verify_tokens`: the speculation's k (0: no verification graphs). `catch_up_tokens`: a
-        draft model's catch-up graphs, rows of up to this many tokens (0 or 1: none; a row of one
-        token takes the decode graph)."""
+                 mixed_seq_buckets: Sequence[int] = MIXED_SEQ_BUCKETS,
+                 families: Sequence[FamilyFactory] = ()) -> None:
+        """`families`: the shapes of a feature's own, made for this runner's buckets (graph_families.py)."""
         self.model, self.kv_cache, self.inputs = model, kv_cache, inputs
         self.max_model_len = max_model_len
-        self.decode_sizes = decode_buckets(max_num_seqs)
+        self.buckets = graph_buckets(max_num_seqs, max_num_tokens, inputs.max_blocks_per_seq)
+        self.decode_sizes = list(self.buckets.decode_sizes)
         self.prefill_sizes = sorted(b for b in prefill_buckets if b <= min(max_num_tokens, max_model_len))
         # (tokens, sequences), smallest first: a step takes the first it fits
         self.mixed_sizes = sorted((t, s) for t in mixed_token_buckets for s in mixed_seq_buckets
                                   if s < t <= max_num_tokens and s <= max_num_seqs)
-        self.verify_k = verify_tokens
-        self.verify_sizes = verify_buckets(max_num_seqs, max_num_tokens, verify_tokens, verify_max_tokens)
-        self.verify_logits: torch.Tensor | None = None  # [T_max, vocab] float32, shared (see VERIFY_MAX_TOKENS)
-        self.catch_up_tokens = catch_up_tokens
-        self.catch_up_sizes = ([b for b in self.decode_sizes if b * catch_up_tokens <= max_num_tokens]
-                               if catch_up_tokens > 1 else [])
-        self.catch_up_logits: torch.Tensor | None = None  # [B_max, vocab] float32, shared like verify_logits
+        self.families: dict[str, GraphFamily] = {}
+        for make in families:
+            family = make(self.buckets)
+            self.families[family.name] = family
+        self.family_logits: dict[str, torch.Tensor] = {}  # family name -> the logits its graphs share
         self.graphs: dict[GraphShape, _Graph] = {}
         self.pool = None
         self.pool_bytes = 0
@@ -113,16 +93,7 @@ class CudaGraphRunner:
         return ([GraphShape(b, b, width, True) for b in self.decode_sizes]
                 + [GraphShape(t, 1, width, False) for t in self.prefill_sizes if t <= cap]
                 + [GraphShape(t, s, width, False, mixed=True) for t, s in self.mixed_sizes if t <= s * cap]
-                + [self._verify_shape(b) for b in self.verify_sizes]
-                + [self._catch_up_shape(b) for b in self.catch_up_sizes])
-
-    def _verify_shape(self, num_seqs: int) -> GraphShape:
-        return GraphShape(num_seqs * (self.verify_k + 1), num_seqs, self.inputs.max_blocks_per_seq, False,
-                          mixed=True, verify=True)
-
-    def _catch_up_shape(self, num_seqs: int) -> GraphShape:
-        return GraphShape(num_seqs * self.catch_up_tokens, num_seqs, self.inputs.max_blocks_per_seq, False,
-                          mixed=True, catch_up=True)
+                + [shape for family in self.families.values() for shape in family.shapes()])
 
     def capture(self) -> None:
         """Capture every shape, largest first, into one pool. Compiles kernels on the way."""
@@ -135,17 +106,18 @@ class CudaGraphRunner:
         self.pool_bytes = torch.cuda.memory_reserved() - reserved0
         log.info("captured %d CUDA graphs (decode %s, prefill %s, mixed %s%s) in %.1f s, pool %.0f MiB",
                  len(self.graphs), self.decode_sizes, self.prefill_sizes, self.mixed_sizes,
-                 (f", verify k={self.verify_k} {self.verify_sizes}" if self.verify_sizes else "")
-                 + (f", catch-up {self.catch_up_tokens} {self.catch_up_sizes}" if self.catch_up_sizes else ""),
+                 "".join(f", {text}" for family in self.families.values() if (text := family.describe())),
                  time.perf_counter() - t0, self.pool_bytes / 2**20)
 
-    def capture_verify(self, k: int, sizes: Sequence[int]) -> None:
-        """Replace the verification graphs by those of k drafts per row at these sequence counts
-        (bench/spec_gpu.py's sweep over k; a server captures its own k at start-up, never this)."""
-        for shape in [s for s in self.graphs if s.verify]:
+    def capture_family(self, make: FamilyFactory) -> None:
+        """Capture a family's graphs in place of those of the family of its name, if any (a bench's
+        sweep over a family's parameter; a server captures its families at start-up, never this)."""
+        family = make(self.buckets)
+        for shape in [s for s in self.graphs if s.family == family.name]:
             del self.graphs[shape]
-        self.verify_k, self.verify_sizes, self.verify_logits = k, sorted(sizes), None
-        self._capture([self._verify_shape(b) for b in self.verify_sizes])
+        self.families[family.name] = family
+        self.family_logits.pop(family.name, None)
+        self._capture(family.shapes())
         torch.cuda.synchronize()
 
     def _capture(self, shapes: Sequence[GraphShape]) -> None:
@@ -154,39 +126,38 @@ class CudaGraphRunner:
 
     def _capture_each(self, shapes: Sequence[GraphShape]) -> None:
         for shape in sorted(shapes, key=lambda s: (s.num_tokens, s.decode), reverse=True):
-            staged = self.inputs.stage(_dummy_chunks(shape, self.kv_cache.block_size), shape=shape,
-                                       max_seq_len_hint=self.max_model_len)
+            family = self.families.get(shape.family) if shape.family else None
+            chunks = family.dummy_chunks(shape, self.kv_cache.block_size) if family is not None else None
+            if chunks is None:
+                chunks = _dummy_chunks(shape, self.kv_cache.block_size)
+            staged = self.inputs.stage(chunks, shape=shape, max_seq_len_hint=self.max_model_len)
             eager = self._forward(staged)  # compile and plan outside the capture
-            if shape.verify and self.verify_logits is None:  # the largest verification shape comes first
-                self.verify_logits = eager.new_empty(eager.shape)
-            if shape.catch_up and self.catch_up_logits is None:  # so does the largest catch-up shape
-                self.catch_up_logits = eager.new_empty(eager.shape)
+            if family is not None and family.name not in self.family_logits:  # its largest shape comes first
+                self.family_logits[family.name] = eager.new_empty(eager.shape)
             del eager
             torch.cuda.synchronize()
             graph = torch.cuda.CUDAGraph()
             with capturing(graph, self.pool):
                 logits = self._forward(staged)
-                if shape.verify:  # into the shared buffer: this graph's own logits die with the capture
-                    logits = self.verify_logits[: shape.num_tokens].copy_(logits)
-                elif shape.catch_up:
-                    logits = self.catch_up_logits[: shape.num_seqs].copy_(logits)
+                if family is not None:  # into the shared buffer: this graph's own logits die with the capture
+                    logits = self.family_logits[family.name][: logits.shape[0]].copy_(logits)
             self.graphs[shape] = _Graph(graph, logits, staged)
 
     def shape_for(self, chunks: Sequence[Chunk]) -> GraphShape | None:
         """The smallest captured shape this step fits, or None (run it eagerly)."""
         num_seqs = len(chunks)
         width = self.inputs.max_blocks_per_seq
-        if any(c.num_draft for c in chunks):  # verifying rows: logits at several positions per sequence
-            return self._verify_shape_for(chunks)
+        for family in self.families.values():
+            if family.owns(chunks):
+                return family.shape_for(chunks)
         if all(len(c.token_ids) == 1 for c in chunks):
             i = bisect.bisect_left(self.decode_sizes, num_seqs)
             if i < len(self.decode_sizes):
                 b = self.decode_sizes[i]
                 return GraphShape(b, b, width, True)
-        if self.catch_up_sizes and all(len(c.token_ids) <= self.catch_up_tokens for c in chunks):
-            i = bisect.bisect_left(self.catch_up_sizes, num_seqs)  # before prefill's: its smallest is 32 tokens
-            if i < len(self.catch_up_sizes):
-                return self._catch_up_shape(self.catch_up_sizes[i])
+        for family in self.families.values():  # before prefill's: its smallest is 32 tokens
+            if (shape := family.shape_for(chunks)) is not None:
+                return shape
         if num_seqs == 1:
             i = bisect.bisect_left(self.prefill_sizes, len(chunks[0].token_ids))
             if i < len(self.prefill_sizes):
@@ -197,15 +168,6 @@ class CudaGraphRunner:
                 if s >= num_seqs and t - num_tokens >= s - num_seqs:
                     return GraphShape(t, s, width, False, mixed=True)
         return None
-
-    def _verify_shape_for(self, chunks: Sequence[Chunk]) -> GraphShape | None:
-        """A verification shape when every row has at most k + 1 tokens (decodes and verifying rows,
-        nothing longer) and the rows fit a bucket; else None (eager: prefill chunks beside
-        verifying rows run eagerly, as do more rows than the largest bucket)."""
-        if any(len(c.token_ids) > self.verify_k + 1 for c in chunks):
-            return None
-        i = bisect.bisect_left(self.verify_sizes, len(chunks))
-        return self._verify_shape(self.verify_sizes[i]) if i < len(self.verify_sizes) else None
 
     def replay(self, shape: GraphShape) -> torch.Tensor:
         """Replay after the step was staged with `shape` -> the graph's logits [S, vocab] (valid until
@@ -222,10 +184,6 @@ def _dummy_chunks(shape: GraphShape, block_size: int) -> list[ScheduledChunk]:
     """Inputs to capture with: tokens 0 on the null block (the values do not matter, the addresses do)."""
     if shape.decode:
         return [ScheduledChunk(f"pad{i}", [0], 0, [0], True) for i in range(shape.num_seqs)]
-    if shape.verify:  # every row k + 1 tokens (k drafts), all of them sampled
-        n = shape.num_tokens // shape.num_seqs
-        return [ScheduledChunk(f"pad{i}", [0] * n, 0, [0] * -(-n // block_size), True, n - 1)
-                for i in range(shape.num_seqs)]
     # mixed: prefills beside decodes, as few prefills as fit the block table (a budget past
     # max_model_len needs several: no sequence may span more than `width` blocks)
     cap = shape.width * block_size

@@ -27,7 +27,8 @@ from gpu_stage.attention.long_context import LongContextAttention
 from gpu_stage.compile_watch import WATCH
 from gpu_stage.cpu_malloc import keep_freed_memory
 from gpu_stage.cuda_graphs import (MIXED_SEQ_BUCKETS, MIXED_TOKEN_BUCKETS, PREFILL_BUCKETS, CudaGraphRunner,
-                                   decode_buckets, verify_reserve_bytes)
+                                   decode_buckets, graph_buckets)
+from gpu_stage.graph_families import FamilyFactory
 from gpu_stage.kernels import triton_available
 from gpu_stage.kv.cache import KvCache
 from gpu_stage.kv.format import resolve_kv_format
@@ -84,7 +85,7 @@ def build_parts(
     mixed_graph_seqs: Sequence[int] = MIXED_SEQ_BUCKETS,
     kv_cache_dtype: str = "auto",  # --kv-cache-dtype (gpu_stage/kv/format.py)
     parallel: TensorParallel | None = None,  # this rank's shard; None: the whole model
-    verify_graph_tokens: int = 0,  # speculation's k: verification graphs for it (0: none)
+    graph_families: Sequence[FamilyFactory] = (),  # a feature's own graph shapes (graph_families.py)
     long_context_attention: str = "auto",  # --long-context-attention (attention/long_backend.py)
 ) -> RunnerParts:
     device = resolve_device(device)
@@ -110,8 +111,8 @@ def build_parts(
     if num_blocks is None:
         if not cuda:
             raise ValueError("num_blocks is required on CPU (the memory profile is CUDA only)")
-        reserve = graph_reserve_bytes + verify_reserve_bytes(max_num_seqs, max_num_batched_tokens,
-                                                             verify_graph_tokens, config.vocab_size)
+        buckets = graph_buckets(max_num_seqs, max_num_batched_tokens, inputs.max_blocks_per_seq)
+        reserve = graph_reserve_bytes + sum(make(buckets).reserve_bytes(config.vocab_size) for make in graph_families)
         num_blocks = profile_num_blocks(model, inputs, sampler, dtype, kv_format, gpu_memory_utilization,
                                         reserve if use_graphs else 0)
         num_blocks = agree_num_blocks(parallel, num_blocks)
@@ -123,7 +124,7 @@ def build_parts(
     graphs = None
     if use_graphs:
         graphs = CudaGraphRunner(model, kv_cache, inputs, max_num_seqs, max_num_batched_tokens, max_model_len,
-                                 prefill_graph_sizes, mixed_graph_tokens, mixed_graph_seqs, verify_graph_tokens)
+                                 prefill_graph_sizes, mixed_graph_tokens, mixed_graph_seqs, graph_families)
         graphs.capture()
     if cuda:
         WATCH.arm()

@@ -43,20 +43,18 @@ class GraphShape:
     every row. Prefill: one sequence of up to num_tokens tokens, logits for its last token. Mixed:
     up to num_seqs sequences (prefill chunks and decodes) of up to num_tokens tokens in all; the
     missing sequences are one-token pads on the null block (as decode's), the tokens left over
-    belong to no sequence (as prefill's); logits for every sequence's last token. Verify (a mixed
-    shape with `verify`, for rows carrying up to k guesses): up to num_seqs rows of up to k + 1
-    tokens each (num_tokens = num_seqs * (k + 1)), padded as a mixed shape; logits for every token
-    (such a row's k + 1 positions), in the eager step's order, then the pads'. Catch-up (a mixed
-    shape with `catch_up`): up to num_seqs rows of a few tokens each, padded and sampled as a mixed
-    shape, whose logits go to a buffer of their own."""
+    belong to no sequence (as prefill's); logits for every sequence's last token. A family's (a mixed
+    shape whose `family` names the GraphFamily it belongs to, gpu_stage/graph_families.py): padded
+    as a mixed shape, sampled as one too, or with `all_logits` at every token (each sampled
+    position of every row) in the eager step's order, then the pads'."""
 
     num_tokens: int
     num_seqs: int
     width: int  # block-table columns
     decode: bool
     mixed: bool = False
-    verify: bool = False  # with mixed: every token is a logits row
-    catch_up: bool = False  # with mixed: rows of up to CudaGraphRunner's catch_up_tokens each
+    family: str = ""  # with mixed: the GraphFamily's name ("": the runner's own shape)
+    all_logits: bool = False  # with mixed: every token is a logits row
 
     @property
     def pad_slot(self) -> int:
@@ -64,9 +62,9 @@ class GraphShape:
 
     @property
     def logits_per_seq(self) -> bool:
-        """Logits row i is sequence i's (decode, mixed); else one row per sampled chunk, a verifying
-        row's k + 1 in order (eager, prefill and verify shapes)."""
-        return (self.decode or self.mixed) and not self.verify
+        """Logits row i is sequence i's (decode, mixed); else one row per sampled position of each
+        sampled chunk, in order (eager, prefill and all_logits shapes)."""
+        return (self.decode or self.mixed) and not self.all_logits
 
 
 @dataclass(frozen=True)
@@ -157,7 +155,7 @@ def plan_step(chunks: Sequence[Chunk], block_size: int, shape: GraphShape | None
     np.cumsum(q_lens, out=cu[1:])
     if shape is not None and shape.decode:
         logits_rows = np.arange(lay_b)
-    elif shape is not None and shape.verify:  # the eager step's rows, then the rest: every token a row
+    elif shape is not None and shape.all_logits:  # the eager step's rows, then the rest: every token a row
         rows = eager_logits_rows(chunks, cu)
         logits_rows = np.concatenate([rows, np.arange(len(rows), lay_t)])
     elif mixed:  # each sequence's last token, then each pad sequence's token

@@ -23,7 +23,7 @@ from ingress.chat_template import ChatTemplate, load_chat_template
 from ingress.tokenizer import Tokenizer
 from pipeline.build_parallel import (ParallelStartupError, cpu_threads_per_rank, kv_shard_config, runner_spec,
                                      start_tensor_parallel)
-from pipeline.build_spec import attach_speculation, resolve_speculative
+from pipeline.build_spec import attach_speculation, resolve_speculative, spec_graph_families
 from pipeline.build_tiers import BuiltTiers, build_tiers
 from pipeline.config import EngineConfig
 from pipeline.faults import install_faults
@@ -81,9 +81,11 @@ def build_model(cfg: EngineConfig) -> BuiltModel:
     template = _chat_template_override(cfg)  # before the weights load: a bad file refuses at once
     source, device, dtype, runner_args = plan_runner(cfg)
     if cfg.tensor_parallel_size == 1:
-        runner = ModelRunner.build(source, device=device, dtype=dtype, **runner_args)
+        spec = speculative(cfg)
+        runner = ModelRunner.build(source, device=device, dtype=dtype, graph_families=spec_graph_families(spec),
+                                   **runner_args)
         try:
-            attach_speculation(cfg, speculative(cfg), source, runner, dtype, runner_args)
+            attach_speculation(cfg, spec, source, runner, dtype, runner_args)
         except ValueError as exc:
             raise StartupError(str(exc)) from None
         return _build_rest(cfg, source, runner, None, template)
@@ -113,7 +115,7 @@ def speculative(cfg: EngineConfig) -> SpeculativeConfig | None:
 
 def plan_runner(cfg: EngineConfig) -> tuple[ModelSource, torch.device, torch.dtype, dict]:
     """The model source, device, dtype and ModelRunner.build arguments (the same on every rank)."""
-    spec = speculative(cfg)
+    speculative(cfg)  # refuses what cannot work, and turns async scheduling off, before anything is built
     cfg.resolve_budgets()
     device = torch.device(cfg.resolved_device())
     if (threads := cpu_threads_per_rank(cfg, device.type)) is not None:
@@ -151,7 +153,6 @@ def plan_runner(cfg: EngineConfig) -> tuple[ModelSource, torch.device, torch.dty
         gpu_memory_utilization=cfg.gpu_memory_utilization,
         max_model_len=cfg.max_model_len or source.config.max_position_embeddings,
         kv_cache_dtype=cfg.kv_cache_dtype, long_context_attention=cfg.long_context_attention,
-        verify_graph_tokens=spec.k if spec is not None else 0,  # verification graphs for its k (cuda_graphs.py)
     )
     return source, device, dtype, runner_args
 

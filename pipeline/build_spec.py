@@ -1,16 +1,19 @@
 """Speculative decoding at start-up: --speculative-config parsed and checked against the other
-flags, and the runner's verification hook attached, for the draft_model method with the draft
-loaded beside the target (its vocabulary must be the target's). (The scheduler attaches its own
-hook from SchedulerConfig.speculative.) A config that cannot work raises ValueError naming the
-field; pipeline/build.py turns it into a refusal to start."""
+flags, the target's verification CUDA graphs (spec_graph_families), and the runner's verification
+hook attached, for the draft_model method with the draft loaded beside the target (its vocabulary
+must be the target's). (The scheduler attaches its own hook from SchedulerConfig.speculative.) A
+config that cannot work raises ValueError naming the field; pipeline/build.py turns it into a
+refusal to start."""
 from __future__ import annotations
 
 import torch
 
+from gpu_stage.graph_families import FamilyFactory
 from gpu_stage.loaders import load_model_source
 from gpu_stage.loaders.model_source import ModelSource
 from gpu_stage.model_runner import ModelRunner
 from gpu_stage.spec.draft_model import DraftModel
+from gpu_stage.spec.graph_shapes import verify_graphs
 from gpu_stage.spec.verifier import Verifier
 from pipeline.config import EngineConfig
 from stages.speculative import SpeculativeConfig
@@ -32,6 +35,11 @@ def resolve_speculative(cfg: EngineConfig) -> SpeculativeConfig | None:
         raise ValueError("--speculative-config is not supported with --tensor-parallel-size > 1 yet")
     cfg.async_scheduling = False
     return spec
+
+
+def spec_graph_families(spec: SpeculativeConfig | None) -> list[FamilyFactory]:
+    """The target runner's own graph shapes under speculation: verification graphs for its k."""
+    return [verify_graphs(spec.k)] if spec is not None else []
 
 
 def attach_speculation(cfg: EngineConfig, spec: SpeculativeConfig | None, target: ModelSource, runner: ModelRunner,

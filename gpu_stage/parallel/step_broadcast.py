@@ -65,7 +65,7 @@ class StepBroadcast:
     def send(self, staged: StagedStep, shape: GraphShape | None) -> None:
         """Send a step staged by the driver's StepInputs (after its copy and feed)."""
         assert self.rank == 0 and staged.host is not None
-        assert shape is None or not shape.verify, "speculation (verify shapes) is refused under tensor parallelism"
+        assert shape is None or not shape.family, "a graph family's shapes do not travel (no header field)"
         layout, meta = staged.layout, staged.meta
         sizes = [layout.offsets[name][1] for name in ("input_ids", "cu_seqlens_q", "block_tables",
                                                        "logits_indices", "greedy", "feed_dst", "prompt_targets")]

@@ -35,6 +35,7 @@ from gpu_stage.loaders.model_source import ModelSource
 from gpu_stage.model.interface import CausalLM
 from gpu_stage.runner_builder import graphs_wanted, load_model
 from gpu_stage.sampling.states import SamplingStates
+from gpu_stage.spec.graph_shapes import catch_up_graphs
 from gpu_stage.step_inputs import StepInputs, forward_step
 from gpu_stage.step_layout import GraphShape
 from stages.messages import PENDING_TOKEN, ScheduledChunk
@@ -87,7 +88,7 @@ class DraftModel:
         if graphs_wanted(device.type == "cuda", enforce_eager, attention_backend):
             # decode, catch-up and prefill graphs; no mixed ones (a prefill beside decodes runs eagerly)
             graphs = CudaGraphRunner(model, kv_cache, inputs, max_num_seqs, max_num_batched_tokens, max_model_len,
-                                     mixed_token_buckets=(), catch_up_tokens=CATCH_UP_TOKENS)
+                                     mixed_token_buckets=(), families=[catch_up_graphs(CATCH_UP_TOKENS)])
             graphs.capture()
         return cls(model, kv_cache, inputs, graphs)
 

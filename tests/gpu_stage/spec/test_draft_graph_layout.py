@@ -14,6 +14,7 @@ import torch
 
 from gpu_stage.cuda_graphs import CudaGraphRunner
 from gpu_stage.spec.draft_model import CATCH_UP_TOKENS, DraftCounts
+from gpu_stage.spec.graph_shapes import CATCH_UP, catch_up_graphs, catch_up_shape
 from gpu_stage.spec.verifier import draft_of
 from gpu_stage.step_inputs import StepInputs, forward_step
 from gpu_stage.step_layout import GraphShape
@@ -30,34 +31,34 @@ DRAFT = json.dumps({"method": "draft_model", "model": "dummy:tiny", "num_specula
 def _graphs(max_num_seqs: int = 8, max_num_tokens: int = 64) -> CudaGraphRunner:
     inputs = StepInputs(max_num_tokens, max_num_seqs, 10, BS, "cpu")
     return CudaGraphRunner(None, None, inputs, max_num_seqs, max_num_tokens, 40, prefill_buckets=(8, 32),
-                           mixed_token_buckets=(), catch_up_tokens=CATCH_UP_TOKENS)
+                           mixed_token_buckets=(), families=[catch_up_graphs(CATCH_UP_TOKENS)])
 
 
 def test_catch_up_shapes_and_the_shape_each_draft_forward_takes() -> None:
     graphs = _graphs()
     width = graphs.inputs.max_blocks_per_seq
-    assert graphs.catch_up_sizes == [1, 2, 4, 8]
-    catch_up = [s for s in graphs.shapes() if s.catch_up]
-    assert catch_up == [GraphShape(2 * b, b, width, False, mixed=True, catch_up=True) for b in (1, 2, 4, 8)]
+    assert graphs.families[CATCH_UP].sizes == [1, 2, 4, 8]
+    catch_up = [s for s in graphs.shapes() if s.family == CATCH_UP]
+    assert catch_up == [catch_up_shape(2 * b, b, width) for b in (1, 2, 4, 8)]
     assert all(s.logits_per_seq and s.pad_slot == -1 for s in catch_up)
     one = ScheduledChunk("a", [5], 6, [1, 2], True)
     two = ScheduledChunk("b", [5, 6], 6, [3, 4], True)
     assert graphs.shape_for([one, one]) == GraphShape(2, 2, width, True)  # every row one token: decode
-    assert graphs.shape_for([two]) == GraphShape(2, 1, width, False, mixed=True, catch_up=True)  # not prefill's 8
-    assert graphs.shape_for([two, one, one]) == GraphShape(8, 4, width, False, mixed=True, catch_up=True)
+    assert graphs.shape_for([two]) == catch_up_shape(2, 1, width)  # not prefill's 8
+    assert graphs.shape_for([two, one, one]) == catch_up_shape(8, 4, width)
     long = ScheduledChunk("p", [5] * 5, 0, [5, 6], True)
     assert graphs.shape_for([long]) == GraphShape(8, 1, width, False)  # one longer chunk: prefill
     assert graphs.shape_for([long, one]) is None  # a prefill beside decodes: eager (the draft has no mixed graphs)
     assert graphs.shape_for([two] * 9) is None  # past the largest bucket
-    assert _graphs(max_num_tokens=8).catch_up_sizes == [1, 2, 4]  # 2 * b within the step budget
+    assert _graphs(max_num_tokens=8).families[CATCH_UP].sizes == [1, 2, 4]  # 2 * b within the step budget
     target = CudaGraphRunner(None, None, graphs.inputs, 8, 64, 40, prefill_buckets=(8,), mixed_token_buckets=())
-    assert target.catch_up_sizes == [] and target.shape_for([two]) == GraphShape(8, 1, width, False)  # unchanged
+    assert CATCH_UP not in target.families and target.shape_for([two]) == GraphShape(8, 1, width, False)  # unchanged
 
 
 def test_catch_up_layout_pads_sequences_on_the_null_block_and_samples_each_last_token() -> None:
     inputs = StepInputs(64, 8, 10, BS, "cpu")
     rows = [ScheduledChunk("a", [5, 6], 6, [7, 3], True), ScheduledChunk("b", [8], 5, [2, 5], False)]
-    staged = inputs.stage(rows, shape=GraphShape(8, 4, 16, False, mixed=True, catch_up=True))
+    staged = inputs.stage(rows, shape=catch_up_shape(8, 4, 16))
     meta = staged.meta
     assert staged.input_ids.tolist() == [5, 6, 8] + [0] * 5
     assert meta.slot_mapping.tolist() == [3 * BS + 2, 3 * BS + 3, 5 * BS + 1, 0, 0, -1, -1, -1]
@@ -70,7 +71,7 @@ class ReplayOnCpu(CudaGraphRunner):
 
     def __init__(self, draft) -> None:
         super().__init__(draft.model, draft.kv_cache, draft.inputs, 8, 64, 512, prefill_buckets=(32, 64),
-                         mixed_token_buckets=(), catch_up_tokens=CATCH_UP_TOKENS)
+                         mixed_token_buckets=(), families=[catch_up_graphs(CATCH_UP_TOKENS)])
         self.shapes_used: list[GraphShape] = []
         self.last = None
         stage = draft.inputs.stage
@@ -110,5 +111,6 @@ def test_a_draft_replaying_graphs_changes_nothing_and_replays_every_forward_afte
     counts: DraftCounts = draft.counts
     assert counts.step_eager == 0 and counts.step_graph > 0
     assert counts.catch_up_graph > 0 and counts.catch_up_eager <= len(prompts)  # at most each prompt's prefill
-    kinds = {("decode" if s.decode else "catch_up" if s.catch_up else "prefill") for s in draft.graphs.shapes_used}
+    kinds = {("decode" if s.decode else "catch_up" if s.family == CATCH_UP else "prefill")
+             for s in draft.graphs.shapes_used}
     assert {"decode", "catch_up"} <= kinds  # full acceptances: the lagging guess beside the next input

@@ -10,6 +10,7 @@ import json
 
 import pytest
 
+from gpu_stage.spec.graph_shapes import CATCH_UP
 from gpu_stage.spec.verifier import draft_of
 from pipeline import Engine
 from stages.sampling import SamplingParams
@@ -29,7 +30,8 @@ def _run(spec: str | None, prompts: list) -> tuple[list[list[int]], object, list
             draft = draft_of(engine.built.runner.hook)
             shapes = []
             if draft is not None:
-                assert draft.graphs is not None and draft.graphs.catch_up_sizes, "the draft captured catch-up graphs"
+                assert draft.graphs is not None and draft.graphs.families[CATCH_UP].sizes, \
+                    "the draft captured catch-up graphs"
                 original = draft.graphs.replay
 
                 def counting(shape):
@@ -55,4 +57,4 @@ def test_the_draft_replays_graphs_for_its_steps_and_catch_up_and_changes_nothing
     assert counts.catch_up_eager <= len(prompts), counts  # a prompt's prefill beside other rows at most
     assert counts.catch_up_graph >= 5, counts
     assert len(shapes) == counts.step_graph + counts.catch_up_graph  # each counted graph forward replayed
-    assert any(s.catch_up for s in shapes), "a full acceptance's catch-up took its graph"
+    assert any(s.family == CATCH_UP for s in shapes), "a full acceptance's catch-up took its graph"

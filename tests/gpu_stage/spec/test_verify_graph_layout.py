@@ -1,4 +1,4 @@
-"""Verification CUDA graphs' layout on CPU: the shape a step takes (verify_buckets, shape_for), the
+"""Verification CUDA graphs' layout on CPU: the shape a step takes (the family's buckets, shape_for), the
 padded step's inputs (pad sequences on the null block, pad tokens stored nowhere, every token a
 logits row), and execute() through the graph path with "replay" simulated on CPU (the Triton
 kernels under the interpreter, metadata taken only from the shape's layout, as a captured graph
@@ -10,9 +10,10 @@ import torch
 from tiny_hf_models import hf_model, model_config
 
 from gpu_stage.attention.metadata import AttentionMetadata
-from gpu_stage.cuda_graphs import CudaGraphRunner, verify_buckets, verify_reserve_bytes
+from gpu_stage.cuda_graphs import CudaGraphRunner, graph_buckets
 from gpu_stage.loaders.model_source import ModelSource
 from gpu_stage.model_runner import ModelRunner
+from gpu_stage.spec.graph_shapes import VERIFY, VerifyShapes, verify_graphs, verify_shape
 from gpu_stage.spec.verifier import Verifier
 from gpu_stage.step_inputs import StepInputs
 from gpu_stage.step_layout import GraphShape, make_layout, plan_step
@@ -20,6 +21,18 @@ from stages.messages import NewRequestData, ScheduledChunk, StepBatch
 from stages.sampling import SamplingParams
 
 BS = 4
+
+
+def verify_buckets(max_num_seqs: int, max_num_tokens: int, k: int) -> list[int]:
+    return _family(max_num_seqs, max_num_tokens, k).sizes
+
+
+def verify_reserve_bytes(max_num_seqs: int, max_num_tokens: int, k: int, vocab_size: int) -> int:
+    return _family(max_num_seqs, max_num_tokens, k).reserve_bytes(vocab_size)
+
+
+def _family(max_num_seqs: int, max_num_tokens: int, k: int) -> VerifyShapes:
+    return verify_graphs(k)(graph_buckets(max_num_seqs, max_num_tokens, 16))
 
 
 def test_verify_buckets_fit_the_budget_and_the_token_cap() -> None:
@@ -34,7 +47,7 @@ def test_verify_buckets_fit_the_budget_and_the_token_cap() -> None:
 def _graphs(k: int, max_num_seqs: int = 8) -> CudaGraphRunner:
     inputs = StepInputs(64, max_num_seqs, 10, BS, "cpu")
     return CudaGraphRunner(None, None, inputs, max_num_seqs, 64, 40, prefill_buckets=(), mixed_token_buckets=(),
-                           verify_tokens=k)
+                           families=[verify_graphs(k)])
 
 
 def _row(rid: str, n_draft: int, start: int, table: list[int]) -> ScheduledChunk:
@@ -43,23 +56,24 @@ def _row(rid: str, n_draft: int, start: int, table: list[int]) -> ScheduledChunk
 
 def test_shape_choice() -> None:
     graphs = _graphs(3)
-    assert graphs.verify_sizes == [1, 2, 4, 8]
+    assert graphs.families[VERIFY].sizes == [1, 2, 4, 8]
     width = graphs.inputs.max_blocks_per_seq
-    verify = [s for s in graphs.shapes() if s.verify]
-    assert verify == [GraphShape(4 * b, b, width, False, mixed=True, verify=True) for b in (1, 2, 4, 8)]
+    verify = [s for s in graphs.shapes() if s.family == VERIFY]
+    assert verify == [verify_shape(4 * b, b, width) for b in (1, 2, 4, 8)]
     rows = [_row("a", 3, 6, [1, 2, 3]), _row("b", 1, 6, [4, 5]), ScheduledChunk("c", [5], 6, [6, 7], True)]
-    assert graphs.shape_for(rows) == GraphShape(16, 4, width, False, mixed=True, verify=True)
-    assert graphs.shape_for(rows[:1]) == GraphShape(4, 1, width, False, mixed=True, verify=True)
+    assert graphs.shape_for(rows) == verify_shape(16, 4, width)
+    assert graphs.shape_for(rows[:1]) == verify_shape(4, 1, width)
     assert graphs.shape_for(rows[2:]) == GraphShape(1, 1, width, True)  # no drafts: the decode graph
     prefill = ScheduledChunk("p", [5] * 5, 0, [8, 9], True)  # longer than k + 1: eager
     assert graphs.shape_for(rows + [prefill]) is None
     assert graphs.shape_for([_row(f"r{i}", 1, 6, [1, 2]) for i in range(9)]) is None  # past the largest bucket
-    assert _graphs(0).shape_for(rows) is None and _graphs(0).verify_sizes == []  # no speculation: eager, as before
+    # no speculation: eager, as before
+    assert _graphs(0).shape_for(rows) is None and _graphs(0).families[VERIFY].sizes == []
 
 
 def test_verify_plan_samples_every_token_in_eager_order() -> None:
     rows = [_row("a", 3, 6, [1, 2, 3]), _row("b", 1, 6, [4, 5]), ScheduledChunk("c", [5], 6, [6, 7], True)]
-    shape = GraphShape(16, 4, 16, False, mixed=True, verify=True)
+    shape = verify_shape(16, 4, 16)
     plan = plan_step(rows, BS, shape, 7, 0)
     assert plan.logits_rows.tolist() == list(range(16))  # 4 + 2 + 1 real rows, then the pads'
     assert plan.layout == make_layout(16, 4, 16, 16, 7)
@@ -71,7 +85,7 @@ def test_verify_plan_samples_every_token_in_eager_order() -> None:
 def test_verify_shape_pads_sequences_on_the_null_block_and_tokens_nowhere() -> None:
     inputs = StepInputs(64, 8, 10, BS, "cpu")
     rows = [_row("a", 2, 6, [7, 3, 4]), ScheduledChunk("b", [8], 5, [2, 5], True)]
-    staged = inputs.stage(rows, shape=GraphShape(12, 4, 16, False, mixed=True, verify=True))
+    staged = inputs.stage(rows, shape=verify_shape(12, 4, 16))
     meta = staged.meta
     assert staged.input_ids.tolist() == [5, 5, 5, 8] + [0] * 8
     assert staged.positions.tolist() == [6, 7, 8, 5] + [0] * 8
@@ -92,7 +106,7 @@ class ReplayOnCpu(CudaGraphRunner):
 
     def replay(self, shape: GraphShape) -> torch.Tensor:
         self.shapes_used.append(shape)
-        assert shape.verify, "only verifying steps here"
+        assert shape.family == VERIFY, "only verifying steps here"
         t, n = shape.num_tokens, shape.num_seqs
         lay = make_layout(t, n, shape.width, t, 0)
         buf = self.inputs._host[self.inputs._turn]
@@ -128,7 +142,7 @@ def test_verifying_steps_through_the_graph_path_emit_greedy_tokens_and_keep_pads
         runner.hook = Verifier()
         if graphs:
             runner.graphs = ReplayOnCpu(runner.model, runner.kv_cache, runner.inputs, 4, 16, 16, prefill_buckets=(),
-                                        mixed_token_buckets=(), verify_tokens=3)
+                                        mixed_token_buckets=(), families=[verify_graphs(3)])
         new = [NewRequestData(r, p, SamplingParams(temperature=0.0, max_tokens=64)) for r, p in prompts.items()]
         result = runner.execute(StepBatch(0, new, [ScheduledChunk(r, p, 0, tables[r], True) for r, p in prompts.items()]))
         runner.first = {t.request_id: t.token_id for t in result.sampled}
@@ -156,7 +170,7 @@ def test_verifying_steps_through_the_graph_path_emit_greedy_tokens_and_keep_pads
         assert not result.failed
         for t in result.sampled:
             got[t.request_id] += [t.token_id] + [x.token_id for x in result.spec.get(t.request_id, [])]
-    assert {s for s in ReplayOnCpu.shapes_used} == {GraphShape(16, 4, 16, False, mixed=True, verify=True)}
+    assert {s for s in ReplayOnCpu.shapes_used} == {verify_shape(16, 4, 16)}
     assert [len(got[r]) for r in "abc"] == [1 + 4 + 4, 1 + 2 + 2, 1 + 1 + 1]  # all, one guess then the fix, none
     assert all(got[r] == ref[r][: len(got[r])] for r in prompts)
     # No pad wrote KV into a block some sequence holds or may get: only the null block 0 and the rows' own

@@ -13,6 +13,7 @@ import torch
 from gpu_runner_helpers import make_runner, source_from_hf
 from tiny_hf_models import hf_model
 
+from gpu_stage.spec.graph_shapes import VERIFY, verify_graphs
 from pipeline import Engine
 from scheduler.spec.drafts import SpecDrafts
 from stages.messages import ScheduledChunk
@@ -31,9 +32,9 @@ def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
 
 def test_verify_replay_equals_eager_on_real_rows_and_pads_store_nothing_live() -> None:
     source = source_from_hf(hf_model("llama", num_hidden_layers=2))
-    runner = make_runner(source, verify_graph_tokens=3)  # max_num_seqs 8, 128 tokens, block 4
+    runner = make_runner(source, graph_families=[verify_graphs(3)])  # max_num_seqs 8, 128 tokens, block 4
     graphs = runner.graphs
-    assert graphs.verify_sizes == [1, 2, 4, 8] and graphs.verify_logits.shape[0] == 32
+    assert graphs.families[VERIFY].sizes == [1, 2, 4, 8] and graphs.family_logits[VERIFY].shape[0] == 32
     gen = torch.Generator().manual_seed(3)
     lengths = [9, 30, 17, 4, 50]
     tables = [list(range(1 + 20 * i, 1 + 20 * i + -(-(n + 4) // 4))) for i, n in enumerate(lengths)]
@@ -54,7 +55,8 @@ def test_verify_replay_equals_eager_on_real_rows_and_pads_store_nothing_live() -
         kv_eager = runner.kv_cache.kv.clone()
         runner.kv_cache.kv.copy_(kv_before)
         shape = graphs.shape_for(chunks)
-        assert shape is not None and shape.verify and shape.num_seqs >= len(drafts) and shape.num_tokens == 4 * shape.num_seqs
+        assert shape is not None and shape.family == VERIFY
+        assert shape.num_seqs >= len(drafts) and shape.num_tokens == 4 * shape.num_seqs
         runner.inputs.stage(chunks, shape=shape)
         graph = graphs.replay(shape)[:n].clone()
         torch.cuda.synchronize()
@@ -85,7 +87,7 @@ def _run(spec: str | None, **kw) -> tuple[list[list[int]], int, object]:
             scheduler.check()
             assert scheduler.stats().num_used_blocks == 0 and scheduler.shadow.num_reserved == 0
             counters = drafts.counters if (drafts := scheduler.hooks.get(SpecDrafts)) else None
-            return [r.token_ids for r in replies], sum(s.verify for s in replays), counters
+            return [r.token_ids for r in replies], sum(s.family == VERIFY for s in replays), counters
 
     return asyncio.run(main())
 
