@@ -223,11 +223,12 @@ class Engine:
             if not stream.finished:
                 self.abort(stream.request_id, reason)
 
-    def record_write(self, stream: OutputStream, out: RequestOutput) -> None:
-        """Called by a reader right after it handed an output's bytes to its transport."""
+    def record_write(self, stream: OutputStream, out: RequestOutput, whole_reply: bool = False) -> None:
+        """Called by a reader right after it handed an output's bytes to its transport
+        (`whole_reply`: the one write of a non-streamed reply)."""
         now = time.perf_counter_ns()
-        if out.token_ids or out.text:
-            self.metrics.observe_write(stream.trace, now)
+        if whole_reply or out.token_ids or out.text:
+            self.metrics.observe_write(stream.trace, now, whole_reply)
             stream.trace.mark("first_token_written", now)
 
     async def generate(

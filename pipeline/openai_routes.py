@@ -238,5 +238,5 @@ async def _whole_body(
         out = await reader.get()
     body = chat_body(meta, accs) if chat else completion_body(meta, accs, echoes)
     for acc in accs:
-        engine.record_write(streams[acc.index], acc.last)
+        engine.record_write(streams[acc.index], acc.last, whole_reply=True)
     return Response(body, media_type="application/json", headers=headers)
