@@ -45,7 +45,7 @@ read -r COLD COLD_STARTED < <(first_answer "$OUT/serve-cold.log")
 read -r WARM WARM_STARTED < <(first_answer "$OUT/serve-warm.log")
 VENV_MIB=$(du -sm .venv | cut -f1)
 SITE=$(ls -d .venv/lib/python3*/site-packages)
-du -sm "$SITE"/* | sort -rn | head -12 > "$OUT/venv-largest.txt"
+du -sm "$SITE"/* | sort -rn > "$OUT/venv-largest.txt"  # (no `| head` under pipefail: SIGPIPE)
 .venv/bin/python -m pip list --format=freeze > "$OUT/venv-packages.txt" 2>/dev/null || true
 cat > "$OUT/first_answer.json" <<EOF
 {"rev": "$(git rev-parse HEAD)", "cold_first_answer_s": $COLD, "cold_server_started_s": $COLD_STARTED,

@@ -22,7 +22,7 @@ from stages.options import add_options, from_args, option
 class ServeOptions:
     """The flags of `ttft serve` that are not the engine's: where and how it listens."""
     host: str = option("127.0.0.1", "address to listen on")
-    port: int = option(8000, "TCP port to listen on")
+    port: int = option(8000, "TCP port to listen on (0: any free port, logged once bound)")
     uds: str | None = option(None, "serve on this Unix domain socket instead of TCP")
     uds_mode: str = option("0600", "permissions of the --uds socket file, octal (0660: its group may connect too)")
     uds_group: str | None = option(None, "group of the --uds socket file (one you belong to): with --uds-mode "
