@@ -17,7 +17,9 @@ from bench.multi_turn_cli import add_multi_turn_arguments
 from bench.rounds import run_rounds
 from bench.workloads import DEFAULT_VOCAB_SIZE
 
-DEFAULT_RESULT_DIR = Path(__file__).resolve().parent / "results"
+# In the directory `ttft bench` runs from, never inside the installed package or the source tree
+# (bench/results/ holds the project's own measured runs, each placed there by hand).
+DEFAULT_RESULT_DIR = Path("ttft-bench-results")
 
 
 def _rate(text: str) -> float:
@@ -87,7 +89,8 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
     a("--timeout", type=float, default=600.0, help="per-request limit in seconds")
     a("--no-ignore-eos", dest="ignore_eos", action="store_false", help="let EOS end replies early")
     a("--extra-body", default=None, help="JSON object merged into every request body")
-    a("--result-dir", default=str(DEFAULT_RESULT_DIR))
+    a("--result-dir", default=str(DEFAULT_RESULT_DIR), help="where the run's JSON, Markdown and plots go "
+                                                            "(default: ./ttft-bench-results)")
     a("--label", default=None, help="name for this run in file names and tables")
     a("--no-save", dest="save", action="store_false", help="print only, write no files")
     a("--ablate", nargs="?", const="reference", default=None, choices=WORKLOADS, metavar="WORKLOAD",

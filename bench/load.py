@@ -1,6 +1,7 @@
 """One `ttft bench` run against a server: its workload, warm-up, closed or open loop, and result
 (printed as a table, written as JSON and Markdown unless --no-save). The arguments come from
-bench.cli; `--workload multi-turn` hands over to bench.multi_turn_cli."""
+bench.cli; `--workload multi-turn` hands over to bench.multi_turn_cli. On a terminal a live line
+counts the requests as they end (bench/progress.py)."""
 from __future__ import annotations
 
 import argparse
@@ -13,6 +14,7 @@ from bench.client import BenchClient
 from bench.goodput import parse_goodput
 from bench.metrics import compute_metrics
 from bench.multi_turn_cli import run_multi_turn_bench
+from bench.progress import ProgressLine
 from bench.report import machine_info, markdown_table, write_report
 from bench.runner import (MAX_WARMUP_OUTPUT_TOKENS, WARMUP_SEED_OFFSET, run_closed_loop, run_open_loop,
                           run_warmup)
@@ -97,13 +99,16 @@ async def run_bench(args: argparse.Namespace) -> dict:
                            max_connections=max(1, in_flight), transport=args.transport,
                            ignore_eos=args.ignore_eos, timeout_s=args.timeout, extra_body=extra) as client:
         model = await client.resolve_model()
-        await run_warmup(client.send, warm, min(args.concurrency, 8))
+        with ProgressLine("warm-up", len(warm)) as line:
+            await run_warmup(line.wrap(client.send), warm, min(args.concurrency, 8))
         if args.transport == "raw":
             await client.pool.prewarm(in_flight)
-        if args.rate is None:
-            run = await run_closed_loop(client.send, requests, args.concurrency)
-        else:
-            run = await run_open_loop(client.send, requests, args.rate, args.seed, args.max_concurrency)
+        with ProgressLine("requests", len(requests)) as line:
+            send = line.wrap(client.send)
+            if args.rate is None:
+                run = await run_closed_loop(send, requests, args.concurrency)
+            else:
+                run = await run_open_loop(send, requests, args.rate, args.seed, args.max_concurrency)
     result = {
         "config": bench_config(args, model),
         "machine": machine_info(),

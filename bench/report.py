@@ -1,5 +1,5 @@
 """Turn a run into files: JSON with everything (config, machine, commit, metrics, every sample), a short
-Markdown table next to it, and a TTFT CDF plot when matplotlib is installed.
+Markdown table next to it, and a TTFT CDF plot (bench/cdf_chart.py: with or without matplotlib).
 
 The metrics themselves are computed in `bench.metrics`.
 """
@@ -18,6 +18,7 @@ from pathlib import Path
 
 import orjson
 
+from bench.cdf_chart import write_cdf_chart
 from bench.metrics import METRIC_NAMES, PERCENTILES, percentile_word
 
 ROWS = (("TTFT", "ttft"), ("TPOT", "tpot"), ("ITL", "itl"), ("E2E latency", "e2el"))
@@ -109,31 +110,14 @@ def result_stem(result: dict) -> str:
 
 
 def plot_ttft_cdf(result: dict, path: Path) -> bool:
-    """Write a TTFT CDF as PNG; False (silently) when matplotlib is not installed."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return False
-    ttfts = sorted(s["ttft_s"] * 1000 for s in result["samples"] if s["success"])
-    if not ttfts:
-        return False
-    fig, ax = plt.subplots(figsize=(6, 4))
-    ax.step(ttfts, [(i + 1) / len(ttfts) for i in range(len(ttfts))], where="post")
-    ax.set_xlabel("TTFT (ms)")
-    ax.set_ylabel("fraction of requests")
-    ax.set_title(result_stem(result))
-    ax.grid(True, alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return True
+    """Write the TTFT CDF as PNG (matplotlib, or the built-in drawing without it); False when no
+    request succeeded."""
+    ttfts = [s["ttft_s"] * 1000 for s in result["samples"] if s["success"]]
+    return write_cdf_chart(path, result_stem(result), ttfts, "TTFT (ms)") is not None
 
 
 def write_report(result: dict, result_dir: str | Path, markdown: str | None = None) -> dict[str, str]:
-    """Write <stem>.json, <stem>.md and (if possible) <stem>_ttft_cdf.png; returns their paths.
+    """Write <stem>.json, <stem>.md and <stem>_ttft_cdf.png (when a request succeeded); returns their paths.
 
     `markdown`: the table to write, for workloads with their own (default: `markdown_table`)."""
     out_dir = Path(result_dir)

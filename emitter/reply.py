@@ -23,7 +23,7 @@ class Reply:
         self,
         streams: list[OutputStream],
         abort: Callable[[str, str], None],
-        on_written: Callable[[OutputStream, RequestOutput], None],
+        on_written: Callable[[OutputStream, RequestOutput, bool], None],
     ) -> None:
         """`abort(request_id, reason)` stops one engine request; `on_written(stream, output)`
         records an output that reached the transport."""
@@ -42,8 +42,10 @@ class Reply:
         """Choice `index`'s trace."""
         return self.streams[index].trace
 
-    def written(self, out: RequestOutput) -> None:
-        self._on_written(self.streams[out.index], out)
+    def written(self, out: RequestOutput, whole_reply: bool = False) -> None:
+        """The writer handed `out`'s bytes to its transport (`whole_reply`: the one write of a
+        non-streamed reply, whose TTFT is its first token's sampling)."""
+        self._on_written(self.streams[out.index], out, whole_reply)
 
     def abort(self, reason: str = "abort") -> None:
         """Abort every choice whose reply has not ended (all n on a disconnect)."""

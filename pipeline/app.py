@@ -1,7 +1,9 @@
 """create_app: the Starlette application around an Engine.
 
 Mountable inside another ASGI app (`Mount("/llm", app=create_app(engine))`). The engine starts in
-the app's lifespan, in the background, so /health answers 503 "loading" while weights load.
+the background, so /health answers 503 "loading" while weights load: in the app's lifespan when it
+is the top-level app, in the parent's when that enters `ttft_lifespan(engine)`, or else on the
+first request that reaches it (pipeline/lifespan.py).
 """
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ from pipeline.auth import ApiKeyMiddleware
 from pipeline.request_cap import RequestCapMiddleware
 from pipeline.engine import Engine
 from pipeline.json_response import error_response, json_response
+from pipeline.lifespan import StartOnFirstRequest, lifecycle_of, ttft_lifespan
 from pipeline.metrics_kv import debug_kv
 from pipeline.openai_routes import chat_completions, completions, list_models
 from pipeline.openapi import openapi_json
@@ -38,6 +41,8 @@ async def health(request: Request) -> Response:
     body = {"status": engine.health.state}
     if engine.health.reason:
         body["reason"] = engine.health.reason
+    elif engine.health.state == "loading" and lifecycle_of(engine).started_by == "first request":
+        body["reason"] = "started by the first request (no lifespan started it: see pipeline.lifespan)"
     return json_response(body, status)
 
 
@@ -105,15 +110,8 @@ def create_app(engine: Engine, api_key: str | None = None, protect_metrics: bool
     unless `protect_metrics`)."""
     @asynccontextmanager
     async def lifespan(app: Starlette):
-        start = asyncio.create_task(engine.start(), name="engine:start")
-        start.add_done_callback(_report_start_failure(engine))
-        try:
+        async with ttft_lifespan(engine):
             yield
-        finally:
-            if not start.done():
-                start.cancel()
-            elif start.exception() is None:
-                await engine.stop()
 
     routes = [
         Route("/v1/completions", completions, methods=["POST"]),
@@ -135,6 +133,7 @@ def create_app(engine: Engine, api_key: str | None = None, protect_metrics: bool
         lifespan=lifespan,
         exception_handlers={404: not_found_handler, 405: method_not_allowed, 500: internal_error},
         middleware=[
+            Middleware(StartOnFirstRequest, engine=engine),
             Middleware(RequestCapMiddleware, max_requests=engine.config.max_connections),
             Middleware(ApiKeyMiddleware, api_key=api_key, protect_metrics=protect_metrics),
         ],
@@ -144,16 +143,3 @@ def create_app(engine: Engine, api_key: str | None = None, protect_metrics: bool
     app.state.protect_metrics = protect_metrics
     return app
 
-
-def _report_start_failure(engine: Engine):
-    def done(task: asyncio.Task) -> None:
-        if task.cancelled() or task.exception() is None:
-            return
-        exc = task.exception()
-        log.error("engine failed to start: %s", exc)
-        engine.health.set_broken(f"start-up failed: {exc}")
-        engine.start_error = exc
-        if engine.on_fatal is not None:
-            engine.on_fatal(str(exc))
-
-    return done

@@ -1,13 +1,20 @@
-"""`ttft serve` and `ttft bench`."""
+"""`ttft serve` and `ttft bench` (and `ttft --version`).
+
+`ttft serve` checks before it starts anything: the flags' ranges (pipeline/flag_checks.py), then the
+model and the device (pipeline/model_checks.py), then it binds its address (pipeline/listen_socket.py);
+a mistake is one line naming the flag, and exit status 2. Only then does the server start and the
+model load. `ttft serve MODEL` is `ttft serve --model MODEL`, as vLLM spells it."""
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
 import logging
 import os
 import sys
 from dataclasses import dataclass
 
 from pipeline.config import EngineConfig
+from pipeline.flag_checks import UsageError, check_flag_ranges, flag_names
 from stages.options import add_options, from_args, option
 
 
@@ -15,11 +22,17 @@ from stages.options import add_options, from_args, option
 class ServeOptions:
     """The flags of `ttft serve` that are not the engine's: where and how it listens."""
     host: str = option("127.0.0.1", "address to listen on")
-    port: int = option(8000, "TCP port to listen on")
+    port: int = option(8000, "TCP port to listen on (0: any free port, logged once bound)")
     uds: str | None = option(None, "serve on this Unix domain socket instead of TCP")
+    uds_mode: str = option("0600", "permissions of the --uds socket file, octal (0660: its group may connect too)")
+    uds_group: str | None = option(None, "group of the --uds socket file (one you belong to): with --uds-mode "
+                                         "0660, its members may connect")
     api_key: str | None = option(None, "bearer token for every inference route (or TTFT_API_KEY)")
     protect_metrics: bool = option(False, "/metrics needs the API key too", action="store_true")
     log_level: str = option("info", "logging level: debug, info, warning, error")
+    access_log: bool = option(False, "log a line per HTTP request (uvicorn's access log)")
+    log_stats_interval_s: float = option(10.0, "seconds between one-line stats logs (throughput, running, "
+                                               "waiting, KV use) while the server works; 0: none")
     # TLS, with vLLM's names and uvicorn's meaning (pipeline/tls.py checks them before start-up).
     ssl_keyfile: str | None = option(None, "TLS: the server's private key (PEM, unencrypted)")
     ssl_certfile: str | None = option(None, "TLS: the server's certificate chain (PEM); serve https")
@@ -33,13 +46,27 @@ def add_serve_arguments(p: argparse.ArgumentParser) -> None:
     add_options(p.add_argument_group("server"), ServeOptions)
 
 
+def add_model_argument(p: argparse.ArgumentParser) -> None:
+    """vLLM's `serve MODEL`: the model as a positional argument, the same as --model."""
+    p.add_argument("model_tag", nargs="?", default=None, metavar="MODEL", help="the same as --model MODEL")
+
+
+def take_model_tag(args: argparse.Namespace) -> None:
+    """Fold the positional MODEL into --model (giving two different models is an error)."""
+    tag = args.model_tag
+    if tag is not None:
+        if args.model is not None and args.model != tag:
+            raise UsageError(f"the model is given twice: {tag} and --model {args.model}")
+        args.model = tag
+
+
 def config_from_args(a: argparse.Namespace) -> EngineConfig:
     return from_args(EngineConfig, a)
 
 
-# Spins of an idle OpenMP worker before it sleeps (libgomp's GOMP_SPINCOUNT). Served on the
-# 2-core VM, ITL P50 at 1 / 4 clients: 3,000 spins 34.6 / 50.4 ms, 10,000 30.7 / 42.7, 30,000
-# 28.4 / 41.9, sleeping at once 47.4 / 58.1.
+# Spins of an idle OpenMP worker before it sleeps (libgomp's GOMP_SPINCOUNT): long enough to
+# bridge the gap between two parallel regions of a CPU decode step, short enough (about a
+# millisecond) that an idle server gives its cores back.
 CPU_SPIN_COUNT = 20000
 
 
@@ -51,53 +78,91 @@ def serves_on_cpu(device: str) -> bool:
 
 def set_cpu_openmp_env(device: str) -> None:
     """CPU serving: OpenMP workers spin a little at their barriers, then sleep (an explicit setting
-    wins). A decode step is some 200 parallel regions; a worker asleep between two of them is woken
-    by a futex, ~40 us here, twice a region: on the 2-core VM a served SmolLM2 decode took 50 ms
-    per token with sleeping workers and 31 ms with GOMP_SPINCOUNT's spin between regions (about a
-    millisecond at most; bench/results/20261206-cpu/). Spinning holds a core, so while other
-    processes want the cores the steps run on one thread (gpu_stage/cpu_threads.py), and
-    OMP_WAIT_POLICY=PASSIVE stops the spin wherever libgomp finds more threads than cores. libgomp
-    reads both once, when torch loads it, so they are set before anything imports torch
-    (pipeline/__init__.py imports the engine lazily for this). A GPU server keeps the defaults."""
+    wins). A decode step is some 200 parallel regions, and a worker asleep between two of them is
+    woken by a futex twice a region, which costs more than the spin (notes/cpu_serving.md).
+    Spinning holds a core, so while other processes want the cores the steps run on one thread
+    (gpu_stage/cpu_threads.py), and OMP_WAIT_POLICY=PASSIVE stops the spin wherever libgomp finds
+    more threads than cores. libgomp reads both once, when torch loads it, so they are set before
+    anything imports torch (pipeline/__init__.py imports the engine lazily for this). A GPU server
+    keeps the defaults."""
     if serves_on_cpu(device):
         os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
         os.environ.setdefault("GOMP_SPINCOUNT", str(CPU_SPIN_COUNT))
 
 
-def main(argv: list[str] | None = None) -> int:
+def ttft_version() -> str:
+    try:
+        return importlib.metadata.version("ttft")
+    except importlib.metadata.PackageNotFoundError:  # run from a checkout that was never installed
+        return "unknown (not installed)"
+
+
+def build_parsers() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
+    """`ttft`'s parser, and its `serve` subparser (whose flags name the checks' messages)."""
     parser = argparse.ArgumentParser(prog="ttft", description="An LLM server obsessed with time to first token")
+    parser.add_argument("--version", action="version", version=f"ttft {ttft_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
-    add_serve_arguments(sub.add_parser("serve", help="serve a model over an OpenAI-compatible API"))
-    from bench.cli import add_bench_arguments, run_bench_command
+    serve = sub.add_parser("serve", help="serve a model over an OpenAI-compatible API")
+    add_model_argument(serve)
+    add_serve_arguments(serve)
+    from bench.cli import add_bench_arguments
 
     add_bench_arguments(sub.add_parser("bench", help="load-test an OpenAI-compatible server"))
+    return parser, serve
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser, serve_parser = build_parsers()
     args = parser.parse_args(argv)
     if args.command == "serve":
-        set_cpu_openmp_env(args.device)
-        # Tokenizing runs one text at a time in our own thread pool: no rayon pool beside it.
-        os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-        logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-        from pipeline.auth import check_api_key, resolve_api_key
-        from pipeline.build import StartupError, run_worker_rank
-        from pipeline.build_parallel import is_worker_rank
-        from pipeline.server import serve
-        from pipeline.tls import tls_settings
-
         try:
-            if is_worker_rank(config := config_from_args(args)):  # torchrun's other ranks
-                return run_worker_rank(config)
-            opts = from_args(ServeOptions, args)
-            tls = tls_settings(opts.ssl_keyfile, opts.ssl_certfile, opts.ssl_ca_certs, opts.ssl_cert_reqs)
-            api_key = resolve_api_key(opts.api_key)
-            if api_key is not None:
-                check_api_key(api_key)
-            args.api_key = opts.api_key = None  # the key lives only in the middleware from here on
-            return serve(config, opts.host, opts.port, opts.uds, opts.log_level,
-                         api_key=api_key, protect_metrics=opts.protect_metrics, tls=tls)
-        except (StartupError, ValueError) as exc:
-            print(f"ttft: cannot start: {exc}", file=sys.stderr)
+            return run_serve(args, flag_names(serve_parser))
+        except UsageError as exc:
+            print(f"ttft serve: error: {exc}", file=sys.stderr)
             return 2
+    from bench.cli import run_bench_command
+
     return run_bench_command(args)
+
+
+def run_serve(args: argparse.Namespace, flags: dict[str, str]) -> int:
+    """Check everything, bind, then serve; UsageError for what the user must change."""
+    take_model_tag(args)
+    check_flag_ranges(args, flags)
+    set_cpu_openmp_env(args.device)
+    # Tokenizing runs one text at a time in our own thread pool: no rayon pool beside it.
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from pipeline.auth import check_api_key, resolve_api_key
+    from pipeline.build import StartupError, run_worker_rank
+    from pipeline.build_parallel import is_worker_rank
+    from pipeline.listen_socket import bind_tcp, bind_uds
+    from pipeline.model_checks import check_model_and_device
+    from pipeline.server import serve
+    from pipeline.tls import tls_settings
+
+    try:
+        config = config_from_args(args)
+        check_model_and_device(config)
+        if is_worker_rank(config):  # torchrun's other ranks
+            return run_worker_rank(config)
+        opts = from_args(ServeOptions, args)
+        tls = tls_settings(opts.ssl_keyfile, opts.ssl_certfile, opts.ssl_ca_certs, opts.ssl_cert_reqs)
+        api_key = resolve_api_key(opts.api_key)
+        if api_key is not None:
+            check_api_key(api_key)
+        args.api_key = opts.api_key = None  # the key lives only in the middleware from here on
+        if opts.uds is not None:
+            listener = bind_uds(opts.uds, int(opts.uds_mode, 8), opts.uds_group)
+        else:
+            listener = bind_tcp(opts.host, opts.port, "https" if tls else "http")
+        return serve(config, listener, opts.log_level.lower(), api_key=api_key, protect_metrics=opts.protect_metrics,
+                     tls=tls, access_log=opts.access_log, log_stats_interval_s=opts.log_stats_interval_s)
+    except UsageError:
+        raise
+    except (StartupError, ValueError) as exc:
+        print(f"ttft: cannot start: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -39,7 +39,7 @@ class EngineConfig:
     attention_backend: str = option("auto", "auto: triton on a GPU, torch on CPU",
                                     choices=("auto", "triton", "torch"))
     enforce_eager: bool = option(False, "no CUDA graphs", action="store_true")
-    # Issue 22: a prefill chunk over >= 8,192 cached tokens attends through torch's fused attention on
+    # A prefill chunk over >= 8,192 cached tokens attends through torch's fused attention on
     # its gathered K/V (gpu_stage/attention/long_context.py); CUDA with triton only.
     long_context_attention: str = option(
         "auto", "chunks over a long cached context: auto (cuDNN, else flash, checked at start-up), flash, or "
@@ -58,18 +58,17 @@ class EngineConfig:
     long_prefill_threshold: int | None = option(
         None, "chunk cap for one prefill per step (lanes: not for a prompt alone in the server); shorter "
               "uncached prompts take the fast lane (default: half the step budget)")
-    # So that a burst gets its first tokens shortest first in small steps. 768 on a GPU: chosen in
-    # the H200 simulator (bench/results/20261129-sim/reference.md). 128 on CPU: a step's cost there
-    # grows with its tokens, so a second long prompt's chunk beside the first only delays the first
-    # one's first token (lab/cpu_schedule_sim.py: TTFT P50 of 4 clients' 1,200-token prompts -36%,
-    # the README's mixed workload -29%, against no cap); short prompts still join.
+    # So that a burst gets its first tokens shortest first in small steps (each default chosen in a
+    # simulation of its device's step cost). 128 on CPU: a step's cost there grows with its tokens,
+    # so a second long prompt's chunk beside the first only delays the first one's first token;
+    # short prompts still join.
     prefill_step_tokens: int | None = option(
         None, "lanes: prefill tokens that may join a step after its first prefill, whole prompts only "
               "(default 768 on a GPU, 128 on CPU; 0: no cap)")
     prefill_backlog_steps: int = option(  # why: see SchedulerConfig
         PREFILL_BACKLOG_STEPS, "lanes: while the waiting prompts hold this many full steps of tokens, "
                                "prompts as long as a step's first join it past the cap (0: never)")
-    # Issue 22: off by default until bench/long_chunks.py's sweep on the GPU says otherwise.
+    # Off by default until a GPU sweep of bench/long_chunks.py shows it beats fixed chunks.
     context_aware_chunks: bool = option(
         False, "lanes: a long prompt's chunks shrink as its context grows, so that each step costs about "
                "what a chunk costs at no context (scheduler/context_chunks.py)")
@@ -80,7 +79,7 @@ class EngineConfig:
     scheduler_policy: str = option("lanes", "lanes: short prompts first; fcfs: vLLM V1's arrival order",
                                    choices=("lanes", "fcfs"))
     # No host turn-around between decode steps (scheduler/config.py). Off on CPU: the model runs
-    # on the host cores the scheduler would overlap with (measured: no gain).
+    # on the host cores the scheduler would overlap with, so there is nothing to overlap.
     async_scheduling: bool | None = option(
         None, "build the next decode step just before the running one ends, its inputs fed on the "
               "device (default: on a GPU)")

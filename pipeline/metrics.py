@@ -1,6 +1,7 @@
 """EngineMetrics: Prometheus export, one registry per engine (no globals: two engines can coexist).
 
-Histograms are observed as requests progress: a write's TTFT or inter-token gap, and once per
+Histograms are observed as requests progress: a write's TTFT or inter-token gap (a whole,
+non-streamed reply's TTFT is its first token's sampling, as vLLM's), and once per
 request at its end, from its trace and its last output (stage spans, host work, end-to-end latency,
 time per output token, queue time, token counts). Gauges and running counts (queue depths, KV
 blocks, tokens, prefix-cache lookups) are read from the stages at scrape time by EngineGauges
@@ -76,12 +77,16 @@ class EngineMetrics:
     def count_outcome(self, outcome: str) -> None:
         self.requests.labels(self.model_name, outcome).inc()
 
-    def observe_write(self, trace: RequestTrace, now_ns: int) -> None:
+    def observe_write(self, trace: RequestTrace, now_ns: int, whole_reply: bool = False) -> None:
+        """A write of a request's output: its first gives the TTFT, each later one an inter-token
+        gap. `whole_reply`: a non-streamed reply, written once at its end, whose TTFT is (as vLLM
+        counts it) the time its first token was sampled; its whole latency is the e2e histogram's."""
         if trace.last_write_ns == 0:
             received = trace.marks_ns.get("received")
+            first_ns = trace.marks_ns.get("first_token_sampled", now_ns) if whole_reply else now_ns
             if received is not None:
-                self._ttft.observe((now_ns - received) / 1e9)
-        else:
+                self._ttft.observe((first_ns - received) / 1e9)
+        elif not whole_reply:
             self._itl.observe((now_ns - trace.last_write_ns) / 1e9)
         trace.last_write_ns = now_ns
 

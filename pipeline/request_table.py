@@ -117,11 +117,12 @@ class RequestTable:
         for request_id in list(self._live):
             self.abort(request_id, reason)
 
-    def written(self, stream: OutputStream, out: RequestOutput) -> None:
-        """Called by a reader right after it handed an output's bytes to its transport."""
+    def written(self, stream: OutputStream, out: RequestOutput, whole_reply: bool = False) -> None:
+        """Called by a reader right after it handed an output's bytes to its transport
+        (`whole_reply`: the one write of a non-streamed reply)."""
         now = time.perf_counter_ns()
-        if out.token_ids or out.text:
-            self.metrics.observe_write(stream.trace, now)
+        if whole_reply or out.token_ids or out.text:
+            self.metrics.observe_write(stream.trace, now, whole_reply)
             stream.trace.mark("first_token_written", now)
 
     def finished(self, stream: OutputStream, out: RequestOutput) -> None:

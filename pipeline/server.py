@@ -1,5 +1,10 @@
 """Run the app on uvicorn (uvloop + httptools), on TCP or a Unix socket, with ttft's shutdown.
 
+The listening sockets are bound before this runs (pipeline/listen_socket.py) and handed to uvicorn;
+the socket file of a Unix socket is removed when the server ends. While the engine starts, a line
+every few seconds says what it is doing (pipeline/load_progress.py); once it serves, a stats line
+every `--log-stats-interval-s` (pipeline/stats_logger.py).
+
 SIGTERM (or SIGINT): /health flips to 503 and new requests get 503 at once, while the listener stays
 open; in-flight requests get `shutdown_grace_s` to finish, then whatever is left is aborted
 (finish_reason "abort"), the streams are flushed, and the process exits 0. A second signal exits at
@@ -21,23 +26,42 @@ from pipeline.app import create_app
 from pipeline.build import StartupError
 from pipeline.config import EngineConfig
 from pipeline.engine import Engine
+from pipeline.listen_socket import Listener
+from pipeline.load_progress import LoadProgress
+from pipeline.stats_logger import StatsLogger
 
 log = logging.getLogger("ttft.server")
 EXIT_OK, EXIT_ENGINE_FAILED, EXIT_BAD_CONFIG = 0, 1, 2
 
 
 class TtftServer(uvicorn.Server):
-    def __init__(self, config: uvicorn.Config, engine: Engine, grace_s: float) -> None:
+    def __init__(self, config: uvicorn.Config, engine: Engine, grace_s: float, url: str = "",
+                 log_stats_interval_s: float = 0.0) -> None:
         super().__init__(config)
         self.engine = engine
         self.grace_s = grace_s
+        self.url = url
+        self.log_stats_interval_s = log_stats_interval_s
         self.exit_code = EXIT_OK
         self._draining = False
         self._loop: asyncio.AbstractEventLoop | None = None
 
     async def serve(self, sockets=None) -> None:
-        self._loop = asyncio.get_running_loop()
-        await super().serve(sockets)
+        self._loop = loop = asyncio.get_running_loop()
+        watchers = [loop.create_task(LoadProgress(self.engine).run(), name="server:load-progress")]
+        if self.log_stats_interval_s > 0:
+            stats = StatsLogger(self.engine, self.log_stats_interval_s)
+            watchers.append(loop.create_task(stats.run(), name="server:stats"))
+        try:
+            await super().serve(sockets)
+        finally:
+            for task in watchers:
+                task.cancel()
+
+    async def startup(self, sockets=None) -> None:
+        await super().startup(sockets)
+        if self.started:  # uvicorn names no address for sockets it was handed
+            log.info("listening on %s (Press CTRL+C to quit)", self.url)
 
     @contextlib.contextmanager
     def capture_signals(self):
@@ -82,22 +106,21 @@ class TtftServer(uvicorn.Server):
 
 
 def serve(
-    config: EngineConfig, host: str, port: int, uds: str | None, log_level: str = "info",
-    api_key: str | None = None, protect_metrics: bool = False, tls: dict | None = None,
+    config: EngineConfig, listener: Listener, log_level: str = "info", api_key: str | None = None,
+    protect_metrics: bool = False, tls: dict | None = None, access_log: bool = False,
+    log_stats_interval_s: float = 0.0,
 ) -> int:
-    """Blocks until the server stops; returns the process exit status. `tls`: uvicorn's ssl_*
-    arguments, checked (pipeline/tls.py)."""
+    """Blocks until the server stops; returns the process exit status. `listener`: the bound
+    sockets (closed, and a socket file removed, on the way out); `tls`: uvicorn's ssl_* arguments,
+    checked (pipeline/tls.py)."""
     engine = Engine(config)
     app = create_app(engine, api_key, protect_metrics)
     uv_config = uvicorn.Config(
         app,
-        host=host,
-        port=port,
-        uds=uds,
         loop="uvloop",
         http="httptools",
         log_level=log_level,
-        access_log=False,  # a log line per request costs more than our whole ingress
+        access_log=access_log,  # off by default: a log line per request costs more than our whole ingress
         timeout_keep_alive=30,
         timeout_graceful_shutdown=5,  # after our own drain, connections have this long to close
         h11_max_incomplete_event_size=64 * 1024,  # header limit (httptools caps headers itself)
@@ -106,9 +129,12 @@ def serve(
         limit_concurrency=2 * config.max_connections + 16,
         **(tls or {}),
     )
-    server = TtftServer(uv_config, engine, config.shutdown_grace_s)
+    server = TtftServer(uv_config, engine, config.shutdown_grace_s, listener.url, log_stats_interval_s)
     engine.on_fatal = server.fail
-    server.run()
+    try:
+        server.run(sockets=listener.sockets)
+    finally:
+        listener.close()
     if engine.health.state == "broken" and server.exit_code == EXIT_OK:
         server.exit_code = EXIT_ENGINE_FAILED
     return server.exit_code

@@ -34,7 +34,7 @@ class EngineReply(Protocol):
 
     def trace(self, index: int) -> RequestTrace: ...
 
-    def written(self, out: RequestOutput) -> None: ...
+    def written(self, out: RequestOutput, whole_reply: bool = False) -> None: ...
 
     def abort(self, reason: str = "abort") -> None: ...
 
@@ -140,5 +140,5 @@ class ReplyWriter:
         fmt = self.fmt
         body = chat_body(fmt.meta, accs) if fmt.chat else completion_body(fmt.meta, accs, fmt.echoes)
         for acc in accs:
-            reply.written(acc.last)
+            reply.written(acc.last, whole_reply=True)
         return body

@@ -1,10 +1,12 @@
-"""Fixtures: the fake OpenAI-compatible server (fake_openai_server.py) in its own process.
+"""Fixtures: the fake OpenAI-compatible server (fake_openai_server.py) in its own process, and a
+machine without matplotlib (the plots' built-in drawing).
 
 A separate process, not a thread, so the server never competes with the client for the GIL: on a busy
 shared machine the measured delays are then the ones the tests asked for plus OS scheduling only.
 """
 from __future__ import annotations
 
+import builtins
 import socket
 import subprocess
 import sys
@@ -77,3 +79,16 @@ def fake_uds_server():
     yield fake
     _stop(proc)
     sock.close()
+
+
+@pytest.fixture
+def no_matplotlib(monkeypatch):
+    """Imports of matplotlib fail, as on a machine without it (this project's venv may have it)."""
+    real_import = builtins.__import__
+
+    def fake_import(name, *args, **kwargs):
+        if name.startswith("matplotlib"):
+            raise ImportError("no matplotlib here")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", fake_import)

@@ -1,24 +1,10 @@
 """Bar charts: the built-in drawing (no matplotlib) is a real PNG with one bar per value."""
 from __future__ import annotations
 
-import builtins
-
 import pytest
 
 import bench.bar_chart as bar_chart
 from test_png_canvas import decode, pixel
-
-
-@pytest.fixture
-def no_matplotlib(monkeypatch):
-    real_import = builtins.__import__
-
-    def fake_import(name, *args, **kwargs):
-        if name.startswith("matplotlib"):
-            raise ImportError("no matplotlib here")
-        return real_import(name, *args, **kwargs)
-
-    monkeypatch.setattr(builtins, "__import__", fake_import)
 
 
 def test_builtin_chart_draws_a_bar_per_value_on_a_log_scale(tmp_path, no_matplotlib):

@@ -1,12 +1,14 @@
 """`ttft bench` and `python -m bench`: one entry (bench.cli.run_bench_command) for both, its exit status."""
 from __future__ import annotations
 
+import argparse
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from bench.cli import DEFAULT_RESULT_DIR, add_bench_arguments
 from pipeline.cli import main as ttft_main
 
 
@@ -54,3 +56,10 @@ def test_vllm_style_flags_are_checked_before_any_request(fake_server, capsys):
             ttft_main(base + flags)
         assert e.value.code == 2
     assert len(fake_server.bodies()) == num_before  # refused before any request went out
+
+
+def test_results_go_to_the_working_directory_not_the_source_tree():
+    parser = argparse.ArgumentParser()
+    add_bench_arguments(parser)
+    assert parser.parse_args([]).result_dir == "ttft-bench-results" == str(DEFAULT_RESULT_DIR)
+    assert not DEFAULT_RESULT_DIR.is_absolute()

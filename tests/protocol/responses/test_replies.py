@@ -36,7 +36,7 @@ class FakeReply:
     def trace(self, index: int) -> RequestTrace:
         return self.traces[index]
 
-    def written(self, out: RequestOutput) -> None:
+    def written(self, out: RequestOutput, whole_reply: bool = False) -> None:
         self.written_outputs.append(out)
 
     def abort(self, reason: str = "abort") -> None:

@@ -1,0 +1,98 @@
+"""What `ttft serve` checks of the model and the device before it listens or loads any weight.
+
+The flags' ranges come first (pipeline/flag_checks.py); then, on the built EngineConfig, what needs
+a look at the disk or at torch: that `--model` names something loadable (an existing `.gguf` file,
+a directory with a `config.json`, a known dummy preset, or the installed default), that `--device
+cuda` has a device, that the KV format runs on it, and that `--speculative-config` and
+`--chat-template` parse. Each failure is a one-line `UsageError` naming the flag. Loading the
+weights can still refuse a model (a field it cannot run): that is a start-up error, exit 2 too.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+
+from pipeline.config import EngineConfig
+from pipeline.flag_checks import UsageError
+
+MODEL_KINDS = "a .gguf file, a Hugging Face model directory or dummy:<preset>"
+
+
+def check_model_and_device(cfg: EngineConfig) -> None:
+    """Raise UsageError for the first of these that cannot work (imports torch: call it after the
+    OpenMP environment is set)."""
+    check_model(cfg.model, cfg.seed)
+    check_device(cfg)
+    check_kv_cache_dtype(cfg)
+    check_speculative(cfg)
+    check_chat_template(cfg.chat_template)
+
+
+def check_model(spec: str | None, seed: int = 0) -> None:
+    from gpu_stage.loaders import DUMMY_PREFIX, default_model_path, load_model_source
+
+    if spec is None:
+        try:
+            default_model_path()
+        except ValueError as exc:
+            raise UsageError(f"--model (the default SmolLM2-135M-Instruct): {exc}") from None
+        return
+    if spec.startswith(DUMMY_PREFIX):
+        try:
+            load_model_source(spec, seed=seed)  # a preset's config and tokenizer: no weights yet
+        except ValueError as exc:
+            raise UsageError(f"--model {spec}: {exc}") from None
+        return
+    path = Path(spec).expanduser()
+    if not path.exists():
+        raise UsageError(f"--model {spec}: no such file or directory (expected {MODEL_KINDS})")
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise UsageError(f"--model {spec}: a model directory needs a config.json (expected {MODEL_KINDS})")
+        return
+    if path.suffix.lower() != ".gguf":
+        raise UsageError(f"--model {spec}: not a .gguf file (expected {MODEL_KINDS})")
+    if not os.access(path, os.R_OK):
+        raise UsageError(f"--model {spec}: cannot be read (permission denied)")
+
+
+def check_device(cfg: EngineConfig) -> None:
+    if cfg.device != "cuda":
+        return
+    import torch
+
+    if not torch.cuda.is_available():
+        raise UsageError("--device cuda: torch sees no CUDA device here (use --device cpu or auto)")
+
+
+def check_kv_cache_dtype(cfg: EngineConfig) -> None:
+    import torch
+
+    from gpu_stage.kv.format import check_kv_format, resolve_kv_format
+
+    model_dtype = getattr(torch, cfg.resolved_dtype())
+    try:
+        check_kv_format(resolve_kv_format(cfg.kv_cache_dtype, model_dtype), cfg.resolved_device())
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def check_speculative(cfg: EngineConfig) -> None:
+    from pipeline.build_spec import resolve_speculative
+
+    try:
+        resolve_speculative(dataclasses.replace(cfg))  # on a copy: it settles async scheduling in place
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def check_chat_template(value: str | None) -> None:
+    if value is None:
+        return
+    from ingress.chat_template import load_chat_template
+
+    try:
+        load_chat_template(value)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
