@@ -52,7 +52,7 @@ class EmitterStage(Stage[StepEvents]):
         entries = self._entries
         c0, t0 = cpu_clock_ns(), host_clock_ns()
         traces = []
-        finished: list[tuple[str, _Entry, RequestOutput]] = []
+        finished: list[tuple[_Entry, RequestOutput]] = []
         num_generated = num_prompt = 0
         for event in msg.events:
             # Counted whether or not a reader is left: the engine did the work.
@@ -78,7 +78,7 @@ class EmitterStage(Stage[StepEvents]):
                 self.scheduler_inbox.force_put(Abort(event.request_id, reason="stop"))
             if out.finish_reason is not None:
                 entries.pop(event.request_id, None)
-                finished.append((event.request_id, entry, out))
+                finished.append((entry, out))
         self.num_generation_tokens += num_generated
         self.num_prompt_tokens += num_prompt
         if traces:
@@ -88,9 +88,5 @@ class EmitterStage(Stage[StepEvents]):
             wall_ns = (host_clock_ns() - t0) // len(traces)
             for trace in traces:
                 trace.add_host("emit", cpu_ns, wall_ns)
-        for request_id, entry, out in finished:  # after the charge: their metrics see this step's share
-            self._finish(request_id, entry, out)
-
-    def _finish(self, request_id: str, entry: _Entry, out: RequestOutput) -> None:
-        self._entries.pop(request_id, None)
-        self.on_finished(entry.stream, out)
+        for entry, out in finished:  # after the charge: their metrics see this step's share
+            self.on_finished(entry.stream, out)

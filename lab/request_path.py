@@ -39,7 +39,6 @@ ROUTES = ("pipeline/openai_routes.py", "pipeline/chat_routes.py", "pipeline/gene
 FRAMING = frozenset({
     "sse", "sse_event", "sse_error", "SSE_DONE", "framer", "error_payload", "ChatChunker", "CompletionChunker",
     "role_chunk", "usage_chunk", "chat_body", "completion_body", "ResponseAccumulator", "EventStreamResponse",
-    "ReplyFramer", "sse_frames", "whole_body",
 })
 BODY = {"messages": [{"role": "user", "content": "Hello there"}], "max_tokens": 4, "stream": True,
         "temperature": 0}

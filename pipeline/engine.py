@@ -137,7 +137,8 @@ class Engine:
 
     def abort(self, request_id: str, reason: str = "abort") -> None:
         """Cancellation is a message: the scheduler frees the request's blocks within a step."""
-        self.requests.abort(request_id, reason)
+        if self.requests is not None:
+            self.requests.abort(request_id, reason)
 
     async def generate(
         self, prompt: str | list[int], params: SamplingParams, request_id: str | None = None, n: int = 1,

@@ -72,6 +72,7 @@ class Field:
     Subclasses are dataclasses with a `key` (the body's key; where `parse` stores the value)."""
 
     key: str
+    required = False  # the schema's `required`: a rule that refuses the key's absence
 
     @property
     def absent(self) -> Any:

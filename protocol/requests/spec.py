@@ -53,7 +53,7 @@ class RequestSpec(Generic[R]):
         for field in self.fields:
             properties.update(field.properties(ctx))
             rules.extend(field.rules(ctx))
-        out: Schema = {"type": "object", "required": [f.key for f in self.fields if getattr(f, "required", False)],
+        out: Schema = {"type": "object", "required": [f.key for f in self.fields if f.required],
                        "properties": properties}
         if self.allow_unknown:
             out["additionalProperties"] = True

@@ -128,7 +128,7 @@ def test_every_key_a_rule_reads_is_in_the_schema_and_nothing_else(spec):
             keys.add(field.key)
     schema = spec.schema(CTX)
     assert set(schema["properties"]) == keys
-    assert set(schema["required"]) == {f.key for f in spec.fields if getattr(f, "required", False)}
+    assert set(schema["required"]) == {f.key for f in spec.fields if f.required}
 
 
 def test_an_absent_value_is_what_the_rule_gives_for_null():
