@@ -6,7 +6,7 @@
 
 The HTTP app uses the same object: `engine.ingress` prepares a request, `engine.submit(prepared)`
 admits it (or raises a 503 ApiError at once) and returns its Reply, which the caller reads. The
-admitted requests live in the RequestTable (pipeline/request_table.py).
+admitted requests live in LiveRequests (pipeline/live_requests.py).
 """
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from pipeline.health import EngineHealth
 from pipeline.metrics import EngineMetrics
 from pipeline.own_thread import run_in_own_thread
 from pipeline.profiler import TorchProfiler
-from pipeline.request_table import RequestTable
+from pipeline.live_requests import LiveRequests
 from pipeline.wiring import PipelineStages, wire_stages
 from protocol.errors import bad_request, overloaded
 from protocol.request_id import new_request_id
@@ -47,7 +47,7 @@ class Engine:
         self.profiler = TorchProfiler(config.profile_dir) if config.profile_dir else None
         self.built: BuiltModel | None = None
         self.pipeline: PipelineStages | None = None  # the actors, once started
-        self.requests: RequestTable | None = None  # the admitted requests, once started
+        self.requests: LiveRequests | None = None  # the admitted requests, once started
         self.on_fatal: Callable[[str], None] | None = None  # set by the server: exit non-zero
         self._housekeeping: asyncio.Task[None] | None = None
         self.start_error: BaseException | None = None
@@ -67,7 +67,7 @@ class Engine:
         self.pipeline = wire_stages(built, cfg, self._on_engine_error, lambda s, out: self.requests.finished(s, out))
         self.ingress, self.scheduler_stage = self.pipeline.ingress, self.pipeline.scheduler
         self.gpu_stage, self.emitter_stage = self.pipeline.gpu, self.pipeline.emitter
-        self.requests = RequestTable(cfg, built.tokenizer, self.scheduler_stage.inbox, self.metrics, self.traces)
+        self.requests = LiveRequests(cfg, built.tokenizer, self.scheduler_stage.inbox, self.metrics, self.traces)
         for stage in self.stages:
             stage.start()
         await self.gpu_stage.wait_warm()  # ready means a first request pays for no warm-up

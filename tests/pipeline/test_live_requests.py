@@ -1,4 +1,4 @@
-"""RequestTable: a request enters the scheduler's inbox as one Admission (all its sequences or none,
+"""LiveRequests: a request enters the scheduler's inbox as one Admission (all its sequences or none,
 never past the inbox's bound), each engine request is aborted at most once (an Abort that finds the
 inbox full waits for housekeeping), an engine failure ends every reply, and a request ends once."""
 from __future__ import annotations
@@ -12,7 +12,7 @@ from emitter.request_emitter import RequestEmitter
 from ingress.dummy_tokenizer import DummyTokenizer
 from ingress.prepared import PreparedRequest
 from pipeline.config import EngineConfig
-from pipeline.request_table import HOUSEKEEPING_S, RequestTable
+from pipeline.live_requests import HOUSEKEEPING_S, LiveRequests
 from protocol.errors import ApiError
 from stages.channel import Channel
 from stages.messages import Abort, Admission, RequestOutput
@@ -37,10 +37,10 @@ class Metrics:
         self.finished.append(trace.request_id)
 
 
-def table(inbox_size: int = 8, **config) -> tuple[RequestTable, Channel, Metrics]:
+def table(inbox_size: int = 8, **config) -> tuple[LiveRequests, Channel, Metrics]:
     inbox, metrics = Channel("scheduler.inbox", inbox_size), Metrics()
     cfg = EngineConfig(model="dummy:tiny", **config)
-    return RequestTable(cfg, DummyTokenizer(512), inbox, metrics, deque(maxlen=10)), inbox, metrics
+    return LiveRequests(cfg, DummyTokenizer(512), inbox, metrics, deque(maxlen=10)), inbox, metrics
 
 
 def prepared(request_id: str, prompts: list[list[int]], n: int = 1) -> PreparedRequest:

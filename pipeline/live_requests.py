@@ -1,4 +1,4 @@
-"""RequestTable: the engine's admitted requests, from admission to their last output.
+"""LiveRequests: the engine's admitted requests, from admission to their last output.
 
 Admission is one message. A PreparedRequest fans out into engine requests (a batch's prompts, each
 with its n samples), admitted all or none against the capacity (running plus queued sequences), and
@@ -40,7 +40,7 @@ class _Live:
     deadline_ns: int | None  # perf_counter_ns after which it is aborted ("timeout")
 
 
-class RequestTable:
+class LiveRequests:
     def __init__(self, config: EngineConfig, tokenizer: Tokenizer, scheduler_inbox: Channel,
                  metrics: EngineMetrics, traces: deque[RequestTrace]) -> None:
         self.config = config
