@@ -1,4 +1,4 @@
-"""Context-aware chunks for long prompts (issue 22), an option of the lanes policy.
+"""Context-aware chunks for long prompts, an option of the lanes policy.
 
 A prefill chunk's step costs its new tokens' linear layers plus their attention over the context
 before them: per new token, 1 + weight x context linear-token equivalents, where `weight` is the
