@@ -177,6 +177,8 @@ class SchedulerStage(Stage[SchedulerMessage]):
     def _tick(self) -> None:
         self._timer = None
         try:
+            # Past the bound by at most one: one timer at a time, re-armed only by the loop that
+            # drains this inbox.
             self.inbox.force_put(AheadDue())
         except ChannelClosed:
             pass

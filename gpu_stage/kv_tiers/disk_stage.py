@@ -52,6 +52,8 @@ class KvDiskStage(Stage[KvDiskRequest]):
         done = KvDiskDone(msg.kind, msg.block_hash, msg.slot, ok, self.host.block_nbytes if ok else 0,
                           duration_ns)
         try:
+            # One reply per job, and jobs are bounded by the scheduler (pinned host slots, the
+            # write cap), so the reply channel holds at most that many past its size.
             self.reply.force_put(done)
         except ChannelClosed:
             pass  # shutting down: nobody waits for it
