@@ -146,6 +146,9 @@ class Engine:
         """The embedding API: yields one RequestOutput per step and choice until the reply ends.
         With n > 1 the n choices' outputs interleave, each with its `index`; the iteration ends
         when every choice has finished."""
+        if self.pipeline is None:
+            raise RuntimeError("the engine is not started: use `async with Engine(config) as engine:` "
+                               "or `await engine.start()` first")
         rid = request_id or self.new_request_id()
         trace = RequestTrace(rid)
         trace.mark("received")

@@ -95,3 +95,10 @@ async def test_token_ids_past_the_vocabulary_are_refused_and_the_engine_serves_o
         with pytest.raises(ApiError):
             await collect(engine, [-1, 2])
         assert (await collect(engine, [1, vocab - 1]))[-1].finish_reason == "length"
+
+
+async def test_generate_on_an_engine_never_started_says_how_to_start_it():
+    engine = Engine(EngineConfig(model="dummy:tiny"))
+    with pytest.raises(RuntimeError, match="engine is not started.*async with Engine"):
+        async for _ in engine.generate("hi", SamplingParams(max_tokens=2)):
+            pass
