@@ -15,19 +15,19 @@ def streams(num: int) -> list[OutputStream]:
 async def test_one_stream_is_read_directly_and_several_as_one():
     calls: list[tuple] = []
     one = streams(1)
-    reply = Reply(one, lambda *a: calls.append(("abort", *a)), lambda s, o: calls.append(("written", s, o)))
+    reply = Reply(one, lambda *a: calls.append(("abort", *a)), lambda s, o, whole: calls.append(("written", s, o)))
     assert reply.get == one[0].get and reply.num_choices == 1
     many = streams(3)
-    reply = Reply(many, lambda *a: calls.append(("abort", *a)), lambda s, o: calls.append(("written", s.request_id)))
+    reply = Reply(many, lambda *a: calls.append(("abort", *a)), lambda s, o, whole: calls.append(("written", s.request_id, whole)))
     many[2].push(RequestOutput("r-2", "c", [1], index=2))
     out = await reply.get()
     reply.written(out)
-    assert out.index == 2 and calls == [("written", "r-2")] and reply.trace(2) is many[2].trace
+    assert out.index == 2 and calls == [("written", "r-2", False)] and reply.trace(2) is many[2].trace
 
 
 def test_abort_stops_only_the_choices_still_running():
     aborted: list[tuple[str, str]] = []
     many = streams(3)
     many[1].push(RequestOutput("r-1", "", [], finish_reason="stop", index=1))
-    Reply(many, lambda rid, reason: aborted.append((rid, reason)), lambda s, o: None).abort()
+    Reply(many, lambda rid, reason: aborted.append((rid, reason)), lambda s, o, whole: None).abort()
     assert aborted == [("r-0", "abort"), ("r-2", "abort")]
