@@ -7,9 +7,7 @@ locally with the same settings while that route is not wired in yet).
 """
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -23,6 +21,7 @@ from hypothesis import HealthCheck, given, settings  # noqa: E402
 from schemathesis.checks import not_a_server_error  # noqa: E402
 from schemathesis.core.failures import FailureGroup  # noqa: E402
 from schemathesis.generation import GenerationMode  # noqa: E402
+from live_server import start_server  # noqa: E402
 from schemathesis.specs.openapi.checks import (  # noqa: E402
     content_type_conformance,
     negative_data_rejection,
@@ -41,18 +40,9 @@ CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance,
 EXPECTED_REFUSALS = ("context length", "must not exceed max_tokens", "not valid UTF-8", "surrogate")
 
 
-def _load_conftest():
-    # Loaded by path: `import conftest` may find another directory's conftest in a full run.
-    spec = importlib.util.spec_from_file_location("_pipeline_conftest", Path(__file__).with_name("conftest.py"))
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while the class is built
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.fixture(scope="module")
 def fuzz_server(tmp_path_factory):
-    server = _load_conftest().start_server(
+    server = start_server(
         tmp_path_factory.mktemp("fuzz"), "--model", "dummy:tiny", "--max-model-len", str(MAX_MODEL_LEN),
         "--max-tokens-cap", str(MAX_TOKENS_CAP),
     )
