@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from stages.structured import StructuredOutput
+
 
 @dataclass(frozen=True, slots=True)
 class SamplingParams:
@@ -33,6 +35,8 @@ class SamplingParams:
     # vLLM's prompt_logprobs: None, or k >= 0: each prompt token's logprob (and rank) given the
     # tokens before it, plus the k most likely tokens there, computed in the prefill.
     prompt_logprobs: int | None = None
+    # The output must match this grammar (stages/structured.py); None: free text.
+    structured: StructuredOutput | None = None
 
     @property
     def greedy(self) -> bool:
