@@ -1,0 +1,200 @@
+"""TtftHttpProtocol: uvicorn's httptools protocol with connection hygiene against hostile clients.
+
+- A header-read timeout: a connection must complete its request's headers within
+  `header_read_timeout_s` of opening, of the first byte of its next request, or of the end of the
+  response before it when the next request had already begun. A silent or trickling socket is
+  closed then, so it cannot hold a slot of the connection cap. While a response is in progress
+  the clock is stopped: a pipelining client waits on us, not we on it. Between requests, uvicorn's
+  keep-alive timeout (`--keep-alive-timeout-s`) closes an idle connection.
+- Limits on URL length (414), header count and header bytes (431), checked as the bytes arrive
+  (pipeline/http_head.py): the refusal is written before anything past the limit is parsed, then
+  the connection is closed.
+- The connection cap (uvicorn's `limit_concurrency`, which answered in plain text and counted
+  probes like anything else) answers in ttft's error shape with Retry-After, and lets /health and
+  /live through on slots of their own.
+- A client gone while its requests were pipelined marks every one of them disconnected (uvicorn
+  marks only the newest, so the one being answered wrote to a closed transport and raised).
+- HTTP/1.0 requests get responses without chunked coding (pipeline/http10.py).
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import httptools
+from uvicorn.config import Config
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
+from uvicorn.server import ServerState
+
+from pipeline.http10 import CloseDelimitedCycle
+from pipeline.http_head import (HEADER_LINE_OVERHEAD, ConnectionLimits, HeadParser, HeadTooLarge,
+                                raw_error_response, too_many_header_bytes, too_many_headers, url_too_long)
+from pipeline.json_response import error_response
+from pipeline.request_cap import UNCAPPED_PATHS
+from protocol.errors import ApiError, overloaded
+
+log = logging.getLogger("ttft.http")
+PROBE_PATHS = frozenset(p.encode() for p in UNCAPPED_PATHS)
+# After a refusal the connection keeps reading (and dropping) what the client still sends, for
+# this long or this many bytes, before it closes: closing with unread bytes makes the kernel reset
+# the connection, and a client still writing its head would never read the refusal. The bytes
+# bound what a client streaming an endless header costs us.
+LINGER_S = 2.0
+MAX_LINGER_BYTES = 1024 * 1024
+
+
+class TtftHttpProtocol(HttpToolsProtocol):
+    def __init__(self, config: Config, server_state: ServerState, app_state: dict[str, Any],
+                 _loop: asyncio.AbstractEventLoop | None = None, *, limits: ConnectionLimits) -> None:
+        super().__init__(config, server_state, app_state, _loop)
+        self.limits = limits
+        self.parser = HeadParser(self)
+        self.parser.set_dangerous_leniencies(lenient_data_after_close=True)  # as uvicorn's own parser
+        self.served_app = self.app
+        self.header_deadline: asyncio.TimerHandle | None = None
+        self.in_head = True  # the next bytes parsed belong to a request head
+        self.head_started = False  # a request head has begun and its headers are not complete
+        self.num_heads = 0
+        self.num_head_bytes = 0  # raw bytes of the current head, counted chunk by chunk
+        self.num_headers = 0
+        self.num_header_bytes = 0
+        self.refusal: ApiError | None = None
+        self.num_dropped_bytes = 0
+        self.running: RequestResponseCycle | None = None
+
+    # Connection
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self.arm_header_deadline()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        for cycle in (self.running, *(c for c, _ in self.pipeline)):
+            if cycle is not None and not cycle.response_complete:
+                cycle.disconnected = True
+                cycle.message_event.set()
+        self.cancel_header_deadline()
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        if self.refusal is not None:  # refused: what follows is dropped unparsed
+            self.num_dropped_bytes += len(data)
+            if self.num_dropped_bytes > MAX_LINGER_BYTES:
+                self.transport.close()
+            return
+        heads_before, counted = self.num_heads, self.in_head
+        try:
+            super().data_received(data)
+        except HeadTooLarge as exc:
+            self.refuse(exc.error)
+            return
+        if counted and self.in_head and self.num_heads == heads_before:
+            # The whole chunk belongs to one unfinished head (a chunk that also ended the head
+            # before it is not counted: at most one chunk missed, never a false refusal).
+            self.num_head_bytes += len(data)
+            if self.num_head_bytes > self.limits.max_head_bytes:
+                self.refuse(too_many_header_bytes(self.limits.max_header_bytes))
+
+    # Parser callbacks
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self.head_started = True
+        self.num_headers = self.num_header_bytes = 0
+        if not self.response_in_progress():
+            self.arm_header_deadline()
+
+    def on_url(self, url: bytes) -> None:
+        super().on_url(url)
+        if len(self.url) > self.limits.max_url_bytes:
+            raise HeadTooLarge(url_too_long(self.limits.max_url_bytes))
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self.num_headers += 1
+        self.num_header_bytes += len(name) + len(value) + HEADER_LINE_OVERHEAD
+        if self.num_headers > self.limits.max_headers:
+            raise HeadTooLarge(too_many_headers(self.limits.max_headers))
+        if self.num_header_bytes > self.limits.max_header_bytes:
+            raise HeadTooLarge(too_many_header_bytes(self.limits.max_header_bytes))
+        super().on_header(name, value)
+
+    def on_headers_complete(self) -> None:
+        self.cancel_header_deadline()
+        self.head_started = self.in_head = False
+        self.num_heads += 1
+        self.num_head_bytes = 0
+        self.app = self.cap_refusal() or self.served_app
+        super().on_headers_complete()
+
+    def on_message_complete(self) -> None:
+        super().on_message_complete()
+        self.in_head = True
+
+    # Responses
+    def _start_asgi_task(self, cycle: RequestResponseCycle, app: Any) -> None:
+        if cycle.scope["http_version"] == "1.0":
+            cycle.__class__ = CloseDelimitedCycle  # the same cycle, framing its body for HTTP/1.0
+        self.running = cycle
+        super()._start_asgi_task(cycle, app)
+
+    def on_response_complete(self) -> None:
+        if self.refusal is not None and not self.pipeline:
+            self.server_state.total_requests += 1
+            self.send_refusal()
+            return
+        super().on_response_complete()
+        if self.head_started and not self.transport.is_closing():
+            self.arm_header_deadline()  # the next request began while this one was answered
+
+    def response_in_progress(self) -> bool:
+        return self.cycle is not None and not self.cycle.response_complete
+
+    # The connection cap
+    def cap_refusal(self) -> Any | None:
+        """The app answering this request when the connection cap is reached, else None."""
+        cap, num_tasks = self.limits.max_open_connections, len(self.tasks)
+        if len(self.connections) < cap and num_tasks < cap:
+            return None
+        if httptools.parse_url(self.url).path in PROBE_PATHS and num_tasks < cap + self.limits.num_probe_slots:
+            return None
+        log.warning("connection cap reached (%d connections, %d requests): 503", len(self.connections), num_tasks)
+        err = overloaded(1, f"the server holds {cap} connections: retry later")
+        return error_response(err, {"Connection": "close"})
+
+    # Refusals of a request head
+    def refuse(self, err: ApiError) -> None:
+        self.refusal = err
+        self.cancel_header_deadline()
+        if self.response_in_progress():
+            self.flow.pause_reading()  # sent once the responses before it are written
+        else:
+            self.send_refusal()
+
+    def send_refusal(self) -> None:
+        assert self.refusal is not None
+        transport = self.transport
+        if transport.is_closing():
+            return
+        transport.write(raw_error_response(self.refusal, self.server_state.default_headers))
+        if not transport.can_write_eof():
+            transport.close()
+            return
+        transport.write_eof()
+        self.flow.resume_reading()
+        self.loop.call_later(LINGER_S, transport.close)
+
+    # The header-read deadline
+    def arm_header_deadline(self) -> None:
+        if self.header_deadline is None:
+            self.header_deadline = self.loop.call_later(self.limits.header_read_timeout_s, self.on_header_timeout)
+
+    def cancel_header_deadline(self) -> None:
+        if self.header_deadline is not None:
+            self.header_deadline.cancel()
+            self.header_deadline = None
+
+    def on_header_timeout(self) -> None:
+        self.header_deadline = None
+        if not self.transport.is_closing():
+            log.debug("closing %s: no complete request headers in %.1f s", self.client,
+                      self.limits.header_read_timeout_s)
+            self.transport.close()
