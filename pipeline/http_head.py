@@ -37,6 +37,11 @@ class ConnectionLimits:
         """Raw bytes of a request head (request line and header lines) that can still be within limits."""
         return self.max_url_bytes + self.max_header_bytes + REQUEST_LINE_BYTES
 
+    @property
+    def min_checked_head_bytes(self) -> int:
+        """A head that arrived in fewer bytes than this is within the URL and header-bytes limits."""
+        return min(self.max_url_bytes, self.max_header_bytes)
+
 
 class HeadTooLarge(Exception):
     """Raised from a parser callback to stop parsing at once; carries the refusal."""
@@ -62,6 +67,18 @@ def too_many_header_bytes(max_header_bytes: int) -> ApiError:
 def url_too_long(max_url_bytes: int) -> ApiError:
     return ApiError(414, f"URI too long: the limit is {max_url_bytes} bytes.", INVALID_REQUEST, None,
                     "uri_too_long")
+
+
+def head_refusal(url: bytes, headers: list[tuple[bytes, bytes]], limits: ConnectionLimits) -> ApiError | None:
+    """The refusal of a complete request head that breaks a limit, else None."""
+    if len(url) > limits.max_url_bytes:
+        return url_too_long(limits.max_url_bytes)
+    if len(headers) > limits.max_headers:
+        return too_many_headers(limits.max_headers)
+    if sum(len(name) + len(value) for name, value in headers) + HEADER_LINE_OVERHEAD * len(headers) \
+            > limits.max_header_bytes:
+        return too_many_header_bytes(limits.max_header_bytes)
+    return None
 
 
 def raw_error_response(err: ApiError, default_headers: list[tuple[bytes, bytes]]) -> bytes:

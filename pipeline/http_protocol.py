@@ -6,9 +6,10 @@
   closed then, so it cannot hold a slot of the connection cap. While a response is in progress
   the clock is stopped: a pipelining client waits on us, not we on it. Between requests, uvicorn's
   keep-alive timeout (`--keep-alive-timeout-s`) closes an idle connection.
-- Limits on URL length (414), header count and header bytes (431), checked as the bytes arrive
-  (pipeline/http_head.py): the refusal is written before anything past the limit is parsed, then
-  the connection is closed.
+- Limits on URL length (414), header count and header bytes (431) (pipeline/http_head.py): an
+  unfinished head is measured chunk by chunk as it arrives, a finished one when its headers are
+  complete (cheaply: a head that came in fewer bytes than the smallest limit is not summed). The
+  refusal is written before anything past the head is read, then the connection is closed.
 - The connection cap (uvicorn's `limit_concurrency`, which answered in plain text and counted
   probes like anything else) answers in ttft's error shape with Retry-After, and lets /health and
   /live through on slots of their own.
@@ -28,8 +29,8 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResp
 from uvicorn.server import ServerState
 
 from pipeline.http10 import CloseDelimitedCycle
-from pipeline.http_head import (HEADER_LINE_OVERHEAD, ConnectionLimits, HeadParser, HeadTooLarge,
-                                raw_error_response, too_many_header_bytes, too_many_headers, url_too_long)
+from pipeline.http_head import (ConnectionLimits, HeadParser, HeadTooLarge, head_refusal, raw_error_response,
+                                too_many_header_bytes, url_too_long)
 from pipeline.json_response import error_response
 from pipeline.request_cap import UNCAPPED_PATHS
 from protocol.errors import ApiError, overloaded
@@ -52,13 +53,16 @@ class TtftHttpProtocol(HttpToolsProtocol):
         self.parser = HeadParser(self)
         self.parser.set_dangerous_leniencies(lenient_data_after_close=True)  # as uvicorn's own parser
         self.served_app = self.app
-        self.header_deadline: asyncio.TimerHandle | None = None
+        # The header clock: a deadline while a head is awaited, and one timer that checks it. The
+        # timer is not re-armed per request: on a busy keep-alive connection it fires once per
+        # timeout, finds no head awaited (or a later deadline) and goes (or waits) again.
+        self.head_deadline: float | None = None
+        self.header_timer: asyncio.TimerHandle | None = None
         self.in_head = True  # the next bytes parsed belong to a request head
         self.head_started = False  # a request head has begun and its headers are not complete
         self.num_heads = 0
-        self.num_head_bytes = 0  # raw bytes of the current head, counted chunk by chunk
-        self.num_headers = 0
-        self.num_header_bytes = 0
+        self.num_head_bytes = 0  # raw bytes of the current head before the chunk being parsed
+        self.num_chunk_bytes = 0
         self.refusal: ApiError | None = None
         self.num_dropped_bytes = 0
         self.running: RequestResponseCycle | None = None
@@ -66,14 +70,15 @@ class TtftHttpProtocol(HttpToolsProtocol):
     # Connection
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
-        self.arm_header_deadline()
+        self.start_header_clock()
 
     def connection_lost(self, exc: Exception | None) -> None:
         for cycle in (self.running, *(c for c, _ in self.pipeline)):
             if cycle is not None and not cycle.response_complete:
                 cycle.disconnected = True
                 cycle.message_event.set()
-        self.cancel_header_deadline()
+        if self.header_timer is not None:
+            self.header_timer.cancel()
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
@@ -83,44 +88,38 @@ class TtftHttpProtocol(HttpToolsProtocol):
                 self.transport.close()
             return
         heads_before, counted = self.num_heads, self.in_head
+        self.num_chunk_bytes = len(data)
         try:
             super().data_received(data)
         except HeadTooLarge as exc:
             self.refuse(exc.error)
             return
-        if counted and self.in_head and self.num_heads == heads_before:
-            # The whole chunk belongs to one unfinished head (a chunk that also ended the head
-            # before it is not counted: at most one chunk missed, never a false refusal).
-            self.num_head_bytes += len(data)
-            if self.num_head_bytes > self.limits.max_head_bytes:
-                self.refuse(too_many_header_bytes(self.limits.max_header_bytes))
+        if not (counted and self.in_head and self.num_heads == heads_before):
+            return
+        # The whole chunk belongs to one unfinished head (a chunk that also ended the head before
+        # it is not counted: at most one chunk missed, never a false refusal).
+        self.num_head_bytes += len(data)
+        if self.head_started and len(self.url) > self.limits.max_url_bytes:
+            self.refuse(url_too_long(self.limits.max_url_bytes))
+        elif self.num_head_bytes > self.limits.max_head_bytes:
+            self.refuse(too_many_header_bytes(self.limits.max_header_bytes))
 
     # Parser callbacks
     def on_message_begin(self) -> None:
         super().on_message_begin()
         self.head_started = True
-        self.num_headers = self.num_header_bytes = 0
         if not self.response_in_progress():
-            self.arm_header_deadline()
-
-    def on_url(self, url: bytes) -> None:
-        super().on_url(url)
-        if len(self.url) > self.limits.max_url_bytes:
-            raise HeadTooLarge(url_too_long(self.limits.max_url_bytes))
-
-    def on_header(self, name: bytes, value: bytes) -> None:
-        self.num_headers += 1
-        self.num_header_bytes += len(name) + len(value) + HEADER_LINE_OVERHEAD
-        if self.num_headers > self.limits.max_headers:
-            raise HeadTooLarge(too_many_headers(self.limits.max_headers))
-        if self.num_header_bytes > self.limits.max_header_bytes:
-            raise HeadTooLarge(too_many_header_bytes(self.limits.max_header_bytes))
-        super().on_header(name, value)
+            self.start_header_clock()
 
     def on_headers_complete(self) -> None:
-        self.cancel_header_deadline()
+        self.head_deadline = None
         self.head_started = self.in_head = False
         self.num_heads += 1
+        if len(self.headers) > self.limits.max_headers or \
+                self.num_head_bytes + self.num_chunk_bytes > self.limits.min_checked_head_bytes:
+            refusal = head_refusal(self.url, self.headers, self.limits)
+            if refusal is not None:
+                raise HeadTooLarge(refusal)
         self.num_head_bytes = 0
         self.app = self.cap_refusal() or self.served_app
         super().on_headers_complete()
@@ -143,7 +142,7 @@ class TtftHttpProtocol(HttpToolsProtocol):
             return
         super().on_response_complete()
         if self.head_started and not self.transport.is_closing():
-            self.arm_header_deadline()  # the next request began while this one was answered
+            self.start_header_clock()  # the next request began while this one was answered
 
     def response_in_progress(self) -> bool:
         return self.cycle is not None and not self.cycle.response_complete
@@ -163,7 +162,8 @@ class TtftHttpProtocol(HttpToolsProtocol):
     # Refusals of a request head
     def refuse(self, err: ApiError) -> None:
         self.refusal = err
-        self.cancel_header_deadline()
+        self.head_deadline = None
+        self.head_started = False
         if self.response_in_progress():
             self.flow.pause_reading()  # sent once the responses before it are written
         else:
@@ -182,19 +182,21 @@ class TtftHttpProtocol(HttpToolsProtocol):
         self.flow.resume_reading()
         self.loop.call_later(LINGER_S, transport.close)
 
-    # The header-read deadline
-    def arm_header_deadline(self) -> None:
-        if self.header_deadline is None:
-            self.header_deadline = self.loop.call_later(self.limits.header_read_timeout_s, self.on_header_timeout)
+    # The header clock
+    def start_header_clock(self) -> None:
+        if self.head_deadline is not None:
+            return  # already running for this head
+        self.head_deadline = self.loop.time() + self.limits.header_read_timeout_s
+        if self.header_timer is None:
+            self.header_timer = self.loop.call_at(self.head_deadline, self.on_header_timer)
 
-    def cancel_header_deadline(self) -> None:
-        if self.header_deadline is not None:
-            self.header_deadline.cancel()
-            self.header_deadline = None
-
-    def on_header_timeout(self) -> None:
-        self.header_deadline = None
-        if not self.transport.is_closing():
-            log.debug("closing %s: no complete request headers in %.1f s", self.client,
-                      self.limits.header_read_timeout_s)
-            self.transport.close()
+    def on_header_timer(self) -> None:
+        self.header_timer = None
+        if self.head_deadline is None or self.transport.is_closing():
+            return
+        if self.loop.time() < self.head_deadline:  # a later head's deadline
+            self.header_timer = self.loop.call_at(self.head_deadline, self.on_header_timer)
+            return
+        log.debug("closing %s: no complete request headers in %.1f s", self.client,
+                  self.limits.header_read_timeout_s)
+        self.transport.close()

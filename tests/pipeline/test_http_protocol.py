@@ -196,6 +196,19 @@ def test_an_endless_header_is_refused_once_past_the_limit_not_at_its_end() -> No
     run(main())
 
 
+def test_a_url_sent_in_pieces_is_414_once_past_the_limit() -> None:
+    async def main() -> None:
+        async with serving(App()) as (port, _):
+            reader, writer = await connect(port)
+            writer.write(b"GET /")
+            for _ in range(5):
+                await asyncio.sleep(0.02)
+                writer.write(b"u" * 100)  # the head is never finished
+            status, _, err = error_of((await read_until_closed(reader))[0])
+            assert status == 414 and err["code"] == "uri_too_long"
+    run(main())
+
+
 def test_pipelined_requests_longer_together_than_one_head_are_all_answered() -> None:
     async def main() -> None:
         app = App()
