@@ -10,8 +10,6 @@ from __future__ import annotations
 import http
 from dataclasses import dataclass
 
-import httptools
-
 from protocol.errors import INVALID_REQUEST, ApiError
 
 # What a request line adds to its URL: method, spaces, "HTTP/1.1", CRLFs (and the blank line).
@@ -44,7 +42,8 @@ class ConnectionLimits:
 
 
 class HeadTooLarge(Exception):
-    """Raised from a parser callback to stop parsing at once; carries the refusal."""
+    """Raised from a parser callback to stop parsing at once; carries the refusal (httptools hands
+    it back as the context of its HttpParserCallbackError)."""
 
     def __init__(self, error: ApiError) -> None:
         super().__init__(error.message)
@@ -90,16 +89,3 @@ def raw_error_response(err: ApiError, default_headers: list[tuple[bytes, bytes]]
     lines += [b"content-type: application/json\r\n", b"content-length: %d\r\n" % len(body),
               b"connection: close\r\n\r\n", body]
     return b"".join(lines)
-
-
-class HeadParser(httptools.HttpRequestParser):
-    """httptools' parser, with a limit hit in a callback raised as itself: httptools wraps any
-    callback's exception in HttpParserCallbackError, which uvicorn answers with a plain-text 400."""
-
-    def feed_data(self, data: bytes) -> None:
-        try:
-            super().feed_data(data)
-        except httptools.HttpParserCallbackError as exc:
-            if isinstance(exc.__context__, HeadTooLarge):
-                raise exc.__context__ from None
-            raise

@@ -29,7 +29,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResp
 from uvicorn.server import ServerState
 
 from pipeline.http10 import CloseDelimitedCycle
-from pipeline.http_head import (ConnectionLimits, HeadParser, HeadTooLarge, head_refusal, raw_error_response,
+from pipeline.http_head import (ConnectionLimits, HeadTooLarge, head_refusal, raw_error_response,
                                 too_many_header_bytes, url_too_long)
 from pipeline.json_response import error_response
 from pipeline.request_cap import UNCAPPED_PATHS
@@ -50,15 +50,12 @@ class TtftHttpProtocol(HttpToolsProtocol):
                  _loop: asyncio.AbstractEventLoop | None = None, *, limits: ConnectionLimits) -> None:
         super().__init__(config, server_state, app_state, _loop)
         self.limits = limits
-        self.parser = HeadParser(self)
-        self.parser.set_dangerous_leniencies(lenient_data_after_close=True)  # as uvicorn's own parser
         self.served_app = self.app
         # The header clock: a deadline while a head is awaited, and one timer that checks it. The
         # timer is not re-armed per request: on a busy keep-alive connection it fires once per
         # timeout, finds no head awaited (or a later deadline) and goes (or waits) again.
         self.head_deadline: float | None = None
         self.header_timer: asyncio.TimerHandle | None = None
-        self.in_head = True  # the next bytes parsed belong to a request head
         self.head_started = False  # a request head has begun and its headers are not complete
         self.num_heads = 0
         self.num_head_bytes = 0  # raw bytes of the current head before the chunk being parsed
@@ -87,22 +84,43 @@ class TtftHttpProtocol(HttpToolsProtocol):
             if self.num_dropped_bytes > MAX_LINGER_BYTES:
                 self.transport.close()
             return
-        heads_before, counted = self.num_heads, self.in_head
+        # Whether this chunk starts within a head: one begun, or the next one (no body is awaited).
+        cycle = self.cycle
+        counted = self.head_started or cycle is None or not cycle.more_body
+        heads_before = self.num_heads
         self.num_chunk_bytes = len(data)
+        self._unset_keepalive_if_required()
         try:
-            super().data_received(data)
-        except HeadTooLarge as exc:
-            self.refuse(exc.error)
+            self.parser.feed_data(data)
+        except httptools.HttpParserCallbackError as exc:
+            if isinstance(exc.__context__, HeadTooLarge):  # a limit, raised in a callback
+                self.refuse(exc.__context__.error)
+            else:
+                self.on_bad_request()
             return
-        if not (counted and self.in_head and self.num_heads == heads_before):
+        except httptools.HttpParserError:
+            self.on_bad_request()
+            return
+        except httptools.HttpParserUpgrade:
+            if self._should_upgrade():
+                self.handle_websocket_upgrade()
+            else:
+                self._unsupported_upgrade_warning()
+            return
+        if not (counted and self.head_started and self.num_heads == heads_before):
             return
         # The whole chunk belongs to one unfinished head (a chunk that also ended the head before
         # it is not counted: at most one chunk missed, never a false refusal).
         self.num_head_bytes += len(data)
-        if self.head_started and len(self.url) > self.limits.max_url_bytes:
+        if len(self.url) > self.limits.max_url_bytes:
             self.refuse(url_too_long(self.limits.max_url_bytes))
         elif self.num_head_bytes > self.limits.max_head_bytes:
             self.refuse(too_many_header_bytes(self.limits.max_header_bytes))
+
+    def on_bad_request(self) -> None:
+        msg = "Invalid HTTP request received."
+        self.logger.warning(msg)
+        self.send_400_response(msg)
 
     # Parser callbacks
     def on_message_begin(self) -> None:
@@ -113,7 +131,7 @@ class TtftHttpProtocol(HttpToolsProtocol):
 
     def on_headers_complete(self) -> None:
         self.head_deadline = None
-        self.head_started = self.in_head = False
+        self.head_started = False
         self.num_heads += 1
         if len(self.headers) > self.limits.max_headers or \
                 self.num_head_bytes + self.num_chunk_bytes > self.limits.min_checked_head_bytes:
@@ -123,10 +141,6 @@ class TtftHttpProtocol(HttpToolsProtocol):
         self.num_head_bytes = 0
         self.app = self.cap_refusal() or self.served_app
         super().on_headers_complete()
-
-    def on_message_complete(self) -> None:
-        super().on_message_complete()
-        self.in_head = True
 
     # Responses
     def _start_asgi_task(self, cycle: RequestResponseCycle, app: Any) -> None:

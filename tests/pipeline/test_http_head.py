@@ -1,11 +1,9 @@
 """The head limits' arithmetic and the refusal's bytes (pipeline/http_head.py)."""
 from __future__ import annotations
 
-import httptools
 import orjson
-import pytest
 
-from pipeline.http_head import ConnectionLimits, HeadParser, HeadTooLarge, head_refusal, raw_error_response, url_too_long
+from pipeline.http_head import ConnectionLimits, head_refusal, raw_error_response
 from protocol.errors import overloaded
 
 LIMITS = ConnectionLimits(max_headers=3, max_header_bytes=40, max_url_bytes=10)
@@ -33,19 +31,3 @@ def test_the_refusal_is_a_whole_response_that_closes_the_connection() -> None:
     assert set(lines[1:]) == {b"server: uvicorn", b"retry-after: 3", b"content-type: application/json",
                               b"content-length: %d" % len(body), b"connection: close"}
     assert orjson.loads(body)["error"]["type"] == "overloaded_error"
-
-
-class Refusing:
-    def on_url(self, url: bytes) -> None:
-        if url.startswith(b"/refuse"):
-            raise HeadTooLarge(url_too_long(1))
-        if url.startswith(b"/bug"):
-            raise KeyError("ours")
-
-
-def test_the_parser_raises_a_refusal_as_itself_and_anything_else_as_httptools_does() -> None:
-    with pytest.raises(HeadTooLarge) as refused:
-        HeadParser(Refusing()).feed_data(b"GET /refuse HTTP/1.1\r\n")
-    assert refused.value.error.status == 414
-    with pytest.raises(httptools.HttpParserCallbackError):
-        HeadParser(Refusing()).feed_data(b"GET /bug HTTP/1.1\r\n")

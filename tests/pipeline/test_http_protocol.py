@@ -209,6 +209,18 @@ def test_a_url_sent_in_pieces_is_414_once_past_the_limit() -> None:
     run(main())
 
 
+def test_a_malformed_head_still_gets_uvicorns_400() -> None:
+    async def main() -> None:
+        app = App()
+        async with serving(app) as (port, _):
+            reader, writer = await connect(port)
+            writer.write(b"GET /x HTTP/1.1\r\nNo colon here\r\n\r\n")
+            data, _ = await read_until_closed(reader)
+            assert data.startswith(b"HTTP/1.1 400") and data.endswith(b"Invalid HTTP request received.")
+            assert app.paths == []
+    run(main())
+
+
 def test_pipelined_requests_longer_together_than_one_head_are_all_answered() -> None:
     async def main() -> None:
         app = App()
