@@ -45,6 +45,12 @@ LINGER_S = 2.0
 MAX_LINGER_BYTES = 1024 * 1024
 
 
+def mark_disconnected(cycle: RequestResponseCycle) -> None:
+    if not cycle.response_complete:
+        cycle.disconnected = True
+        cycle.message_event.set()
+
+
 class TtftHttpProtocol(HttpToolsProtocol):
     def __init__(self, config: Config, server_state: ServerState, app_state: dict[str, Any],
                  _loop: asyncio.AbstractEventLoop | None = None, *, limits: ConnectionLimits) -> None:
@@ -70,10 +76,10 @@ class TtftHttpProtocol(HttpToolsProtocol):
         self.start_header_clock()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        for cycle in (self.running, *(c for c, _ in self.pipeline)):
-            if cycle is not None and not cycle.response_complete:
-                cycle.disconnected = True
-                cycle.message_event.set()
+        if self.running is not None:
+            mark_disconnected(self.running)
+        for cycle, _ in self.pipeline:
+            mark_disconnected(cycle)
         if self.header_timer is not None:
             self.header_timer.cancel()
         super().connection_lost(exc)
