@@ -1,8 +1,8 @@
 """TtftHttpProtocol: uvicorn's httptools protocol with connection hygiene against hostile clients.
 
 - A header-read timeout: a connection must complete its request's headers within
-  `header_read_timeout_s` of opening, of the first byte of its next request, or of the end of the
-  response before it when the next request had already begun. A silent or trickling socket is
+  `header_read_timeout_s` of opening, of the first chunk of its next request's head, or of the end
+  of the response before it when the next request had already begun. A silent or trickling socket is
   closed then, so it cannot hold a slot of the connection cap. While a response is in progress
   the clock is stopped: a pipelining client waits on us, not we on it. Between requests, uvicorn's
   keep-alive timeout (`--keep-alive-timeout-s`) closes an idle connection.
@@ -113,11 +113,15 @@ class TtftHttpProtocol(HttpToolsProtocol):
             else:
                 self._unsupported_upgrade_warning()
             return
-        if not (counted and self.head_started and self.num_heads == heads_before):
-            return
-        # The whole chunk belongs to one unfinished head (a chunk that also ended the head before
-        # it is not counted: at most one chunk missed, never a false refusal).
-        self.num_head_bytes += len(data)
+        if self.head_started:  # a head is left unfinished (most arrive whole, in one chunk)
+            self.on_unfinished_head(len(data) if counted and self.num_heads == heads_before else 0)
+
+    def on_unfinished_head(self, num_bytes: int) -> None:
+        """`num_bytes`: how much of the chunk just parsed is known to be this head's: all of it
+        when the chunk began within it, else 0 (at most one chunk missed, never a false refusal)."""
+        if self.head_deadline is None and not self.response_in_progress():
+            self.start_header_clock()
+        self.num_head_bytes += num_bytes
         if len(self.url) > self.limits.max_url_bytes:
             self.refuse(url_too_long(self.limits.max_url_bytes))
         elif self.num_head_bytes > self.limits.max_head_bytes:
@@ -132,8 +136,6 @@ class TtftHttpProtocol(HttpToolsProtocol):
     def on_message_begin(self) -> None:
         super().on_message_begin()
         self.head_started = True
-        if not self.response_in_progress():
-            self.start_header_clock()
 
     def on_headers_complete(self) -> None:
         self.head_deadline = None
@@ -145,7 +147,9 @@ class TtftHttpProtocol(HttpToolsProtocol):
             if refusal is not None:
                 raise HeadTooLarge(refusal)
         self.num_head_bytes = 0
-        self.app = self.cap_refusal() or self.served_app
+        cap = self.limits.max_open_connections
+        over_cap = len(self.connections) >= cap or len(self.tasks) >= cap
+        self.app = (over_cap and self.cap_refusal()) or self.served_app
         super().on_headers_complete()
 
     # Responses
@@ -169,10 +173,9 @@ class TtftHttpProtocol(HttpToolsProtocol):
 
     # The connection cap
     def cap_refusal(self) -> Any | None:
-        """The app answering this request when the connection cap is reached, else None."""
+        """The app answering this request, the connection cap being reached: None for a probe
+        while the probes' own slots last."""
         cap, num_tasks = self.limits.max_open_connections, len(self.tasks)
-        if len(self.connections) < cap and num_tasks < cap:
-            return None
         if httptools.parse_url(self.url).path in PROBE_PATHS and num_tasks < cap + self.limits.num_probe_slots:
             return None
         log.warning("connection cap reached (%d connections, %d requests): 503", len(self.connections), num_tasks)

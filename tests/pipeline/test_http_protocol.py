@@ -127,6 +127,18 @@ def test_after_a_response_the_keep_alive_timeout_closes_an_idle_connection() -> 
     run(main())
 
 
+def test_a_half_sent_head_after_a_response_is_closed_at_the_header_timeout() -> None:
+    async def main() -> None:
+        async with serving(App(), keep_alive_s=5.0) as (port, _):
+            reader, writer = await connect(port)
+            writer.write(get("/a"))
+            await reader.readuntil(b"/a")
+            writer.write(b"GET /b HTTP/1.1\r\nHost: t\r\n")  # never finished
+            data, took_s = await read_until_closed(reader)
+            assert data == b"" and 0.25 <= took_s < 1.5, took_s  # the header clock, not the 5 s keep-alive
+    run(main())
+
+
 def test_the_header_clock_waits_while_a_response_is_in_progress() -> None:
     async def main() -> None:
         app = App(delay_s=0.6)  # twice the header timeout
