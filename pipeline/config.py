@@ -111,6 +111,20 @@ class EngineConfig:
         None, "seconds after which a request still running is aborted (finish_reason timeout)")
     body_read_timeout_s: float = option(30.0, "a client that sends its body slower than this gets 408")
     max_connections: int = option(4096, "HTTP requests in flight (streams included); past it: 503 at once")
+    # Connection hygiene (pipeline/http_protocol.py): a socket that sends nothing is closed within
+    # seconds, so silent sockets cannot fill the connection cap. A real client sends its request's
+    # head in one write as soon as it connects (a TLS handshake is not counted), so 10 s leaves a
+    # slow link many round trips; nginx's 60 s is sized for browsers on slow networks. 5 s keep-alive
+    # is uvicorn's and vLLM's default, which clients of OpenAI-compatible servers already expect.
+    header_read_timeout_s: float = option(
+        10.0, "a connection's request headers must be complete this long after it opens (or after its "
+              "request's first byte, or its previous response); past it: closed")
+    keep_alive_timeout_s: float = option(5.0, "an idle keep-alive connection is closed after this")
+    # Apache's and Tomcat's header count, URL as Apache's request line (8 KiB); 64 KiB of headers
+    # hold any bearer token or proxy's additions.
+    max_headers: int = option(100, "header lines of a request; past it: 431")
+    max_header_bytes: int = option(64 * 1024, "bytes of a request's header lines; past it: 431")
+    max_url_bytes: int = option(8 * 1024, "bytes of a request's URL (path and query); past it: 414")
     stream_stall_timeout_s: float = option(
         30.0, "a stream whose buffer stays full (its client not reading) this long is aborted")
     shutdown_grace_s: float = option(30.0, "on SIGTERM, seconds the requests in flight get to finish")

@@ -1,5 +1,8 @@
 """Run the app on uvicorn (uvloop + httptools), on TCP or a Unix socket, with ttft's shutdown.
 
+Connections go through pipeline/http_protocol.py: header-read and keep-alive timeouts, limits on a
+request's head (431 / 414), and the connection cap's refusal in ttft's error shape.
+
 The listening sockets are bound before this runs (pipeline/listen_socket.py) and handed to uvicorn;
 the socket file of a Unix socket is removed when the server ends. While the engine starts, a line
 every few seconds says what it is doing (pipeline/load_progress.py); once it serves, a stats line
@@ -15,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import signal
@@ -26,9 +30,12 @@ from pipeline.app import create_app
 from pipeline.build import StartupError
 from pipeline.config import EngineConfig
 from pipeline.engine import Engine
+from pipeline.http_head import ConnectionLimits
+from pipeline.http_protocol import TtftHttpProtocol
 from pipeline.listen_socket import Listener
 from pipeline.load_progress import LoadProgress
 from pipeline.stats_logger import StatsLogger
+from stages.options import fill
 
 log = logging.getLogger("ttft.server")
 EXIT_OK, EXIT_ENGINE_FAILED, EXIT_BAD_CONFIG = 0, 1, 2
@@ -115,18 +122,18 @@ def serve(
     checked (pipeline/tls.py)."""
     engine = Engine(config)
     app = create_app(engine, api_key, protect_metrics)
+    # The connection cap is a backstop for connection floods: requests past --max-connections get
+    # our 503 from RequestCapMiddleware first.
+    limits = fill(ConnectionLimits, config, max_open_connections=2 * config.max_connections + 16)
     uv_config = uvicorn.Config(
         app,
         loop="uvloop",
-        http="httptools",
+        http=functools.partial(TtftHttpProtocol, limits=limits),  # httptools, with our limits and timeouts
         log_level=log_level,
         access_log=access_log,  # off by default: a log line per request costs more than our whole ingress
-        timeout_keep_alive=30,
+        timeout_keep_alive=config.keep_alive_timeout_s,  # type: ignore[arg-type]  # a float works
         timeout_graceful_shutdown=5,  # after our own drain, connections have this long to close
-        h11_max_incomplete_event_size=64 * 1024,  # header limit (httptools caps headers itself)
-        # A backstop for connection floods; requests past --max-connections get our own JSON 503
-        # from RequestCapMiddleware first.
-        limit_concurrency=2 * config.max_connections + 16,
+        limit_concurrency=None,  # the protocol caps connections (uvicorn's own cap answers in plain text)
         **(tls or {}),
     )
     server = TtftServer(uv_config, engine, config.shutdown_grace_s, listener.url, log_stats_interval_s)

@@ -27,6 +27,9 @@ BAD = {
     "max_body_bytes": (0, "--max-body-bytes"), "max_prompt_chars": (0, "--max-prompt-chars"),
     "max_tokens_cap": (0, "--max-tokens-cap"), "max_n": (0, "--max-n"), "max_batch_prompts": (0, "--max-batch-prompts"),
     "max_stop_strings": (-1, "--max-stop-strings"), "max_logprobs": (-1, "--max-logprobs"),
+    "header_read_timeout_s": (0.0, "--header-read-timeout-s"), "keep_alive_timeout_s": (-1.0, "--keep-alive-timeout-s"),
+    "max_headers": (0, "--max-headers"), "max_header_bytes": (0, "--max-header-bytes"),
+    "max_url_bytes": (0, "--max-url-bytes"),
 }
 
 
