@@ -182,7 +182,9 @@ class BpeTokenizer:
         return self._text_backend
 
     def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
-        text = self._backend.decode(list(ids), skip_special_tokens=skip_special_tokens)
+        # decode_batch, not decode(): it releases the interpreter lock while it works (decode()
+        # holds it, so /detokenize of 100k ids in the pool stalled the event loop for its whole run).
+        text = self._backend.decode_batch([list(ids)], skip_special_tokens=skip_special_tokens)[0]
         return _clean_up_tokenization(text) if self._clean_up else text
 
     def token_bytes(self, token_id: int) -> bytes:

@@ -27,6 +27,7 @@ BAD = {
     "max_body_bytes": (0, "--max-body-bytes"), "max_prompt_chars": (0, "--max-prompt-chars"),
     "max_tokens_cap": (0, "--max-tokens-cap"), "max_n": (0, "--max-n"), "max_batch_prompts": (0, "--max-batch-prompts"),
     "max_stop_strings": (-1, "--max-stop-strings"), "max_logprobs": (-1, "--max-logprobs"),
+    "max_detokenize_tokens": (0, "--max-detokenize-tokens"),
 }
 
 
