@@ -88,7 +88,8 @@ class Text(Field):
         if type(prompt) is not str:
             raise type_error("prompt", "a string", prompt)
         if len(prompt) > limit:
-            raise bad_request(f"'prompt' is too long: {len(prompt)} characters, the limit is {limit}.", "prompt")
+            raise bad_request(f"'prompt' is too long: {len(prompt)} characters, the limit is {limit} "
+                              "(--max-prompt-chars).", "prompt")
         return prompt
 
     def schema(self, ctx: Context) -> Schema:

@@ -96,6 +96,15 @@ def _health_during(server, path: str, body: dict, num_requests: int) -> tuple[fl
 MAX_STALL_S = 1.0
 
 
+def test_tokenize_past_its_cap_is_a_400_naming_it(smollm_server):
+    """Attack: a prompt past --max-prompt-chars to /tokenize. The server: a 400 naming the cap, in
+    microseconds (nothing is tokenized)."""
+    limit = IngressLimits().max_prompt_chars
+    r = smollm_server.http("POST", "/tokenize", json={"prompt": "x" * (limit + 1)})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "prompt"
+    assert f"the limit is {limit} (--max-prompt-chars)" in r.json()["error"]["message"]
+
+
 def test_health_answers_promptly_during_big_detokenizes(smollm_server):
     """Attack: eight /detokenize requests at the cap of the longest token at once. The server:
     bounded replies, decoded off the event loop, /health answering meanwhile."""
