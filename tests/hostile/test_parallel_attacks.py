@@ -12,24 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from live_server import free_port
+from live_server import children, free_port, running
 
 ROOT = Path(__file__).resolve().parents[2]
 TP2 = ("--model", "dummy:tiny", "--device", "cpu", "-tp", "2", "--cpu-threads", "1")
-
-
-def children(pid: int) -> list[int]:
-    kids = []
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        kids += [int(k) for k in (task / "children").read_text().split()]
-    return kids
-
-
-def running(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
 
 
 def listening(pid: int) -> set[tuple[str, int]]:
