@@ -38,9 +38,9 @@ class SpecialTokenGuard:
         # Mark 0 is the open character itself, so a request that types it cannot forge a mark.
         self._literals = [self._open, *self._texts]
         self._index = {literal: i for i, literal in enumerate(self._literals)}
-        self._in_request = re.compile("|".join(map(re.escape, self._literals)))
+        self._in_request = re.compile(_trie_pattern(self._literals))
         self._mark = re.compile(f"{self._open}([0-9]+){self._close}")
-        self._in_template = re.compile("|".join(map(re.escape, self._texts))) if self._texts else None
+        self._in_template = re.compile(_trie_pattern(self._texts)) if self._texts else None
 
     def escape(self, value: Any) -> Any:
         """`value` (a request's messages or kwargs: dicts, lists, strings, numbers) with every
@@ -80,6 +80,27 @@ class SpecialTokenGuard:
     def _literal_of(self, match: re.Match) -> str:
         index = int(match.group(1))
         return self._literals[index] if index < len(self._literals) else match.group()
+
+
+def _trie_pattern(texts: list[str]) -> str:
+    """A regex matching any of `texts`, leftmost-longest, as a trie: at each position it follows one
+    branch per character, where an alternation of the texts would try each of them (Llama 3's 256
+    reserved tokens at every "<" of an HTML page: ~1 s per megabyte instead of ~0.1)."""
+    trie: dict = {}
+    for text in texts:
+        node = trie
+        for char in text:
+            node = node.setdefault(char, {})
+        node[""] = {}  # a text ends here
+
+    def pattern(node: dict) -> str:
+        branches = [re.escape(char) + pattern(child) for char, child in node.items() if char]
+        if not branches:
+            return ""
+        body = branches[0] if len(branches) == 1 else f"(?:{'|'.join(branches)})"
+        return f"(?:{body})?" if "" in node else body  # greedy: the longest text that matches
+
+    return pattern(trie)
 
 
 def _two_unused(source: str) -> tuple[str, str]:
