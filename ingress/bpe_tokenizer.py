@@ -124,6 +124,8 @@ class BpeTokenizer:
         self._clean_up = clean_up_tokenization_spaces
         added = backend.get_added_tokens_decoder()
         self._special = frozenset(i for i, t in added.items() if t.special)
+        self.special_tokens = {added[i].content: i for i in sorted(self._special)}
+        self._text_backend: RustTokenizer | None = None  # made on first use (parse_special=False)
         to_bytes = _byte_level_bytes if byte_level else _sentencepiece_bytes
         table: list[bytes] = []
         for i in range(self.vocab_size):
@@ -150,7 +152,7 @@ class BpeTokenizer:
     def _text(self, token_id: int | None) -> str | None:
         return None if token_id is None else self._backend.id_to_token(token_id)
 
-    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+    def encode(self, text: str, add_special_tokens: bool = True, parse_special: bool = True) -> list[int]:
         # ASCII text (not too long) of a GPT-2-regex kind: AsciiPieceEncoder, the same ids at
         # ~0.3-0.45 vs ~1.4-2 ms of CPU for a 1,000-token prompt. Otherwise, Rust's
         # encode_batch_fast, not encode(): it releases the interpreter lock while it works (encode()
@@ -159,7 +161,9 @@ class BpeTokenizer:
         # of CPU on a 1,000-token prompt (`python -m lab.tokenizer_cost`). `ttft serve` sets
         # TOKENIZERS_PARALLELISM=false: the one-text batch runs on the calling thread, whose CPU
         # clock the trace reads, and no rayon pool is started.
-        if self._ascii is not None and len(text) <= MAX_ASCII_PATH_CHARS and text.isascii():
+        if not parse_special:
+            ids = self._text_only().encode_batch_fast([text], add_special_tokens=False)[0].ids
+        elif self._ascii is not None and len(text) <= MAX_ASCII_PATH_CHARS and text.isascii():
             ids = self._ascii.encode(text)
         else:
             ids = self._backend.encode_batch_fast([text], add_special_tokens=False)[0].ids
@@ -167,8 +171,20 @@ class BpeTokenizer:
             ids.insert(0, self.bos_token_id)
         return ids
 
+    def _text_only(self) -> RustTokenizer:
+        """A copy of the backend that reads special tokens' texts as text (the other added tokens
+        still match): what a chat's contents are tokenized with (special_guard.py). Two pool
+        threads may both make it at first; either copy does."""
+        if self._text_backend is None:
+            copy = RustTokenizer.from_str(self._backend.to_str())
+            copy.encode_special_tokens = True
+            self._text_backend = copy
+        return self._text_backend
+
     def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
-        text = self._backend.decode(list(ids), skip_special_tokens=skip_special_tokens)
+        # decode_batch, not decode(): it releases the interpreter lock while it works (decode()
+        # holds it, so /detokenize of 100k ids in the pool stalled the event loop for its whole run).
+        text = self._backend.decode_batch([list(ids)], skip_special_tokens=skip_special_tokens)[0]
         return _clean_up_tokenization(text) if self._clean_up else text
 
     def token_bytes(self, token_id: int) -> bytes:

@@ -40,12 +40,13 @@ class DummyTokenizer:
         self.add_bos = True
         self.chat_template: str | None = DUMMY_CHAT_TEMPLATE
         self.bos_token, self.eos_token = "<s>", "</s>"
+        self.special_tokens = dict(SPECIAL_TOKENS)
         self._special_bytes = {i: s.encode() for s, i in SPECIAL_TOKENS.items()}
 
-    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+    def encode(self, text: str, add_special_tokens: bool = True, parse_special: bool = True) -> list[int]:
         ids = [BOS_ID] if add_special_tokens else []
         table = _BYTE_IDS
-        for i, part in enumerate(_SPECIAL_RE.split(text)):
+        for i, part in enumerate(_SPECIAL_RE.split(text) if parse_special else [text]):
             if i % 2:  # odd pieces of a capturing split are the special-token matches
                 ids.append(SPECIAL_TOKENS[part])
             elif part:

@@ -1,12 +1,15 @@
 """PromptCodec: the tokenizer and the chat template applied to what a request carries.
 
 Plain text gets the model's special tokens (its BOS rule) unless the request says otherwise; a chat
-is rendered by the template, which writes its own special tokens, so they are never added twice.
+is rendered by the template, which writes its own special tokens, so they are never added twice, and
+only the template writes them: a special token's text in a message is tokenized as text
+(special_guard.py).
 Each method takes one argument so that the ingress stage can hand it to its pool as it is.
 """
 from __future__ import annotations
 
 from ingress.chat_template import ChatTemplate
+from ingress.special_guard import SpecialTokenGuard
 from ingress.tokenizer import Tokenizer
 from protocol.errors import bad_request
 from protocol.requests.chat import ChatCompletionRequest
@@ -17,6 +20,7 @@ class PromptCodec:
     def __init__(self, tokenizer: Tokenizer, chat_template: ChatTemplate) -> None:
         self.tokenizer = tokenizer
         self.chat_template = chat_template
+        self.guard = SpecialTokenGuard(tokenizer.special_tokens, chat_template.source)
 
     def encode_text(self, text: str) -> list[int]:
         return self.tokenizer.encode(text, add_special_tokens=True)
@@ -25,13 +29,15 @@ class PromptCodec:
         return [self.tokenizer.encode(text, add_special_tokens=True) for text in texts]
 
     def encode_chat(self, req: ChatCompletionRequest) -> list[int]:
-        text = self.render(req.messages, req.add_generation_prompt, req.chat_template_kwargs)
-        return self.tokenizer.encode(text, add_special_tokens=False)  # the template wrote them
+        guard = self.guard
+        text = self.render(guard.escape(req.messages), req.add_generation_prompt, guard.escape(req.chat_template_kwargs))
+        return guard.encode(self.tokenizer, text, add_special_tokens=False)  # the template wrote them
 
     def encode_tokenize_chat(self, req: TokenizeRequest) -> list[int]:
         """/tokenize's chat: the template's special tokens, and the model's too when asked."""
-        text = self.render(req.messages, req.add_generation_prompt, req.chat_template_kwargs)
-        return self.tokenizer.encode(text, add_special_tokens=req.add_special_tokens)
+        guard = self.guard
+        text = self.render(guard.escape(req.messages), req.add_generation_prompt, guard.escape(req.chat_template_kwargs))
+        return guard.encode(self.tokenizer, text, add_special_tokens=req.add_special_tokens)
 
     def encode_plain(self, req: TokenizeRequest) -> list[int]:
         return self.tokenizer.encode(req.prompt, add_special_tokens=req.add_special_tokens)

@@ -5,7 +5,7 @@ detokenize incrementally without ever splitting a multi-byte character.
 """
 from __future__ import annotations
 
-from typing import Protocol, Sequence
+from typing import Mapping, Protocol, Sequence
 
 
 class Tokenizer(Protocol):
@@ -14,9 +14,11 @@ class Tokenizer(Protocol):
     eos_token_ids: frozenset[int]  # any of these ends a reply (eos, eot, generation_config's list)
     add_bos: bool  # whether encode(..., add_special_tokens=True) prepends BOS
     chat_template: str | None
+    special_tokens: Mapping[str, int]  # each special (control) token's text -> its id
 
-    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
-        """Text to ids. Special-token strings in `text` are parsed as special tokens."""
+    def encode(self, text: str, add_special_tokens: bool = True, parse_special: bool = True) -> list[int]:
+        """Text to ids. Special-token strings in `text` are parsed as special tokens, unless
+        `parse_special` is off: then they are text like any other."""
         ...
 
     def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str: ...

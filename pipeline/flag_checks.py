@@ -92,6 +92,7 @@ RULES = (
     Rule("max_batch_prompts", at_least(1), "must be >= 1"),
     Rule("max_stop_strings", at_least(0), "must be >= 0"),
     Rule("max_logprobs", at_least(0), "must be >= 0"),
+    Rule("max_detokenize_tokens", at_least(1), "must be >= 1"),
 )
 
 

@@ -4,7 +4,7 @@ The flags' ranges come first (pipeline/flag_checks.py); then, on the built Engin
 a look at the disk or at torch: that `--model` names something loadable (an existing `.gguf` file,
 a directory with a `config.json`, a known dummy preset, or the installed default), that `--device
 cuda` has a device, that the KV format runs on it, and that `--speculative-config` and
-`--chat-template` parse. Each failure is a one-line `UsageError` naming the flag. Loading the
+`--chat-template` parse, and that `--kv-disk-path` is no regular file. Each failure is a one-line `UsageError` naming the flag. Loading the
 weights can still refuse a model (a field it cannot run): that is a start-up error, exit 2 too.
 """
 from __future__ import annotations
@@ -27,6 +27,7 @@ def check_model_and_device(cfg: EngineConfig) -> None:
     check_kv_cache_dtype(cfg)
     check_speculative(cfg)
     check_chat_template(cfg.chat_template)
+    check_kv_disk_path(cfg.kv_disk_path)
 
 
 def check_model(spec: str | None, seed: int = 0) -> None:
@@ -96,3 +97,18 @@ def check_chat_template(value: str | None) -> None:
         load_chat_template(value)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+
+
+def check_kv_disk_path(value: str | None) -> None:
+    """The disk tier's directory, made at start-up when missing: a file in its place or on its way
+    (or a directory that cannot be written) could only fail once the weights are loaded."""
+    if value is None:
+        return
+    path = Path(value).expanduser()
+    existing = next(p for p in (path, *path.parents) if p.exists())
+    if not existing.is_dir():
+        where = "" if existing == path else f" ({existing} is a file)"
+        raise UsageError(f"--kv-disk-path {value}: not a directory{where}: the disk KV tier "
+                         "keeps a directory of block files")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise UsageError(f"--kv-disk-path {value}: {existing} cannot be written (permission denied)")

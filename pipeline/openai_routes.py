@@ -22,7 +22,7 @@ from pipeline.engine import Engine
 from pipeline.http_body import check_ready, receive_body
 from pipeline.json_response import error_response, json_response
 from protocol.errors import ApiError, check_model
-from protocol.request_id import request_id_of
+from protocol.request_id import request_id_header, request_id_of
 from protocol.responses.replies import ReplyWriter, refusal, reply_format
 from stages.trace import RequestTrace
 
@@ -52,7 +52,7 @@ async def _generate(request: Request, chat: bool) -> Response:
     try:
         check_ready(engine)
         request_id = request_id_of(request.headers, "chatcmpl" if chat else "cmpl")
-        headers = {"X-Request-Id": request_id}
+        headers = {"X-Request-Id": request_id_header(request_id)}
         trace = RequestTrace(request_id)
         body = await receive_body(request, engine)
         trace.mark("received")

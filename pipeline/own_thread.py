@@ -27,9 +27,15 @@ async def run_in_own_thread(fn: Callable[..., T], *args: object, name: str = "tt
         try:
             result = fn(*args)
         except BaseException as exc:  # handed to the awaiting task, raised there
-            loop.call_soon_threadsafe(settle, done.set_exception, exc)
+            hand_over(done.set_exception, exc)
         else:
-            loop.call_soon_threadsafe(settle, done.set_result, result)
+            hand_over(done.set_result, result)
+
+    def hand_over(setter: Callable, value: object) -> None:
+        try:
+            loop.call_soon_threadsafe(settle, setter, value)
+        except RuntimeError:  # the loop is closed: the awaiting task was cancelled and nobody waits
+            pass
 
     thread = threading.Thread(target=body, name=name, daemon=True)
     thread.start()

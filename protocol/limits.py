@@ -31,6 +31,9 @@ class IngressLimits:
     # Alternatives per position: completions `logprobs`, chat `top_logprobs` (OpenAI allows 20 on
     # chat), `prompt_logprobs`. vLLM's flag and default.
     max_logprobs: int = option(20, "logprobs, top_logprobs and prompt_logprobs above this are a 400")
+    # /detokenize's output is up to a token's longest text per id (81 bytes on SmolLM2): this bounds
+    # what one request costs in decode time and reply size; --max-prompt-chars bounds it too.
+    max_detokenize_tokens: int = option(131072, "token ids in one /detokenize request; past it: 400")
     max_logit_bias: int = 1024  # logit_bias entries: the sampler scatters each one every step
     max_messages: int = 4096
 
@@ -39,5 +42,7 @@ class IngressLimits:
             raise ValueError(f"max_n must be at least 1, got {self.max_n}")
         if self.max_logprobs < 0:
             raise ValueError(f"max_logprobs must be at least 0, got {self.max_logprobs}")
+        if self.max_detokenize_tokens < 1:
+            raise ValueError(f"max_detokenize_tokens must be at least 1, got {self.max_detokenize_tokens}")
         if self.max_batch_prompts < 1:
             raise ValueError(f"max_batch_prompts must be at least 1, got {self.max_batch_prompts}")

@@ -84,6 +84,22 @@ def start_server(tmp_path: Path, *args: str, timeout_s: float = 120.0, env: dict
     raise RuntimeError(f"server not ready in {timeout_s} s:\n{server.log()}")
 
 
+def children(pid: int) -> list[int]:
+    """The processes `pid` started (of any of its threads) that it has not reaped."""
+    kids = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        kids += [int(k) for k in (task / "children").read_text().split()]
+    return kids
+
+
+def running(pid: int) -> bool:
+    """Whether `pid` exists and is no zombie."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
 @pytest.fixture(scope="module")
 def tiny_server(tmp_path_factory):
     server = start_server(tmp_path_factory.mktemp("tiny"), "--model", "dummy:tiny", "--max-model-len", "1024")

@@ -3,7 +3,11 @@
 Every process learns its place from the environment torchrun sets (and launch.py sets for the
 workers it starts on one node): MASTER_ADDR, MASTER_PORT, WORLD_SIZE, RANK, LOCAL_RANK. The
 rendezvous store (a TCPStore: torchrun's agent hosts it, or the driver when it starts the workers
-itself) carries the group's set-up and the liveness heartbeats. Two groups:
+itself) carries the group's set-up and the liveness heartbeats. The driver's own store listens on
+127.0.0.1 only (`local_store`: torch's TCPStore binds every interface, whatever host it is given),
+like gloo's sockets (`keep_gloo_on_loopback`) and every internal socket of a one-node server; under torchrun the store and its address are
+torchrun's, which is how several nodes reach it (a multi-node deployment's network is the
+operator's to fence). Two groups:
   device group  the default group: NCCL on CUDA (the model's collectives, captured in CUDA graphs),
                 gloo on CPU; its `timeout` bounds any collective (a hung peer, as a backstop to the
                 heartbeats);
@@ -15,6 +19,7 @@ NVLink multicast (NVLS) stays off in every process: set before the first NCCL co
 from __future__ import annotations
 
 import os
+import socket
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -56,6 +61,28 @@ def placement_from_env(env: dict | os._Environ = os.environ) -> Placement:
 
 def under_torchrun(env: dict | os._Environ = os.environ) -> bool:
     return "TORCHELASTIC_RUN_ID" in env
+
+
+def local_store(world_size: int, timeout_s: float) -> dist.TCPStore:
+    """A rendezvous store for the ranks of this host, listening on 127.0.0.1 at a free port (its
+    `port`): the socket is bound here and handed to the store, which owns it from then on."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(max(128, world_size))
+        port = sock.getsockname()[1]
+        return dist.TCPStore("127.0.0.1", port, world_size, is_master=True, wait_for_workers=False,
+                             timeout=timedelta(seconds=timeout_s), master_listen_fd=sock.detach())
+    finally:
+        sock.close()  # (a no-op once detached; closes the socket if binding failed)
+
+
+def keep_gloo_on_loopback(env: dict | os._Environ = os.environ) -> None:
+    """gloo's sockets on the loopback interface, unless GLOO_SOCKET_IFNAME names one (gloo would
+    take the address the host name resolves to, often the host's network address)."""
+    loopback = next((name for _, name in socket.if_nameindex() if name.startswith("lo")), None)
+    if loopback is not None:
+        env.setdefault("GLOO_SOCKET_IFNAME", loopback)
 
 
 def store_from_env(placement: Placement) -> dist.Store:

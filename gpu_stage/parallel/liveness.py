@@ -73,11 +73,14 @@ class LivenessMonitor:
         self._threshold_s = self.stale_s
 
     def stop(self) -> None:
-        """Stop watching (the beat thread may be blocked on a stopped store: it is a daemon)."""
+        """Stop watching. The beat thread is waited for as long as one store call may take: a
+        thread still inside one when the interpreter finalizes aborts the process; past that it
+        is blocked on a stopped store, and it is a daemon."""
         self._stop.set()
-        watch = self._threads[1]
-        if watch.is_alive() and watch is not threading.current_thread():
-            watch.join(timeout=self.interval_s + 1.0)
+        beat, watch = self._threads
+        for thread, wait_s in ((watch, self.interval_s + 1.0), (beat, max(self.stale_s, 1.0) + 1.0)):
+            if thread.is_alive() and thread is not threading.current_thread():
+                thread.join(timeout=wait_s)
 
     def _beat(self) -> None:
         while not self._stop.is_set():

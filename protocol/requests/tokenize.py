@@ -88,7 +88,8 @@ class Text(Field):
         if type(prompt) is not str:
             raise type_error("prompt", "a string", prompt)
         if len(prompt) > limit:
-            raise bad_request(f"'prompt' is too long: {len(prompt)} characters, the limit is {limit}.", "prompt")
+            raise bad_request(f"'prompt' is too long: {len(prompt)} characters, the limit is {limit} "
+                              "(--max-prompt-chars).", "prompt")
         return prompt
 
     def schema(self, ctx: Context) -> Schema:
@@ -101,15 +102,23 @@ class Tokens(Field):
     required: bool = True
 
     def parse(self, obj: dict, ctx: Context, seen: Seen) -> list[int]:
-        tokens, limit = obj.get(self.key), ctx.limits.max_prompt_chars
+        tokens, limit, flag = obj.get(self.key), *_max_tokens(ctx.limits)
         if tokens is None:
             raise bad_request("'tokens' is required.", "tokens")
-        if type(tokens) is list and len(tokens) > limit:  # the bound of a prompt's ids
-            raise bad_request(f"'tokens' is too long: {len(tokens)} token ids, the limit is {limit}.", "tokens")
+        if type(tokens) is list and len(tokens) > limit:  # the bound of a prompt's ids, and of the reply
+            raise bad_request(f"'tokens' is too long: {len(tokens)} token ids, the limit is {limit} ({flag}).",
+                              "tokens")
         return check_token_ids("tokens", tokens, ctx.vocab_size, allow_empty=True)
 
     def schema(self, ctx: Context) -> Schema:
-        return {"type": "array", "items": token_id(ctx.vocab_size), "maxItems": ctx.limits.max_prompt_chars}
+        return {"type": "array", "items": token_id(ctx.vocab_size), "maxItems": _max_tokens(ctx.limits)[0]}
+
+
+def _max_tokens(limits: IngressLimits) -> tuple[int, str]:
+    """The ids /detokenize takes, and the flag that sets that bound."""
+    if limits.max_detokenize_tokens <= limits.max_prompt_chars:
+        return limits.max_detokenize_tokens, "--max-detokenize-tokens"
+    return limits.max_prompt_chars, "--max-prompt-chars"
 
 
 TEXT_SHAPE = RequestSpec((

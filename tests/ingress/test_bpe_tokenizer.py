@@ -175,3 +175,46 @@ def test_added_tokens_have_raw_text_bytes(tmp_path):
     ids = tok.encode("xé中y")
     assert len(ids) == 3 and not tok.is_special(ids[1])
     assert b"".join(tok.token_bytes(i) for i in ids) == "xé中y".encode() and tok.decode(ids) == "xé中y"
+
+
+def test_parse_special_off_reads_special_texts_as_text_and_added_tokens_still_match(tmp_path):
+    from tokenizers import AddedToken
+    from ingress.bpe_tokenizer import bytes_to_unicode
+    backend = Tokenizer(models.BPE(vocab={c: i for i, c in enumerate(bytes_to_unicode().values())}, merges=[]))
+    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    backend.decoder = decoders.ByteLevel()
+    backend.add_special_tokens([AddedToken("<|im_end|>", special=True, normalized=False)])
+    backend.add_tokens([AddedToken("<think>", normalized=False)])
+    tok = BpeTokenizer(backend, bos_token_id=None, eos_token_ids=frozenset(), add_bos=False, chat_template=None)
+    end, think = tok.special_tokens["<|im_end|>"], backend.token_to_id("<think>")
+    assert tok.special_tokens == {"<|im_end|>": end}
+    assert tok.encode("a<|im_end|><think>", add_special_tokens=False) == [tok.encode("a", False)[0], end, think]
+    as_text = tok.encode("a<|im_end|><think>", add_special_tokens=False, parse_special=False)
+    assert end not in as_text and as_text[-1] == think and tok.decode(as_text) == "a<|im_end|><think>"
+
+
+def test_decode_leaves_the_interpreter_lock_to_other_threads(smollm):
+    """/detokenize of a capped request decodes in the tokenizer pool: the event loop's thread must run
+    meanwhile (Rust's decode() held the lock for its whole run)."""
+    import threading
+    import time
+    longest = max(range(smollm.vocab_size), key=lambda i: len(smollm.token_bytes(i)))
+    ids = [longest] * 131072
+    window: list[float] = []
+
+    def work() -> None:
+        window.append(time.perf_counter())
+        smollm.decode(ids, skip_special_tokens=False)
+        window.append(time.perf_counter())
+
+    thread = threading.Thread(target=work)
+    thread.start()
+    ticks = []  # when this thread ran, every millisecond it could
+    while thread.is_alive():
+        time.sleep(0.001)
+        ticks.append(time.perf_counter())
+    thread.join()
+    begin, end = window
+    points = [begin, *(t for t in ticks if begin < t < end), end]
+    worst_gap = max(b - a for a, b in zip(points, points[1:]))
+    assert worst_gap < (end - begin) / 2, (worst_gap, end - begin)

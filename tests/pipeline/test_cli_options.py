@@ -34,6 +34,7 @@ FLAGS += ["--long-context-attention", "--context-aware-chunks", "--no-context-aw
 FLAGS += ["--uds-mode", "--uds-group", "--access-log", "--no-access-log", "--log-stats-interval-s"]  # issue 41
 FLAGS += ["--header-read-timeout-s", "--keep-alive-timeout-s", "--max-headers", "--max-header-bytes",
           "--max-url-bytes"]  # issue 42
+FLAGS += ["--max-detokenize-tokens"]  # issue 42 (token routes)
 
 
 def parser() -> argparse.ArgumentParser:

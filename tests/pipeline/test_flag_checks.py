@@ -30,6 +30,7 @@ BAD = {
     "header_read_timeout_s": (0.0, "--header-read-timeout-s"), "keep_alive_timeout_s": (-1.0, "--keep-alive-timeout-s"),
     "max_headers": (0, "--max-headers"), "max_header_bytes": (0, "--max-header-bytes"),
     "max_url_bytes": (0, "--max-url-bytes"),
+    "max_detokenize_tokens": (0, "--max-detokenize-tokens"),
 }
 
 

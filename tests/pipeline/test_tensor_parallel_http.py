@@ -18,6 +18,7 @@ import httpx
 import openai
 import pytest
 
+from live_server import children, running
 from reliability_kit import TINY, finish_reason, post, probe, stream_error
 
 TP2 = (*TINY, "--device", "cpu", "-tp", "2", "--cpu-threads", "1")
@@ -29,20 +30,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def children(pid: int) -> list[int]:
-    kids = []
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        kids += [int(k) for k in (task / "children").read_text().split()]
-    return kids
-
-
-def running(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
 
 
 @pytest.fixture(scope="module")

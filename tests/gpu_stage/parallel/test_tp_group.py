@@ -37,3 +37,43 @@ def test_a_failed_collective_says_a_rank_is_gone_in_one_line():
                         "hanging or bugs in the application. GLHF!")
     assert str(rank_lost(gloo, "all-reduce")) == ("tensor parallel all-reduce failed, a rank is gone: Read error "
                                                   "[127.0.0.1]:25002: Connection reset by peer")
+
+
+def listening_addresses(port: int) -> set[str]:
+    """The local addresses (hex, as /proc/net writes them) of the sockets listening on `port`."""
+    found = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in open(table).read().splitlines()[1:]:
+            local, state = line.split()[1], line.split()[3]
+            address, hex_port = local.rsplit(":", 1)
+            if state == "0A" and int(hex_port, 16) == port:
+                found.add(address)
+    return found
+
+
+def test_the_drivers_store_listens_on_loopback_only():
+    from datetime import timedelta
+
+    import torch.distributed as dist
+
+    from gpu_stage.parallel.group import local_store
+
+    store = local_store(2, 10.0)
+    assert listening_addresses(store.port) == {"0100007F"}  # 127.0.0.1, and no "every interface" socket
+    client = dist.TCPStore("127.0.0.1", store.port, is_master=False, timeout=timedelta(seconds=10))
+    client.set("k", "v")
+    assert store.get("k") == b"v"
+    # torch's own master store, for contrast: it binds every interface whatever host it is given.
+    everywhere = dist.TCPStore("127.0.0.1", 0, 2, is_master=True, wait_for_workers=False)
+    assert listening_addresses(everywhere.port) - {"0100007F"}
+
+
+def test_gloo_is_kept_on_loopback_unless_an_interface_is_named():
+    from gpu_stage.parallel.group import keep_gloo_on_loopback
+
+    env: dict[str, str] = {}
+    keep_gloo_on_loopback(env)
+    assert env == {"GLOO_SOCKET_IFNAME": "lo"}
+    env = {"GLOO_SOCKET_IFNAME": "eth1"}
+    keep_gloo_on_loopback(env)
+    assert env == {"GLOO_SOCKET_IFNAME": "eth1"}

@@ -84,3 +84,19 @@ def test_bad_detokenize_bodies(body, param, fragment):
         parse_detokenize_request(body, LIMITS, VOCAB)
     assert (info.value.status, info.value.param) == (400, param)
     assert fragment in info.value.message
+
+
+@pytest.mark.parametrize("limits, bound, flag", [
+    (IngressLimits(max_prompt_chars=50, max_detokenize_tokens=20), 20, "--max-detokenize-tokens"),
+    (IngressLimits(max_prompt_chars=50, max_detokenize_tokens=80), 50, "--max-prompt-chars"),
+])
+def test_detokenize_takes_at_most_the_smaller_cap_and_names_its_flag(limits, bound, flag):
+    assert len(parse_detokenize_request({"tokens": [1] * bound}, limits, VOCAB).tokens) == bound
+    with pytest.raises(ApiError) as info:
+        parse_detokenize_request({"tokens": [1] * (bound + 1)}, limits, VOCAB)
+    assert info.value.param == "tokens" and f"the limit is {bound} ({flag})" in info.value.message
+
+
+def test_max_detokenize_tokens_must_be_positive():
+    with pytest.raises(ValueError, match="max_detokenize_tokens"):
+        IngressLimits(max_detokenize_tokens=0)
