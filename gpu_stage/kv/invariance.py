@@ -12,7 +12,7 @@ are made invariant to batching, chunking and preemption:
 
 TTFT_KV8_INVARIANT=0 restores the earlier paths (MKL's products, SDPA, the step's own model-dtype
 K/V), so that an A/B measures what invariance costs; it is read when a model is built and at each
-attention call, not meant for serving.
+store and attention call, not meant for serving.
 """
 from __future__ import annotations
 
