@@ -7,7 +7,7 @@ position, the number of decodes in the batch (their padding) and the thread coun
 product has one shape whatever the step:
 - keys are taken in tiles of KEY_TILE positions counted from position 0; a tile's scores are one
   [rows, head_dim] x [head_dim, KEY_TILE] product and its weighted values one [rows, KEY_TILE] x
-  [KEY_TILE, head_dim] product (batched matmuls over sequences, KV heads and tiles);
+  [KEY_TILE, head_dim] product (per KV head, batched over sequences and tiles);
 - a query's rows (its GROUP query heads of a KV head) sit among the sequence's other queries'
   rows, padded to a multiple of ROW_QUANTUM: MKL's small-row kernels below 4 rows, and its split
   of odd row counts over two threads, sum in another order (`test_invariant_attention.py`
@@ -107,26 +107,30 @@ def attend(q: torch.Tensor, q_pos: torch.Tensor, k: torch.Tensor, v: torch.Tenso
     group, num_tiles = num_heads // num_kv_heads, num_keys // KEY_TILE
     num_rows = num_q * group
     padded = -(-num_rows // ROW_QUANTUM) * ROW_QUANTUM
-    # rows (query, head of the KV group), KV heads first: [B, Hkv, rows, D]
+    # rows (query, head of the KV group), KV heads first: [B, Hkv, rows, D], the scale folded in
     rows = q.view(num_seqs, num_q, num_kv_heads, group, head_dim).permute(0, 2, 1, 3, 4).reshape(
-        num_seqs, num_kv_heads, num_rows, head_dim)
+        num_seqs, num_kv_heads, num_rows, head_dim) * head_dim**-0.5
     row_pos = q_pos.repeat_interleave(group, dim=1)  # [B, rows]
     if padded != num_rows:
         rows = torch.cat([rows, rows.new_zeros(num_seqs, num_kv_heads, padded - num_rows, head_dim)], dim=2)
         row_pos = torch.cat([row_pos, row_pos.new_full((num_seqs, padded - num_rows), PAST_EVERY_KEY)], dim=1)
-    k_tiles = k.view(num_seqs, num_tiles, KEY_TILE, num_kv_heads, head_dim).permute(0, 3, 1, 4, 2)  # [B,Hkv,n,D,C]
-    v_tiles = v.view(num_seqs, num_tiles, KEY_TILE, num_kv_heads, head_dim).permute(0, 3, 1, 2, 4)  # [B,Hkv,n,C,D]
-    scores = torch.matmul(rows[:, :, None] * head_dim**-0.5, k_tiles)  # [B, Hkv, n, rows, C]
     key_pos = torch.arange(num_keys, device=q.device).view(num_tiles, 1, KEY_TILE)
-    seen = key_pos <= row_pos[:, None, :, None]  # [B, n, rows, C]
+    hidden = key_pos > row_pos[:, None, :, None]  # [B, n, rows, C]
     if window is not None:
-        seen &= key_pos > row_pos[:, None, :, None] - window
-    scores.masked_fill_(~seen[:, None], float("-inf"))
-    top = scores.amax(dim=(2, 4), keepdim=True)  # exact: [B, Hkv, 1, rows, 1]
-    weights = scores.sub_(top).exp_()
-    total = tree_sum(weights.sum(-1), dim=2)  # [B, Hkv, rows]
-    out = tree_sum(torch.matmul(weights, v_tiles), dim=2) / total[..., None]  # [B, Hkv, rows, D]
-    out = out[:, :, :num_rows].reshape(num_seqs, num_kv_heads, num_q, group, head_dim)
+        hidden |= key_pos <= row_pos[:, None, :, None] - window
+    batch = num_seqs * num_tiles
+    out = []
+    for h in range(num_kv_heads):  # per KV head, a tile of K or V is a strided matrix: no copy of the keys
+        k_tiles = k[:, :, h].reshape(batch, KEY_TILE, head_dim)
+        v_tiles = v[:, :, h].reshape(batch, KEY_TILE, head_dim)
+        q_rows = rows[:, h, None].expand(num_seqs, num_tiles, padded, head_dim).reshape(batch, padded, head_dim)
+        scores = torch.bmm(q_rows, k_tiles.transpose(1, 2)).view(num_seqs, num_tiles, padded, KEY_TILE)
+        scores.masked_fill_(hidden, float("-inf"))
+        weights = scores.sub_(scores.amax(dim=(1, 3), keepdim=True)).exp_()  # the maximum is exact
+        total = tree_sum(weights.sum(-1), dim=1)  # [B, rows]
+        values = torch.bmm(weights.view(batch, padded, KEY_TILE), v_tiles).view(num_seqs, num_tiles, padded, head_dim)
+        out.append(tree_sum(values, dim=1) / total[..., None])  # [B, rows, D]
+    out = torch.stack(out, dim=1)[:, :, :num_rows].reshape(num_seqs, num_kv_heads, num_q, group, head_dim)
     return out.permute(0, 2, 1, 3, 4).reshape(num_seqs, num_q, num_heads, head_dim)
 
 
