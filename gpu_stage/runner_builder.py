@@ -32,6 +32,7 @@ from gpu_stage.graph_families import FamilyFactory
 from gpu_stage.kernels import triton_available
 from gpu_stage.kv.cache import KvCache
 from gpu_stage.kv.format import resolve_kv_format
+from gpu_stage.kv.invariance import kv8_invariant
 from gpu_stage.loaders.model_source import ModelSource
 from gpu_stage.memory_profile import profile_num_blocks
 from gpu_stage.model import get_layer_ops
@@ -98,7 +99,8 @@ def build_parts(
     # Before the memory profile: its scratch (~0.7 GiB at 128K for the Llama-3-8B shape) is the pool's to spare.
     long_context = build_long_context(long_context_attention, config.num_heads, config.num_kv_heads, config.head_dim,
                                       dtype, device, attention_backend, max_model_len, max_num_batched_tokens)
-    model = load_model(source, device, dtype, attention_backend, parallel, long_context)
+    model = load_model(source, device, dtype, attention_backend, parallel, long_context,
+                       row_invariant=kv_format.is_quantized and kv8_invariant())
     # Penalised requests' histories on the device, advanced by each step's sampled ids; on CUDA
     # a slot for every running request now, so the memory profile below counts them.
     penalties = PenaltyCache(config.vocab_size, device, max_num_seqs + 1 if cuda else 0)
@@ -147,10 +149,11 @@ def shard_config(source: ModelSource, parallel: TensorParallel | None) -> ModelC
 
 def load_model(source: ModelSource, device: torch.device, dtype: torch.dtype, attention_backend: str,
                parallel: TensorParallel | None = None,
-               long_context: LongContextAttention | None = None) -> CausalLM:
+               long_context: LongContextAttention | None = None, row_invariant: bool = False) -> CausalLM:
     """The model of the source's architecture (model/registry.py) with its weights (sharded: only
     this rank's part of each tensor is ever loaded); with `long_context`, its layers' attention goes
-    through LongContextBackend."""
+    through LongContextBackend. `row_invariant` (an 8-bit pool, kv/invariance.py): CPU products
+    that give a row the same bits at any row count."""
     attention = get_attention_backend(attention_backend)
     if long_context is not None:
         attention = LongContextBackend(attention, long_context)
@@ -160,7 +163,7 @@ def load_model(source: ModelSource, device: torch.device, dtype: torch.dtype, at
                                                                                     shard=parallel.plan)
     model.load_weights(weights)
     if device.type == "cpu" and attention_backend == "torch":
-        prepare_cpu_model(model)  # the CPU's BLAS layouts (model/cpu_ops.py); a GPU keeps TorchOps as is
+        prepare_cpu_model(model, row_invariant)  # the CPU's BLAS layouts (model/cpu_ops.py); a GPU keeps TorchOps
     return model
 
 

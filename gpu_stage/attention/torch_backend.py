@@ -9,9 +9,9 @@ Interface (a Triton backend provides the same functions):
 `kv_layer` is one layer's view of the pool, [num_blocks, 2, block_size, num_kv_heads, head_dim], or
 an 8-bit pool's QuantKvLayer (gpu_stage/kv/layout.py): its K/V are quantized as they are stored
 and dequantized (kv_quant.py) as they are gathered. On the CPU every read goes through the cache, a
-fresh prefill's own keys included, so a prompt's output does not depend on how it was chunked; on a
-GPU a sequence with no cached context attends to the step's own K/V, as the Triton path does
-(fresh_kv.py). A plain
+fresh prefill's own keys included, through attention/invariant.py, so a query's output does not
+depend on how its step was batched or chunked; on a GPU a sequence with no cached context attends
+to the step's own K/V, written back dequantized, as the Triton path does (fresh_kv.py). A plain
 pool of another float dtype than the model's is cast the same way. The V-transposed 8-bit layout
 is addressed with the same row indices (_VtRows maps them to block, half and token).
 Every query attends to its own sequence's keys at positions <= its own (the earlier context is
@@ -32,9 +32,11 @@ from dataclasses import dataclass, field, replace
 import torch
 import torch.nn.functional as F
 
-from gpu_stage.attention.fresh_kv import fresh_from_step
+from gpu_stage.attention import invariant
+from gpu_stage.attention.fresh_kv import dequantize_fresh, fresh_from_step
 from gpu_stage.attention.metadata import AttentionMetadata
 from gpu_stage.attention.window_masks import decode_window_mask, prefill_window_mask
+from gpu_stage.kv.invariance import kv8_invariant
 from gpu_stage.kv.layout import QuantKvLayer
 from gpu_stage.kv.quant import dequantize, dequantize_rows, quantize, quantize_rows
 
@@ -59,6 +61,7 @@ class _Plan:
     prefills: list[_PrefillSeq]
     decode_lens: list[int] = field(default_factory=list)  # context of each decode sequence
     windowed: dict = field(default_factory=dict)  # sliding window -> this plan with its masks
+    invariant_groups: list | None = None  # invariant.py's groups, made on first use
 
 
 def _row_width(kv_layer: torch.Tensor) -> int:
@@ -162,11 +165,14 @@ def store_kv(kv_layer: torch.Tensor | QuantKvLayer, k: torch.Tensor, v: torch.Te
         target = _VtRows(kv_layer, k.dtype)
         target.scatter(plan.store_k_rows, 0, k)
         target.scatter(plan.store_k_rows + plan.v_delta, 1, v)
-        return
-    if isinstance(kv_layer, QuantKvLayer):
+    elif isinstance(kv_layer, QuantKvLayer):
         rows = pool_rows(kv_layer.rows)
         rows.index_copy_(0, plan.store_k_rows, quantize_rows(k, kv_layer.fmt))
         rows.index_copy_(0, plan.store_k_rows + plan.v_delta, quantize_rows(v, kv_layer.fmt))
+    if isinstance(kv_layer, QuantKvLayer):
+        if fresh_from_step(k, kv_layer) and dequantize_fresh(kv_layer):  # the kernels' WRITE_BACK
+            for x in (k, v):
+                x.copy_(dequantize(*quantize(x, kv_layer.fmt), x.dtype))
         return
     rows = pool_rows(kv_layer)
     rows.index_copy_(0, plan.store_k_rows, k.reshape(num_tokens, -1).to(rows.dtype))
@@ -186,10 +192,13 @@ def forward(q: torch.Tensor, kv_layer: torch.Tensor | QuantKvLayer, meta: Attent
     """q [T, num_heads, head_dim] -> out [T, num_heads, head_dim]. Call after store_kv. `window`:
     a sliding-window layer's (window_masks.py), None: the whole context."""
     plan = _get_plan(meta, kv_layer)
-    if window is not None:
-        plan = _windowed(plan, window, meta.block_tables.device)
     rows = read_rows(kv_layer, q.dtype)  # [num_rows, kv_heads * head_dim]
     num_kv_heads = kv_layer.num_kv_heads if isinstance(kv_layer, QuantKvLayer) else kv_layer.shape[3]
+    if isinstance(kv_layer, QuantKvLayer) and kv8_invariant() and not fresh_from_step(q, kv_layer):  # the CPU
+        return invariant.forward(q, rows, gather_rows, _invariant_groups(plan, meta, kv_layer, q.shape[1]),
+                                 plan.v_delta, num_kv_heads, window)
+    if window is not None:
+        plan = _windowed(plan, window, meta.block_tables.device)
     if plan.all_decode:
         return _decode(q, rows, num_kv_heads, plan)
     out = torch.empty_like(q)
@@ -202,6 +211,16 @@ def forward(q: torch.Tensor, kv_layer: torch.Tensor | QuantKvLayer, meta: Attent
             own = (fresh[0][seq.q_start : seq.q_end], fresh[1][seq.q_start : seq.q_end])
         out[seq.q_start : seq.q_end] = _prefill(q[seq.q_start : seq.q_end], rows, num_kv_heads, seq, plan.v_delta, own)
     return out
+
+
+def _invariant_groups(plan: _Plan, meta: AttentionMetadata, kv_layer: QuantKvLayer, num_heads: int) -> list:
+    """The step's groups for invariant.py, made once per step."""
+    if plan.invariant_groups is None:
+        block_rows, _ = row_layout(kv_layer.rows)
+        plan.invariant_groups = invariant.plan_groups(
+            meta.query_lens_host, meta.seq_lens_host, meta.block_tables.to(torch.int64), block_rows, meta.block_size,
+            kv_layer.num_kv_heads, num_heads // kv_layer.num_kv_heads)
+    return plan.invariant_groups
 
 
 def _decode(q: torch.Tensor, rows: torch.Tensor, num_kv_heads: int, plan: _Plan) -> torch.Tensor:

@@ -16,8 +16,8 @@ takes the kernels, which skip the key tiles before the window: SDPA's causal cal
 
 An 8-bit pool (`kv_layer` a QuantKvLayer) is quantized by the store kernels and read by both
 attention kernels with the dequantization in registers. The SDPA path of fresh prefills attends to
-the step's own unquantized K/V (what it stored is quantized; every later read sees that), so a
-long fresh prompt's first token is computed as with a plain pool.
+the step's own K/V, which the store kernels overwrite with their dequantized values (fresh_kv.py),
+so a long fresh prompt's first token reads the values every later read of the pool sees.
 """
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import torch
 
-from gpu_stage.attention.fresh_kv import fresh_from_step
+from gpu_stage.attention.fresh_kv import dequantize_fresh, fresh_from_step
 from gpu_stage.attention.metadata import AttentionMetadata
 from gpu_stage.kernels import decode_attention as decode_mod
 from gpu_stage.kernels import interpreting, num_sms
@@ -103,7 +103,7 @@ def _prefill_plan(meta: AttentionMetadata, q: torch.Tensor) -> TritonPlan:
 
 def store_kv(kv_layer: torch.Tensor | QuantKvLayer, k: torch.Tensor, v: torch.Tensor, meta: AttentionMetadata) -> None:
     """k, v [T, num_kv_heads, head_dim] -> the cache slots of meta.slot_mapping."""
-    _store_kv(kv_layer, k, v, meta.slot_mapping)
+    _store_kv(kv_layer, k, v, meta.slot_mapping, dequantize_fresh(kv_layer))
     meta.fresh_kv = (k, v)
 
 
@@ -111,7 +111,7 @@ def rope_store_kv(kv_layer: torch.Tensor | QuantKvLayer, q: torch.Tensor, k: tor
                   sin: torch.Tensor, meta: AttentionMetadata, ops=None) -> tuple[torch.Tensor, torch.Tensor]:
     """q [T, H, D], k/v [T, Hkv, D] -> (q, k) rotated in place, k and v stored: one launch. `ops`
     is not used: the fused kernel does the Triton rope's arithmetic (the same roundings as torch's)."""
-    rope_store_kv_(q, k, v, cos, sin, kv_layer, meta.slot_mapping)
+    rope_store_kv_(q, k, v, cos, sin, kv_layer, meta.slot_mapping, dequantize_fresh(kv_layer))
     meta.fresh_kv = (k, v)
     return q, k
 

@@ -48,12 +48,17 @@ def _round_int(v):
 
 
 @triton.jit
-def kv_scale(amax, QMAX: tl.constexpr):
-    """amax float32 >= 0 -> bf16(amax * (1 / QMAX)) as float32 (the value the pool stores)."""
-    x = amax * (1.0 / QMAX)
+def round_to_bf16(x):
+    """x float32 (finite) -> the nearest bfloat16 value (ties to even), as float32."""
     bits = x.to(tl.int32, bitcast=True)
     bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & -65536  # round to 8 significant bits, ties to even
     return bits.to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def kv_scale(amax, QMAX: tl.constexpr):
+    """amax float32 >= 0 -> bf16(amax * (1 / QMAX)) as float32 (the value the pool stores)."""
+    return round_to_bf16(amax * (1.0 / QMAX))
 
 
 @triton.jit

@@ -9,7 +9,9 @@ block's stride times 30k blocks overflows int32.
 An 8-bit pool (QUANT, gpu_stage/kv/layout.py) gets each token-head's values divided by its scale
 (amax / qmax, in bfloat16) and rounded (kernels/kv_quant.py), and the scale beside them. V is
 written through its own strides (`value_strides`): the V-transposed layout puts a token's values
-one byte per (head, dim) row of its block, keys contiguous.
+one byte per (head, dim) row of its block, keys contiguous. With WRITE_BACK the dequantized
+values (code * scale, in k's and v's dtype) are written back over k and v: a fresh prefill that
+attends to the step's own K/V then reads the pool's values (attention/fresh_kv.py).
 """
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ import triton
 import triton.language as tl
 
 from gpu_stage.kernels import next_pow2
-from gpu_stage.kernels.kv_quant import kv_inverse, kv_quantize, kv_scale, quant_constexprs
+from gpu_stage.kernels.kv_quant import ON_GPU, kv_inverse, kv_quantize, kv_scale, quant_constexprs, round_to_bf16
 from gpu_stage.kv.layout import QuantKvLayer
 
 
@@ -32,6 +34,7 @@ def _store_kv_kernel(
     stride_v_tok, stride_v_head, stride_v_d,
     HEAD_DIM: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr,
     QUANT: tl.constexpr, FMT: tl.constexpr, QMAX: tl.constexpr, MBITS: tl.constexpr, EMIN: tl.constexpr,
+    WRITE_BACK: tl.constexpr = False,
 ):
     t = tl.program_id(0).to(tl.int64)
     slot = tl.load(slot_ptr + t).to(tl.int32)  # a slot fits 32 bits (KvCache's MAX_SLOTS)
@@ -41,8 +44,10 @@ def _store_kv_kernel(
     slot = tl.maximum(slot, 0)
     block = (slot // block_size).to(tl.int64)  # 32-bit division: a 64-bit one is a long routine
     offset = slot % block_size
-    k = tl.load(k_ptr + t * stride_k_t + h * stride_k_h + d, mask=mask, other=0.0)
-    v = tl.load(v_ptr + t * stride_v_t + h * stride_v_h + d, mask=mask, other=0.0)
+    k_src = k_ptr + t * stride_k_t + h * stride_k_h + d
+    v_src = v_ptr + t * stride_v_t + h * stride_v_h + d
+    k = tl.load(k_src, mask=mask, other=0.0)
+    v = tl.load(v_src, mask=mask, other=0.0)
     dst = cache_ptr + block * stride_c_block + offset * stride_c_tok + h * stride_c_head + d
     v_dst = (cache_ptr + stride_c_kv + block * stride_c_block + offset * stride_v_tok + h * stride_v_head
              + d * stride_v_d)
@@ -58,8 +63,22 @@ def _store_kv_kernel(
         v = kv_quantize(v, v_scale[:, None], kv_inverse(v_scale)[:, None], QMAX, FMT, MBITS, EMIN)
         tl.store(s_dst, k_scale.to(scale_ptr.dtype.element_ty), mask=s_mask)
         tl.store(s_dst + stride_s_kv, v_scale.to(scale_ptr.dtype.element_ty), mask=s_mask)
+        if WRITE_BACK:
+            write_back(k_src, k, k_scale, mask)
+            write_back(v_src, v, v_scale, mask)
     tl.store(dst, k.to(cache_ptr.dtype.element_ty), mask=mask)
     tl.store(v_dst, v.to(cache_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def write_back(src, code, scale, mask):
+    """code [heads, D] (kv_quantize's) * scale [heads] -> src in its own dtype: the value the pool
+    gives a read, over the step's own."""
+    x = code.to(tl.float32) * scale[:, None]
+    if not ON_GPU:  # the interpreter's float32 -> bfloat16 conversion truncates (kv_quant.py)
+        if src.dtype.element_ty == tl.bfloat16:
+            x = round_to_bf16(x)
+    tl.store(src, x.to(src.dtype.element_ty), mask=mask)
 
 
 def cache_args(kv_layer: torch.Tensor | QuantKvLayer) -> tuple[tuple, dict]:
@@ -85,8 +104,9 @@ def value_strides(kv_layer: torch.Tensor | QuantKvLayer) -> tuple[int, int, int]
 
 
 def store_kv(kv_layer: torch.Tensor | QuantKvLayer, k: torch.Tensor, v: torch.Tensor,
-             slot_mapping: torch.Tensor) -> None:
-    """k, v [T, kv_heads, head_dim] (last dim contiguous) -> kv_layer at slot_mapping [T]."""
+             slot_mapping: torch.Tensor, write_back: bool = False) -> None:
+    """k, v [T, kv_heads, head_dim] (last dim contiguous) -> kv_layer at slot_mapping [T].
+    `write_back` (an 8-bit layer): k and v become the values the pool gives back."""
     num_tokens, num_kv_heads, head_dim = k.shape
     if num_tokens == 0:
         return
@@ -99,5 +119,5 @@ def store_kv(kv_layer: torch.Tensor | QuantKvLayer, k: torch.Tensor, v: torch.Te
         cache.stride(0), cache.stride(1), cache.stride(2), cache.stride(3),
         cache.shape[2], num_kv_heads, *scale_args, *value_strides(kv_layer),
         HEAD_DIM=head_dim, BLOCK_H=next_pow2(num_kv_heads), BLOCK_D=next_pow2(head_dim),
-        num_warps=4, **quant,
+        num_warps=4, WRITE_BACK=write_back and quant["QUANT"], **quant,
     )

@@ -7,7 +7,8 @@ rounds at the same places. q and k may be strided views of the fused qkv output.
 
 `rope_store_kv_` also writes the rotated k and v to their paged-cache slots (kv_store.py's layout
 and slot rules) in the same program: one kernel per layer instead of two; into an 8-bit pool
-quantized as kv_store.py does (the rotated k as rounded to the model dtype, then quantized).
+quantized as kv_store.py does (the rotated k as rounded to the model dtype, then quantized),
+with its WRITE_BACK of the dequantized values over k and v.
 """
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ import triton.language as tl
 
 from gpu_stage.kernels import next_pow2
 from gpu_stage.kernels.kv_quant import kv_inverse, kv_quantize, kv_scale, quant_constexprs
-from gpu_stage.kernels.kv_store import cache_args, value_strides
+from gpu_stage.kernels.kv_store import cache_args, value_strides, write_back
 from gpu_stage.kernels.pdl import pdl_args
 from gpu_stage.kv.layout import QuantKvLayer
 
@@ -52,6 +53,7 @@ def _rope_kernel(
     HALF: tl.constexpr, BLOCK_HALF: tl.constexpr, BLOCK_HQ: tl.constexpr, BLOCK_HK: tl.constexpr,
     STORE: tl.constexpr, USE_PDL: tl.constexpr,
     QUANT: tl.constexpr, FMT: tl.constexpr, QMAX: tl.constexpr, MBITS: tl.constexpr, EMIN: tl.constexpr,
+    WRITE_BACK: tl.constexpr = False,
 ):
     if USE_PDL:  # see pdl.py
         tl.extra.cuda.gdc_launch_dependents()
@@ -66,7 +68,8 @@ def _rope_kernel(
             (hq < num_heads) & j_ok[None, :], HALF)
     hk = tl.arange(0, BLOCK_HK)[:, None]
     k_mask = (hk < num_kv_heads) & j_ok[None, :]
-    k1, k2 = _rotate(k_ptr + t * stride_k_t + hk * stride_k_h + j[None, :], cos, sin, k_mask, HALF)
+    k_row = k_ptr + t * stride_k_t + hk * stride_k_h + j[None, :]
+    k1, k2 = _rotate(k_row, cos, sin, k_mask, HALF)
     if STORE:  # a negative slot skips the token (padding rows)
         raw_slot = tl.load(slot_ptr + t).to(tl.int32)  # a slot fits 32 bits (KvCache's MAX_SLOTS)
         mask = k_mask & ((hk * 0 + raw_slot) >= 0)
@@ -81,8 +84,8 @@ def _rope_kernel(
         if QUANT:
             _store_quantized(k1, k2, tl.load(v_row, mask=mask, other=0.0), tl.load(v_row + HALF, mask=mask, other=0.0),
                              dst, v_dst, HALF * stride_vc_d, mask, scale_ptr + block * stride_s_block
-                             + offset * stride_s_tok, stride_s_kv, raw_slot, num_kv_heads,
-                             HALF, BLOCK_HK, QMAX, FMT, MBITS, EMIN)
+                             + offset * stride_s_tok, stride_s_kv, raw_slot, num_kv_heads, k_row, v_row,
+                             HALF, BLOCK_HK, QMAX, FMT, MBITS, EMIN, WRITE_BACK)
         else:
             tl.store(dst, k1.to(elem), mask=mask)
             tl.store(dst + HALF, k2.to(elem), mask=mask)
@@ -91,10 +94,11 @@ def _rope_kernel(
 
 
 @triton.jit
-def _store_quantized(k1, k2, v1, v2, dst, v_dst, v_half, mask, s_dst, stride_s_kv, raw_slot, num_kv_heads,
-                     HALF: tl.constexpr, BLOCK_HK: tl.constexpr, QMAX: tl.constexpr, FMT: tl.constexpr,
-                     MBITS: tl.constexpr, EMIN: tl.constexpr):
-    """Both halves of each head's rotated k (and of v) under one scale per token-head."""
+def _store_quantized(k1, k2, v1, v2, dst, v_dst, v_half, mask, s_dst, stride_s_kv, raw_slot, num_kv_heads, k_row,
+                     v_row, HALF: tl.constexpr, BLOCK_HK: tl.constexpr, QMAX: tl.constexpr, FMT: tl.constexpr,
+                     MBITS: tl.constexpr, EMIN: tl.constexpr, WRITE_BACK: tl.constexpr):
+    """Both halves of each head's rotated k (and of v) under one scale per token-head; with
+    WRITE_BACK their dequantized values over k_row and v_row (the step's own rows)."""
     elem = dst.dtype.element_ty
     heads = tl.arange(0, BLOCK_HK)
     s_mask = (heads < num_kv_heads) & ((heads * 0 + raw_slot) >= 0)
@@ -104,10 +108,19 @@ def _store_quantized(k1, k2, v1, v2, dst, v_dst, v_half, mask, s_dst, stride_s_k
     v_scale = kv_scale(tl.maximum(tl.max(tl.abs(v1), 1), tl.max(tl.abs(v2), 1)), QMAX)
     k_scale2, k_inverse = k_scale[:, None], kv_inverse(k_scale)[:, None]
     v_scale2, v_inverse = v_scale[:, None], kv_inverse(v_scale)[:, None]
-    tl.store(dst, kv_quantize(k1, k_scale2, k_inverse, QMAX, FMT, MBITS, EMIN).to(elem), mask=mask)
-    tl.store(dst + HALF, kv_quantize(k2, k_scale2, k_inverse, QMAX, FMT, MBITS, EMIN).to(elem), mask=mask)
-    tl.store(v_dst, kv_quantize(v1, v_scale2, v_inverse, QMAX, FMT, MBITS, EMIN).to(elem), mask=mask)
-    tl.store(v_dst + v_half, kv_quantize(v2, v_scale2, v_inverse, QMAX, FMT, MBITS, EMIN).to(elem), mask=mask)
+    qk1 = kv_quantize(k1, k_scale2, k_inverse, QMAX, FMT, MBITS, EMIN)
+    qk2 = kv_quantize(k2, k_scale2, k_inverse, QMAX, FMT, MBITS, EMIN)
+    qv1 = kv_quantize(v1, v_scale2, v_inverse, QMAX, FMT, MBITS, EMIN)
+    qv2 = kv_quantize(v2, v_scale2, v_inverse, QMAX, FMT, MBITS, EMIN)
+    tl.store(dst, qk1.to(elem), mask=mask)
+    tl.store(dst + HALF, qk2.to(elem), mask=mask)
+    tl.store(v_dst, qv1.to(elem), mask=mask)
+    tl.store(v_dst + v_half, qv2.to(elem), mask=mask)
+    if WRITE_BACK:
+        write_back(k_row, qk1, k_scale, mask)
+        write_back(k_row + HALF, qk2, k_scale, mask)
+        write_back(v_row, qv1, v_scale, mask)
+        write_back(v_row + HALF, qv2, v_scale, mask)
     tl.store(s_dst + heads, k_scale.to(s_dst.dtype.element_ty), mask=s_mask)
     tl.store(s_dst + stride_s_kv + heads, v_scale.to(s_dst.dtype.element_ty), mask=s_mask)
 
@@ -119,15 +132,16 @@ def rope_(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
 
 
 def rope_store_kv_(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-                   kv_layer: torch.Tensor | QuantKvLayer,
-                   slot_mapping: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """rope_(q, k, cos, sin), then the rotated k and v [T, Hkv, D] to kv_layer at slot_mapping [T]."""
+                   kv_layer: torch.Tensor | QuantKvLayer, slot_mapping: torch.Tensor,
+                   write_back: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """rope_(q, k, cos, sin), then the rotated k and v [T, Hkv, D] to kv_layer at slot_mapping [T];
+    `write_back` (an 8-bit layer): k and v become the values the pool gives back."""
     assert v.stride(-1) == 1 and slot_mapping.shape[0] >= q.shape[0]
-    _launch(q, k, cos, sin, v, kv_layer, slot_mapping)
+    _launch(q, k, cos, sin, v, kv_layer, slot_mapping, write_back)
     return q, k
 
 
-def _launch(q, k, cos, sin, v, kv_layer, slot_mapping) -> None:
+def _launch(q, k, cos, sin, v, kv_layer, slot_mapping, write_back: bool = False) -> None:
     num_tokens, num_heads, head_dim = q.shape
     if num_tokens == 0:
         return
@@ -145,5 +159,5 @@ def _launch(q, k, cos, sin, v, kv_layer, slot_mapping) -> None:
         q, k, cos, sin, q.stride(0), q.stride(1), k.stride(0), k.stride(1), cos.stride(0),
         num_heads, k.shape[1], *store_args,
         HALF=half, BLOCK_HALF=next_pow2(half), BLOCK_HQ=next_pow2(num_heads), BLOCK_HK=next_pow2(k.shape[1]),
-        STORE=store, num_warps=4, **pdl_args(q), **quant,
+        STORE=store, num_warps=4, WRITE_BACK=write_back and quant["QUANT"], **pdl_args(q), **quant,
     )

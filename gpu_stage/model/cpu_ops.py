@@ -14,6 +14,14 @@ rows copies the weight into its own panels first and reads it about twice:
   third of the step. So `pack_head` keeps that copy (113 MB here) and `linear` uses it from
   PACKED_HEAD_MIN_ROWS rows on, F.linear below.
 Results differ from F.linear's only by summation order (relative 1e-6).
+
+Over an 8-bit KV pool (kv/invariance.py) a row's products must not depend on the rows beside it:
+MKL's F.linear sums a row in another order below 4 rows and where two threads split an odd row
+count, while oneDNN's product from the packed copy gives every row the same bits at any row count
+and thread count (tests/gpu_stage/model/test_cpu_ops.py checks it). So `row_invariant` packs every
+layer weight too and sends every product, the head's included, through oneDNN: at one row ~1.2x
+F.linear's time (the GEMV reads a weight once, oneDNN's kernel a little slower), at 8 rows and on
+prefill about the same; the packed copies double the layer weights' memory.
 """
 from __future__ import annotations
 
@@ -35,25 +43,39 @@ def onednn_available() -> bool:
 
 
 class CpuOps(TorchOps):
-    """One instance per model (it holds the model's packed head)."""
+    """One instance per model (it holds the model's packed weights). `row_invariant`: every packed
+    weight's products through oneDNN at any row count (see the module docstring)."""
 
-    def __init__(self) -> None:
-        self.head_weight: torch.Tensor | None = None  # the parameter the packed copy stands for
-        self.packed_head: torch.Tensor | None = None
+    def __init__(self, row_invariant: bool = False) -> None:
+        self.row_invariant = row_invariant
+        self.head_weight: torch.Tensor | None = None  # the parameter the packed head stands for
+        self.packed: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # id(weight) -> (weight, packed copy)
 
-    def pack_head(self, weight: torch.Tensor) -> bool:
-        """Keep `weight` (the lm_head's) in oneDNN's layout too; False where oneDNN is missing."""
+    def pack(self, weight: torch.Tensor) -> bool:
+        """Keep `weight` in oneDNN's layout too; False where oneDNN is missing or it is not float32."""
         if not onednn_available() or weight.dtype != torch.float32:
             return False
         with torch.inference_mode():
-            self.packed_head = torch.ops.mkldnn._reorder_linear_weight(weight.detach(), PACK_ROWS_HINT)
-        self.head_weight = weight
+            self.packed[id(weight)] = (weight, torch.ops.mkldnn._reorder_linear_weight(weight.detach(), PACK_ROWS_HINT))
         return True
 
+    def pack_head(self, weight: torch.Tensor) -> bool:
+        """pack(weight), the lm_head's: from PACKED_HEAD_MIN_ROWS rows on its products use the copy."""
+        self.head_weight = weight if self.pack(weight) else None
+        return self.head_weight is not None
+
     def linear(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-        if weight is self.head_weight and x.shape[0] >= PACKED_HEAD_MIN_ROWS:
-            return torch.ops.mkldnn._linear_pointwise(x, self.packed_head, bias, "none", [], "")
+        entry = self.packed.get(id(weight))
+        if (entry is not None and entry[0] is weight
+                and (self.row_invariant or (weight is self.head_weight and x.shape[0] >= PACKED_HEAD_MIN_ROWS))):
+            return torch.ops.mkldnn._linear_pointwise(x, entry[1], bias, "none", [], "")
         return F.linear(x, weight, bias)
+
+    def gate_up_silu(self, x: torch.Tensor, gate_up_weight: torch.Tensor) -> torch.Tensor:
+        return self.silu_and_mul(self.linear(x, gate_up_weight))
+
+
+LAYER_WEIGHTS = ("qkv_weight", "o_weight", "gate_up_weight", "down_weight")
 
 
 def transpose_layer_weights(model) -> int:
@@ -63,20 +85,30 @@ def transpose_layer_weights(model) -> int:
     moved = 0
     with torch.no_grad():
         for layer in model.layers:
-            for name in ("qkv_weight", "o_weight", "gate_up_weight", "down_weight"):
+            for name in LAYER_WEIGHTS:
                 param = getattr(layer, name)
                 param.data = param.data.t().contiguous().t()
                 moved += 1
     return moved
 
 
-def prepare_cpu_model(model) -> CpuOps:
+def prepare_cpu_model(model, row_invariant: bool = False) -> CpuOps:
     """The model's layers laid out [in, out] and its head packed; its ops become a CpuOps.
-    Call after load_weights (the loaders copy into the parameters, whatever their strides)."""
-    ops = CpuOps()
+    `row_invariant` (an 8-bit KV pool): every layer weight packed as well, every product through
+    oneDNN. Call after load_weights (the loaders copy into the parameters, whatever their strides)."""
+    packed = onednn_available() and model.head_weight.dtype == torch.float32
+    ops = CpuOps(row_invariant and packed)
     transpose_layer_weights(model)
-    packed = ops.pack_head(model.head_weight)
+    ops.pack_head(model.head_weight)
+    if ops.row_invariant:
+        for layer in model.layers:
+            for name in LAYER_WEIGHTS:
+                ops.pack(getattr(layer, name))
+    elif row_invariant:
+        log.warning("CPU products: oneDNN is missing or the model is not float32: an 8-bit KV pool's "
+                    "outputs may depend on batching")
     for module in (model, *model.layers):
         module.ops = ops
-    log.info("CPU products: layer weights stored [in, out]; lm_head %s", "packed for oneDNN" if packed else "as is")
+    log.info("CPU products: layer weights stored [in, out]%s; lm_head %s",
+             ", packed for oneDNN" if ops.row_invariant else "", "packed for oneDNN" if packed else "as is")
     return ops

@@ -1,7 +1,8 @@
 """8-bit KV through the engine (dummy:tiny, CPU, float32 model, the torch backend unless named):
 greedy outputs do not depend on batching, chunking, preemption, prefix hits, the scheduler policy
 or n > 1 (the exactness rule), and the pool's format is on /metrics and /debug/kv. (The Triton
-path on 8-bit KV: tests/gpu_stage/model/test_triton_model.py and test_kv8_kernels.py.)"""
+path on 8-bit KV: tests/gpu_stage/model/test_triton_model.py and test_kv8_kernels.py; identical
+tokens with the packaged model: test_kv8_smollm2.py.)"""
 from __future__ import annotations
 
 import asyncio

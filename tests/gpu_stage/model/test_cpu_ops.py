@@ -75,3 +75,45 @@ def test_the_builder_prepares_cpu_models_only() -> None:
     if torch.cuda.is_available():  # a GPU keeps its ops and layouts
         gpu = load_model(source, torch.device("cuda"), torch.bfloat16, "torch")
         assert gpu.ops is TorchOps and gpu.layers[0].gate_up_weight.is_contiguous()
+
+
+@pytest.mark.skipif(not onednn_available(), reason="torch built without oneDNN")
+@pytest.mark.parametrize("out_features,in_features", [(960, 576), (3072, 576), (576, 1536)])  # SmolLM2's products
+def test_row_invariant_products_give_a_row_the_same_bits_at_any_row_count(out_features: int, in_features: int) -> None:
+    """What an 8-bit pool needs (kv/invariance.py): a row's product does not depend on the rows
+    beside it, its place among them or the thread count (MKL's F.linear differs below 4 rows)."""
+    torch.manual_seed(0)
+    weight = torch.nn.Parameter(torch.randn(in_features, out_features).t() / in_features**0.5, requires_grad=False)
+    bias = torch.randn(out_features)
+    ops = CpuOps(row_invariant=True)
+    assert ops.pack(weight)
+    x = torch.randn(700, in_features)
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        ref = ops.linear(x, weight, bias)
+        assert _rel(ref, F.linear(x, weight, bias)) < 1e-6
+        rng = torch.Generator().manual_seed(1)
+        for rows in [1, 2, 3, 4, 5, 7, 8, 9, 17, 64, 130, 512]:
+            for num_threads in (1, 2):
+                torch.set_num_threads(num_threads)
+                start = int(torch.randint(0, 700 - rows, (1,), generator=rng))
+                assert torch.equal(ops.linear(x[start:start + rows], weight, bias), ref[start:start + rows]), rows
+    finally:
+        torch.set_num_threads(threads)
+
+
+@pytest.mark.skipif(not onednn_available(), reason="torch built without oneDNN")
+def test_a_row_invariant_model_packs_every_product_and_keeps_the_reference_s_logits() -> None:
+    hf = hf_model("llama")
+    reference, prepared = our_model(hf), our_model(hf)
+    ops = prepare_cpu_model(prepared, row_invariant=True)
+    assert ops.row_invariant and len(ops.packed) == 4 * len(prepared.layers) + 1
+    x = torch.randn(2, prepared.layers[0].gate_up_weight.shape[1])
+    assert torch.equal(ops.gate_up_silu(x, prepared.layers[0].gate_up_weight),
+                       ops.silu_and_mul(ops.linear(x, prepared.layers[0].gate_up_weight)))
+    prompt = torch.randint(0, 400, (37,), generator=torch.Generator().manual_seed(3)).tolist()
+    ref_logits = PagedSequence(reference, 64).prefill(prompt, chunk=16)
+    assert _rel(PagedSequence(prepared, 64).prefill(prompt, chunk=16), ref_logits) < 1e-5
+    assert PagedSequence(prepared, 64).greedy(prompt, 8) == PagedSequence(reference, 64).greedy(prompt, 8)
+    assert not prepare_cpu_model(our_model(hf)).row_invariant  # the default: MKL's products
