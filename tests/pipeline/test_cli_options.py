@@ -32,6 +32,7 @@ FLAGS += ["--max-batch-prompts", "--chat-template", "--ssl-keyfile", "--ssl-cert
 FLAGS += ["--speculative-config"]  # issue 26
 FLAGS += ["--long-context-attention", "--context-aware-chunks", "--no-context-aware-chunks"]  # issue 22
 FLAGS += ["--uds-mode", "--uds-group", "--access-log", "--no-access-log", "--log-stats-interval-s"]  # issue 41
+FLAGS += ["--concurrent-lanes", "--no-concurrent-lanes", "--step-budget-ms"]  # issue 43
 
 
 def parser() -> argparse.ArgumentParser:
