@@ -33,7 +33,7 @@ def run_interference_ablation(args: argparse.Namespace) -> int:
     out = Path(args.result_dir) / f"interference-{stamp}" if args.save else Path(tempfile.mkdtemp(prefix="ttft-"))
     out.mkdir(parents=True, exist_ok=True)
     serve_flags = [*shlex.split(args.serve_args), "--log-level", "warning"]
-    rows, errors = [], {}
+    rows, errors, model = [], {}, args.model
     for name, flags in CONFIGS:
         print(f"== interference: {name}", flush=True)
         bench = copy.copy(args)
@@ -47,13 +47,14 @@ def run_interference_ablation(args: argparse.Namespace) -> int:
             print(f"{name}: error: {errors[name]}", flush=True)
             continue
         rows.append((name, run.result["figures"]))
+        model = run.result["config"]["model"]  # the name the server reports (the default model's too)
     spec = spec_from_args(args)
-    title = (f"interference ablation: {args.model}, {spec.num_streams} streams, a {spec.long_len:,}-token prompt "
+    title = (f"interference ablation: {model}, {spec.num_streams} streams, a {spec.long_len:,}-token prompt "
              f"every {spec.long_every_s:g} s, a {spec.short_len}-token request every {spec.short_every_s:g} s")
     text = interference_table(rows, title)
     print(text, end="")
     if args.save:
-        result = {"config": {"model": args.model, "serve_args": args.serve_args, "spec": spec.__dict__},
+        result = {"config": {"model": model, "serve_args": args.serve_args, "spec": spec.__dict__},
                   "machine": machine_info(), "rows": [{"name": n, **f} for n, f in rows], "errors": errors}
         (out / "interference-ablation.json").write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2))
         (out / "interference-ablation.md").write_text(text)

@@ -15,7 +15,7 @@ from stages.options import option
 # Concurrent lanes' step budgets: on a GPU a decode step of an 8B model takes ~6.5 ms, so a short
 # request waits at most about two of them; on CPU (SmolLM2) chosen by the interference workload.
 GPU_STEP_BUDGET_MS = 15.0
-CPU_STEP_BUDGET_MS = 400.0
+CPU_STEP_BUDGET_MS = 1500.0
 
 
 @dataclass

@@ -7,8 +7,11 @@ queue but cannot shorten the step already running; this bounds it. When the sche
 chunk of a long-lane prefill, and anyone latency-bound is present (a running decode, a short
 prompt waiting or prefilling), the chunk is cut to the most tokens that keep the step's predicted
 time (StepCostModel: what the step already holds, plus the chunk's tokens and their attention at
-its context) within the budget, in multiples of ALIGN, never below MIN_CHUNK (the long prompt
-always progresses, even when decodes alone fill the budget). With nobody latency-bound (a long
+its context) within the budget, in multiples of ALIGN. Never below half the step, though: the
+chunk gets at least as much predicted time as the rest of the step (its decode rows and fixed
+cost), so that the long prompt prefills at no less than half its speed however busy the decodes
+(on CPU a step's fixed cost is a large share of a small chunk's: without this floor a 3,000-token
+prompt beside two streams took 4x its solo TTFT); and never below MIN_CHUNK tokens. With nobody latency-bound (a long
 prompt alone, or beside other long ones) chunks are the policy's: the budget costs a long prompt
 nothing when it has the device to itself.
 
@@ -66,7 +69,10 @@ class StepTimeBudget:
         if not self.enabled or not req.is_long or num_new <= MIN_CHUNK or not _latency_bound(req, table):
             return num_new
         tokens, kpairs = step_features((len(c.token_ids), c.start_pos) for c in step.chunks)
-        fit = self.cost.max_tokens(self.budget_s, tokens, kpairs, context)
+        # Never below half the step: a chunk that costs less than the rest of its step (the decode
+        # rows, the fixed cost) would prefill the prompt at under half speed.
+        limit_s = max(self.budget_s, 2.0 * self.cost.predict_s(tokens, kpairs))
+        fit = self.cost.max_tokens(limit_s, tokens, kpairs, context)
         if fit >= num_new:
             return num_new
         self.num_cuts += 1

@@ -32,12 +32,14 @@ def run(s: Scheduler, duration_s=lambda batch: 0.0) -> StepBatch:
     return batch
 
 
-def expected_cut(model: StepCostModel, batch: StepBatch, rid: str) -> int:
+def expected_cut(model: StepCostModel, batch: StepBatch, rid: str, budget_s: float = BUDGET_MS / 1000) -> int:
     """What the budget allows `rid`'s chunk beside the chunks of `batch` scheduled before it."""
     index = [c.request_id for c in batch.chunks].index(rid)
     others = [(len(c.token_ids), c.start_pos) for c in batch.chunks[:index]]
     mine = batch.chunks[index]
-    fit = model.max_tokens(BUDGET_MS / 1000, *step_features(others), mine.start_pos)
+    base = step_features(others)
+    limit_s = max(budget_s, 2 * model.predict_s(*base))  # at least as long as the rest
+    fit = model.max_tokens(limit_s, *base, mine.start_pos)
     return max(MIN_CHUNK, fit // ALIGN * ALIGN)
 
 
@@ -90,11 +92,17 @@ def test_a_waiting_short_prompt_is_latency_bound_too() -> None:
     assert shape(run(other))[0][2] == 256
 
 
-def test_the_long_prompt_always_progresses() -> None:
+def test_the_long_prompt_always_progresses_at_half_speed_or_more() -> None:
     s = sched(budget_ms=1.0)  # decodes alone are past this budget
     start_decoding(s)
     s.add_request(make_req("L", 3000))
-    assert [n for rid, _, n, _ in shape(run(s)) if rid == "L"] == [MIN_CHUNK]
+    batch = run(s)
+    (n,) = [n for rid, _, n, _ in shape(batch) if rid == "L"]
+    model, decode = s.budget.cost, step_features([(1, 20)])
+    assert n == expected_cut(model, batch, "L", budget_s=0.001)
+    chunk_s = model.predict_s(decode[0] + n, decode[1] + chunk_kpairs(n, 0)) - model.predict_s(*decode)
+    assert chunk_s >= model.predict_s(*decode) * 0.9  # about as long as the rest of the step, not less
+    assert s.budget.num_cuts == 1
 
 
 def test_steps_say_their_lane() -> None:
