@@ -52,11 +52,12 @@ class InterferenceSpec:
 
 PRESETS = {
     "h100": InterferenceSpec(),
-    # A 3,000-token prompt takes 10-40 s on two shared cores; a short chat request ~1 s of them, so
-    # shorts come every 6 s (denser, they alone would take a sixth of the machine from the long one).
+    # A 3,000-token prompt takes 30-90 s on two shared cores, a short chat request ~1 s of them: one
+    # long prompt per run (a second would queue behind the first and count its wait as its own),
+    # shorts every 5 s (denser, they alone would take a large share of the machine from the long one).
     "cpu": InterferenceSpec(num_streams=2, stream_prompt_len=32, stream_output_len=256, long_len=3000,
-                            long_every_s=60.0, long_output_len=2, short_len=40, short_every_s=6.0,
-                            short_output_len=8, duration_s=120.0, idle_shorts=8, idle_decode_s=15.0,
+                            long_every_s=150.0, long_output_len=2, short_len=40, short_every_s=5.0,
+                            short_output_len=8, duration_s=150.0, idle_shorts=8, idle_decode_s=15.0,
                             solo_longs=1),
 }
 
