@@ -28,7 +28,8 @@ def test_the_ablation_runs_both_servers_and_reports_their_ratios(tmp_path: Path)
     assert [r["name"] for r in ablation["rows"]] == ["concurrent-lanes", "no-concurrent-lanes"]
     assert "| concurrent-lanes |" in (out / "interference-ablation.md").read_text()
     for row in ablation["rows"]:
-        (run_file,) = out.glob(f"*-{row['name']}-*.json")
+        # <time>-<label>-c<concurrency>.json
+        (run_file,) = [p for p in out.glob("*-c*.json") if p.stem.split("-", 1)[1].rsplit("-", 1)[0] == row["name"]]
         run = json.loads(run_file.read_text())
         samples = run["samples"]
         assert all(s["success"] for s in samples) and row["failed"] == 0
