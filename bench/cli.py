@@ -1,6 +1,7 @@
 """`ttft bench` (also `python -m bench`): its arguments, and the one place that dispatches them:
 `--rounds` (bench/rounds.py: the round-by-round table, a server per round), `--ablate`
-(bench/ablate.py: a server per configuration) or one run against a server (bench/load.py)."""
+(bench/ablate.py: a server per configuration; `--ablate interference`: bench/interference_ablate.py)
+or one run against a server (bench/load.py)."""
 from __future__ import annotations
 
 import argparse
@@ -11,6 +12,8 @@ from pathlib import Path
 
 from bench.ablate import run_ablation
 from bench.ablate_workloads import SCALES
+from bench.interference_ablate import run_interference_ablation
+from bench.interference_cli import add_interference_arguments
 from bench.load import WORKLOADS, run_bench
 from bench.metrics import METRIC_NAMES, PERCENTILES
 from bench.multi_turn_cli import add_multi_turn_arguments
@@ -112,6 +115,7 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
     a("--budget-s", type=float, default=0.0, help="ablate, rounds: start no server past this many seconds "
                                                    "(0: no limit); what is left is listed as not run")
     add_multi_turn_arguments(parser)
+    add_interference_arguments(parser)
     add_vllm_arguments(parser)
 
 
@@ -141,6 +145,8 @@ def run_bench_command(args: argparse.Namespace) -> int:
     one run against a server. Exit status: 0, 1 when a request failed, 2 on an error."""
     if args.rounds:
         return run_rounds(args)
+    if args.ablate == "interference":  # its own pair of servers: concurrent lanes on and off
+        return run_interference_ablation(args)
     if args.ablate:
         return run_ablation(args)
     try:
@@ -154,7 +160,8 @@ def run_bench_command(args: argparse.Namespace) -> int:
     except (RuntimeError, OSError, ValueError) as e:  # server down, warm-up failed, bad arguments
         print(f"ttft bench: error: {e}", file=sys.stderr)
         return 2
-    return 1 if result["metrics"]["failed"] else 0
+    failed = result["figures"]["failed"] if args.workload == "interference" else result["metrics"]["failed"]
+    return 1 if failed else 0
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -13,6 +13,11 @@
 #   --ablate:   instead, `ttft bench --ablate`: the reference workload with one optimization off
 #               at a time, then each mechanism on the workload it exists for (bench/ablate.py):
 #               OUTDIR/ablation.json/.md. Under 8 minutes (no server starts past 390 s).
+#   --interference: instead, `ttft bench --ablate interference --preset h100` (issue 43): 8 streams
+#               decoding, a 32K prompt every 3 s, a 128-token request every 250 ms, against a server
+#               with concurrent lanes (time-budgeted steps) and one with --no-concurrent-lanes, each
+#               with its idle baselines: OUTDIR/interference-ablation.json/.md. About 5 minutes;
+#               INTERFERENCE_SERVE_ARGS="..." adds server flags to both (e.g. --step-budget-ms 25).
 #   --rounds:   instead, `ttft bench --rounds`: the reference workload through transformers
 #               generate(), transformers' continuous batching, then ttft round by round
 #               (bench/rounds.py): OUTDIR/rounds.json/.md/.png. Under 8 minutes (~6).
@@ -58,6 +63,7 @@ TIERS=""
 LONG=""
 KV8=""
 SPEC=""
+INTERFERENCE=""
 TP=1
 ARGS=("$@")
 for ((i = 0; i < ${#ARGS[@]}; i++)); do
@@ -77,6 +83,7 @@ for ((i = 0; i < ${#ARGS[@]}; i++)); do
         --long) LONG=1 ;;
         --kv8) KV8=1 ;;
         --spec) SPEC=1 ;;
+        --interference) INTERFERENCE=1 ;;
         *) OUTDIR="$arg" ;;
     esac
 done
@@ -112,6 +119,20 @@ if [ -n "$SPEC" ]; then  # issue 26: speculative decoding's step costs and ceili
     echo "spec GPU tests rc=$tests_rc, bench.spec_gpu rc=$bench_rc"
     [ "$tests_rc" = 0 ] && exit "$bench_rc"
     exit "$tests_rc"
+fi
+
+if [ -n "$INTERFERENCE" ]; then  # issue 43: self-contained, exits at its end
+    echo "== interference: concurrent lanes on, then off (8 streams, a 32K prompt every 3 s, a 128-token request every 250 ms)"
+    timeout 450 python3 -m bench --ablate interference --preset h100 --model dummy:llama-3.1-8b --warmup 2 \
+        --result-dir "$DETAIL/interference" \
+        --serve-args="--seed 0 --device cuda --max-model-len 40960 --max-num-seqs 128 ${INTERFERENCE_SERVE_ARGS:-}" \
+        2>&1 | tee "$OUTDIR/interference.log" | grep -v "^wrote " | tail -30
+    rc="${PIPESTATUS[0]}"
+    cp "$DETAIL"/interference/interference-*/*.json "$DETAIL"/interference/interference-*/*.md "$OUTDIR/" 2>/dev/null
+    for log in "$DETAIL"/interference/interference-*/server-*.log; do
+        [ -f "$log" ] && tail -20 "$log" > "$OUTDIR/interference_$(basename "$log")"
+    done
+    exit "$rc"
 fi
 
 if [ -n "$BASELINE" ]; then

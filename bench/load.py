@@ -1,6 +1,7 @@
 """One `ttft bench` run against a server: its workload, warm-up, closed or open loop, and result
 (printed as a table, written as JSON and Markdown unless --no-save). The arguments come from
-bench.cli; `--workload multi-turn` hands over to bench.multi_turn_cli. On a terminal a live line
+bench.cli; `--workload multi-turn` hands over to bench.multi_turn_cli, `--workload interference` to
+bench.interference_cli. On a terminal a live line
 counts the requests as they end (bench/progress.py)."""
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import orjson
 
 from bench.client import BenchClient
 from bench.goodput import parse_goodput
+from bench.interference_cli import run_interference_bench
 from bench.metrics import compute_metrics
 from bench.multi_turn_cli import run_multi_turn_bench
 from bench.progress import ProgressLine
@@ -23,7 +25,7 @@ from bench.token_count import local_counter, server_counter
 from bench.workloads import (REFERENCE_LENGTHS, BenchRequest, mixed_workload, random_workload,
                              reference_workload, shared_prefix_workload)
 
-WORKLOADS = ("random", "mixed", "shared-prefix", "reference", "multi-turn", "sharegpt")
+WORKLOADS = ("random", "mixed", "shared-prefix", "reference", "multi-turn", "sharegpt", "interference")
 
 
 def build_workload(args: argparse.Namespace, num_requests: int, seed: int, output_len: int,
@@ -86,6 +88,8 @@ async def run_bench(args: argparse.Namespace) -> dict:
         args.workload = args.dataset_name
     if args.workload == "multi-turn":  # conversations, not a list of independent requests
         return await run_multi_turn_bench(args)
+    if args.workload == "interference":  # phases timed against each other (bench/interference.py)
+        return await run_interference_bench(args)
     extra = orjson.loads(args.extra_body) if args.extra_body else {}
     slos = parse_goodput(args.goodput) if args.goodput else None
     requests = await measured_requests(args)

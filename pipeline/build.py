@@ -29,6 +29,7 @@ from pipeline.config import EngineConfig
 from pipeline.faults import install_faults
 from scheduler.config import SchedulerConfig
 from scheduler.scheduler import Scheduler
+from scheduler.step_budget import StepBudgetConfig
 from stages.options import fill
 from stages.speculative import SpeculativeConfig
 
@@ -184,7 +185,8 @@ def _build_rest(cfg: EngineConfig, source: ModelSource, runner: ModelRunner,
         SchedulerConfig, cfg, SCHEDULER_RENAMES, num_blocks=num_blocks, max_model_len=max_model_len,
         eos_token_ids=frozenset(tok.eos_token_ids), speculative=speculative(cfg),
         prefill_context_weight=source.config.attention_weight() if cfg.context_aware_chunks else 0.0,
-    ), tiers=tiers.config, disk_blocks=tiers.disk_blocks)
+    ), tiers=tiers.config, disk_blocks=tiers.disk_blocks,
+        budget=StepBudgetConfig(cfg.step_budget_ms, cfg.step_cost_device) if cfg.concurrent_lanes else None)
     template = ChatTemplate(
         template_override or tok.chat_template, bos_token=getattr(tok, "bos_token", None), eos_token=getattr(tok, "eos_token", None)
     )

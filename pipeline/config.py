@@ -12,6 +12,11 @@ from scheduler.config import PREFILL_BACKLOG_STEPS
 from gpu_stage.kv.format import KV_CACHE_DTYPES
 from stages.options import option
 
+# Concurrent lanes' step budgets: on a GPU a decode step of an 8B model takes ~6.5 ms, so a short
+# request waits at most about two of them; on CPU (SmolLM2) chosen by the interference workload.
+GPU_STEP_BUDGET_MS = 15.0
+CPU_STEP_BUDGET_MS = 1500.0
+
 
 @dataclass
 class EngineConfig:
@@ -72,6 +77,15 @@ class EngineConfig:
     context_aware_chunks: bool = option(
         False, "lanes: a long prompt's chunks shrink as its context grows, so that each step costs about "
                "what a chunk costs at no context (scheduler/context_chunks.py)")
+    # A short request or a stream's next token never waits for a long prompt's whole chunk: the
+    # chunk is cut to a step time (scheduler/step_budget.py). Off: for the ablation.
+    concurrent_lanes: bool = option(
+        True, "while a decode or a short prompt waits, cut long prompts' chunks so that no step is predicted "
+              "to take longer than --step-budget-ms (a long prompt alone keeps full chunks)")
+    step_budget_ms: float | None = option(
+        None, "concurrent lanes: the longest predicted step while a latency-bound request waits "
+              f"(default {GPU_STEP_BUDGET_MS:g} on a GPU, {CPU_STEP_BUDGET_MS:g} on CPU)")
+    step_cost_device: str = "cpu"  # the step cost model's seed: "cpu" or "cuda" (set by resolve_budgets)
     # Off, the scheduler refuses to start unless the step budget holds max_model_len.
     enable_chunked_prefill: bool = option(
         True, "off: every prompt prefilled whole in one step (needs --max-num-batched-tokens >= "
@@ -154,6 +168,10 @@ class EngineConfig:
             self.prefill_step_tokens = 768 if self.resolved_device() == "cuda" else 128
         if self.async_scheduling is None:
             self.async_scheduling = self.resolved_device() == "cuda"
+        on_gpu = self.resolved_device().startswith("cuda")
+        if self.step_budget_ms is None:
+            self.step_budget_ms = GPU_STEP_BUDGET_MS if on_gpu else CPU_STEP_BUDGET_MS
+        self.step_cost_device = "cuda" if on_gpu else "cpu"
 
     def resolved_dtype(self) -> str:
         if self.dtype != "auto":

@@ -70,6 +70,7 @@ RULES = (
     Rule("long_prefill_threshold", at_least(0), "must be >= 0"),
     Rule("prefill_step_tokens", at_least(0), "must be >= 0 (0: no cap)"),
     Rule("prefill_backlog_steps", at_least(0), "must be >= 0 (0: never)"),
+    Rule("step_budget_ms", positive, "must be > 0 (--no-concurrent-lanes: no budget)"),
     Rule("kv_host_gb", at_least(0), "must be >= 0 (0: no host tier)"),
     Rule("kv_disk_path", lambda v: bool(v.strip()), "must be a directory path"),
     Rule("kv_disk_gb", positive, "must be > 0"),

@@ -36,6 +36,7 @@ from scheduler.request_state import RequestState, RequestStatus, is_decode
 from scheduler.request_table import RequestTable
 from scheduler.sample_group import is_held, link
 from scheduler.shadow import ShadowAdmission, fetch_room
+from scheduler.step_budget import StepBudgetConfig, StepTimeBudget
 from scheduler.step_builder import StepBuilder
 from scheduler.step_hooks import StepHook, build_step_hooks
 from scheduler.step_placement import StepPlacement
@@ -48,8 +49,9 @@ __all__ = ["OVERLOADED", "Scheduler"]
 class Scheduler:
     def __init__(self, config: SchedulerConfig, policy: Policy | None = None,
                  tiers: TierConfig | None = None, disk_blocks: Iterable[bytes] = (),
-                 hooks: Iterable[StepHook] = ()) -> None:
-        """`hooks`: step hooks to attach after those the configuration switches on."""
+                 hooks: Iterable[StepHook] = (), budget: StepBudgetConfig | None = None) -> None:
+        """`hooks`: step hooks to attach after those the configuration switches on; `budget`: the
+        step-time budget of long prompts' chunks (step_budget.py; None: off)."""
         self.config = config
         self._block_size = config.block_size
         self.kv = KVManager(config)
@@ -68,7 +70,8 @@ class Scheduler:
             lambda rid, num_blocks: shadow.protect_hits(requests.get(rid), num_blocks), disk_blocks,
         ) if tiers is not None and tiers.enabled else NoTiers()
         self._tiers_on = self.tiers.enabled  # (the one-pass decode step queues no tier copies)
-        self.placement = StepPlacement(config, self.kv, self.shadow, self.policy, self.tiers)
+        self.budget = StepTimeBudget(budget, config.chunked_prefill)  # learns from the results
+        self.placement = StepPlacement(config, self.kv, self.shadow, self.policy, self.tiers, self.budget)
         self.results = StepResults(config, self.kv, self.shadow, self.tiers, self.predictor, self.hooks)
         self._next_arrival = 0
         self.next_step_id = 0
@@ -184,6 +187,8 @@ class Scheduler:
         """Apply a step's result: advance computed tokens, append samples, finish requests."""
         self._steps_in_flight.pop(batch.step_id, None)
         self.tiers.on_step_done(batch.step_id)
+        if self.budget.enabled:
+            self.budget.observe(batch, result.duration_ns)
         return self.results.apply(batch, result, self.table)
 
     def can_schedule_ahead(self) -> bool:

@@ -1,14 +1,22 @@
-"""StepBuilder: collects one step's chunks under the token budget and marks requests in flight."""
+"""StepBuilder: collects one step's chunks under the token budget and marks requests in flight.
+
+A step serves one of two lanes: LONG_PREFILL when it holds only long-lane prefill chunks (nothing
+latency-bound waits for it), else LATENCY; the batch carries it (StepBatch.lane), so a device with
+a second, low-priority stream can run the former beside the latter."""
 from __future__ import annotations
 
 from stages.messages import PENDING_TOKEN, NewRequestData, ScheduledChunk, StepBatch
 from scheduler.request_state import RequestState
+
+LATENCY, LONG_PREFILL = "latency", "long-prefill"
 
 
 class StepBuilder:
     def __init__(self, step_id: int, token_budget: int) -> None:
         self.step_id = step_id
         self.budget_left = token_budget
+        self.token_budget = token_budget
+        self.num_long_prefill_tokens = 0  # of long-lane prefill chunks (the step's lane)
         self.chunks: list[ScheduledChunk] = []
         self.new_requests: list[NewRequestData] = []
         # Tokens of chunks that are not decodes, and of the first such chunk (policies cap them).
@@ -43,6 +51,8 @@ class StepBuilder:
             if not self.num_prefill_tokens:
                 self.num_first_prefill_tokens = num_tokens
             self.num_prefill_tokens += num_tokens
+            if req.is_long:
+                self.num_long_prefill_tokens += num_tokens
 
     def add_decode(self, req: RequestState) -> None:
         """`add(req, 1)` for a running request that lacks one token (its last): the bulk of every
@@ -85,8 +95,14 @@ class StepBuilder:
         req.num_guessed_in_flight = num
         self.budget_left -= num
 
+    @property
+    def lane(self) -> str:
+        only_long = 0 < self.num_long_prefill_tokens == self.token_budget - self.budget_left
+        return LONG_PREFILL if only_long else LATENCY
+
     def build(self, finished_ids: list[str]) -> StepBatch:
-        return StepBatch(self.step_id, self.new_requests, self.chunks, finished_ids, admits=self.admits)
+        return StepBatch(self.step_id, self.new_requests, self.chunks, finished_ids, admits=self.admits,
+                         lane=self.lane)
 
 
 def _mark_in_flight(req: RequestState, step_id: int, num_tokens: int, ahead: bool) -> None:

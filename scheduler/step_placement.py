@@ -10,8 +10,9 @@ Preemption is by recompute: the KV is dropped, the tokens kept.
 The Scheduler owns one and gives it, once, the collaborators it works with (shared with the
 scheduler and never replaced): the block tables (KVManager), the shadow, the policy and the tiers.
 The requests are not among them: a call that moves a request between the queues is handed the
-scheduler's RequestTable, one that only reads how many run is handed that count. It counts what it
-does: preemptions, first admissions by lane.
+scheduler's RequestTable, one that only reads how many run is handed that count. A chunk the policy
+sized goes through the step-time budget (step_budget.py), which may cut a long prompt's. It counts
+what it does: preemptions, first admissions by lane.
 """
 from __future__ import annotations
 
@@ -24,12 +25,13 @@ from scheduler.request_state import RequestState
 from scheduler.request_table import RequestTable
 from scheduler.sample_group import admission_hits
 from scheduler.shadow import ShadowAdmission
+from scheduler.step_budget import StepTimeBudget
 from scheduler.step_builder import StepBuilder
 
 
 class StepPlacement:
     def __init__(self, config: SchedulerConfig, kv: KVManager, shadow: ShadowAdmission, policy: Policy,
-                 tiers: KvTierManager | NoTiers) -> None:
+                 tiers: KvTierManager | NoTiers, budget: StepTimeBudget | None = None) -> None:
         self.config = config
         self._block_size = config.block_size
         self._max_model_len = config.max_model_len
@@ -37,6 +39,7 @@ class StepPlacement:
         self.shadow = shadow
         self.policy = policy
         self.tiers = tiers
+        self.budget = budget or StepTimeBudget(None)  # cuts long chunks (here: off)
         self.num_preemptions = 0
         self.num_admitted_by_lane = {"short": 0, "long": 0}  # first admissions
 
@@ -91,6 +94,7 @@ class StepPlacement:
         if num_new == 0:
             return  # the policy keeps it for a later step
         if num_new > 1:
+            num_new = self.budget.cut(req, num_new, req.num_computed_tokens, step, table)
             num_room = (len(req.block_ids) + self.kv.pool.num_allocatable) * self._block_size
             num_new = max(1, min(num_new, num_room - req.num_computed_tokens))
         while not self.grow(req, req.num_computed_tokens + num_new):
@@ -112,6 +116,7 @@ class StepPlacement:
         num_new = self.policy.chunk_size(req, req.num_tokens - num_hit_tokens, step)
         if num_new == 0:
             return False  # the policy keeps it for a later step
+        num_new = self.budget.cut(req, num_new, num_hit_tokens, step, table)
         if not config.chunked_prefill and num_new < req.num_tokens - num_hit_tokens:
             return False  # no chunked prefill: the whole (uncached) prompt in one step, or wait
         num_prompt_blocks = config.blocks_for(req.num_tokens) - len(hits)

@@ -101,6 +101,8 @@ class StepBatch:
     # A request is admitted in this step: its first chunk may read blocks loaded by early tier
     # copies, so the forward waits for those (decode-only steps do not).
     admits: bool = False
+    # "latency" or "long-prefill" (only long prompts' chunks: scheduler/step_builder.py).
+    lane: str = "latency"
 
     @property
     def num_tokens(self) -> int:

@@ -20,6 +20,7 @@ BAD = {
     "max_num_seqs": (0, "--max-num-seqs"), "max_num_batched_tokens": (0, "--max-num-batched-tokens"),
     "max_queued": (-1, "--max-queued"), "long_prefill_threshold": (-1, "--long-prefill-threshold"),
     "prefill_step_tokens": (-1, "--prefill-step-tokens"), "prefill_backlog_steps": (-1, "--prefill-backlog-steps"),
+    "step_budget_ms": (0.0, "--step-budget-ms"),
     "kv_host_gb": (-0.5, "--kv-host-gb"), "kv_disk_path": (" ", "--kv-disk-path"), "kv_disk_gb": (0.0, "--kv-disk-gb"),
     "request_timeout_s": (0.0, "--request-timeout-s"), "body_read_timeout_s": (-1.0, "--body-read-timeout-s"),
     "max_connections": (0, "--max-connections"), "stream_stall_timeout_s": (0.0, "--stream-stall-timeout-s"),
