@@ -1,5 +1,5 @@
 """`ttft bench --ablate interference`: the interference workload against a server with concurrent
-lanes (the default) and one with --no-concurrent-lanes, one after the other, in one table.
+lanes (--concurrent-lanes) and one with --no-concurrent-lanes, one after the other, in one table.
 
     ttft bench --ablate interference --model dummy:llama-3.1-8b --serve-args="--device cuda ..."
 
@@ -24,7 +24,7 @@ from bench.interference_report import interference_table
 from bench.report import machine_info
 from bench.serve_runs import serve_and_bench
 
-CONFIGS = (("concurrent-lanes", ()), ("no-concurrent-lanes", ("--no-concurrent-lanes",)))
+CONFIGS = (("concurrent-lanes", ("--concurrent-lanes",)), ("no-concurrent-lanes", ("--no-concurrent-lanes",)))
 
 
 def run_interference_ablation(args: argparse.Namespace) -> int:

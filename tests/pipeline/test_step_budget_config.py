@@ -1,4 +1,4 @@
-"""How the concurrent lanes' step budget resolves: on by default, 15 ms on a GPU, the CPU default on
+"""How the concurrent lanes' step budget resolves: on by default on CPU (off on a GPU until measured), 15 ms on a GPU, the CPU default on
 CPU, each device's cost seed; the flags reach the scheduler, --no-concurrent-lanes turns it off."""
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from scheduler.step_budget import StepBudgetConfig, StepTimeBudget
 def test_the_budget_resolves_by_device() -> None:
     gpu = EngineConfig(device="cuda")
     gpu.resolve_budgets()
-    assert (gpu.concurrent_lanes, gpu.step_budget_ms, gpu.step_cost_device) == (True, 15.0, "cuda")
+    assert (gpu.concurrent_lanes, gpu.step_budget_ms, gpu.step_cost_device) == (False, 15.0, "cuda")
     cpu = EngineConfig(device="cpu")
     cpu.resolve_budgets()
     assert (cpu.concurrent_lanes, cpu.step_budget_ms, cpu.step_cost_device) == (True, CPU_STEP_BUDGET_MS, "cpu")
@@ -26,7 +26,8 @@ def test_the_budget_resolves_by_device() -> None:
 def test_the_flags_set_it() -> None:
     p = argparse.ArgumentParser()
     add_serve_arguments(p)
-    assert config_from_args(p.parse_args([])).concurrent_lanes is True
+    assert config_from_args(p.parse_args([])).concurrent_lanes is None  # resolved by device
+    assert config_from_args(p.parse_args(["--concurrent-lanes"])).concurrent_lanes is True
     assert config_from_args(p.parse_args(["--no-concurrent-lanes"])).concurrent_lanes is False
     assert config_from_args(p.parse_args(["--step-budget-ms", "25"])).step_budget_ms == 25.0
 
