@@ -32,7 +32,7 @@ from dataclasses import dataclass, field, replace
 import torch
 import torch.nn.functional as F
 
-from gpu_stage.attention import invariant
+from gpu_stage.attention.invariant import forward as invariant_forward, plan_groups
 from gpu_stage.attention.fresh_kv import dequantize_fresh, fresh_from_step
 from gpu_stage.attention.metadata import AttentionMetadata
 from gpu_stage.attention.window_masks import decode_window_mask, prefill_window_mask
@@ -195,7 +195,7 @@ def forward(q: torch.Tensor, kv_layer: torch.Tensor | QuantKvLayer, meta: Attent
     rows = read_rows(kv_layer, q.dtype)  # [num_rows, kv_heads * head_dim]
     num_kv_heads = kv_layer.num_kv_heads if isinstance(kv_layer, QuantKvLayer) else kv_layer.shape[3]
     if isinstance(kv_layer, QuantKvLayer) and kv8_invariant() and not fresh_from_step(q, kv_layer):  # the CPU
-        return invariant.forward(q, rows, gather_rows, _invariant_groups(plan, meta, kv_layer, q.shape[1]),
+        return invariant_forward(q, rows, gather_rows, _invariant_groups(plan, meta, kv_layer, q.shape[1]),
                                  plan.v_delta, num_kv_heads, window)
     if window is not None:
         plan = _windowed(plan, window, meta.block_tables.device)
@@ -217,7 +217,7 @@ def _invariant_groups(plan: _Plan, meta: AttentionMetadata, kv_layer: QuantKvLay
     """The step's groups for invariant.py, made once per step."""
     if plan.invariant_groups is None:
         block_rows, _ = row_layout(kv_layer.rows)
-        plan.invariant_groups = invariant.plan_groups(
+        plan.invariant_groups = plan_groups(
             meta.query_lens_host, meta.seq_lens_host, meta.block_tables.to(torch.int64), block_rows, meta.block_size,
             kv_layer.num_kv_heads, num_heads // kv_layer.num_kv_heads)
     return plan.invariant_groups
