@@ -16,6 +16,8 @@ from protocol.requests.logit_fields import PromptLogprobs, max_logprobs
 from protocol.requests.messages import Messages, TemplateKwargs
 from protocol.requests.sampling import EFFECTIVE_MAX_TOKENS, SAMPLING_FIELDS, sampling_params
 from protocol.requests.spec import RequestSpec
+from protocol.tool_calls.definitions import ToolRequest
+from protocol.tool_calls.fields import tool_fields
 from stages.sampling import SamplingParams
 
 TOP_LOGPROBS_NEEDS_LOGPROBS: Schema = {
@@ -37,6 +39,7 @@ class ChatCompletionRequest:
     priority: int = 0
     cache_salt: str | None = None
     n: int = 1  # choices: parallel samples of the prompt
+    tools: ToolRequest | None = None  # None: no tools (absent, empty)
 
 
 @dataclass(frozen=True)
@@ -71,6 +74,7 @@ def _build(seen: Seen) -> ChatCompletionRequest:
         max_tokens=seen[EFFECTIVE_MAX_TOKENS],
         add_generation_prompt=seen["add_generation_prompt"],
         chat_template_kwargs=seen["chat_template_kwargs"],
+        tools=seen["tools"],
         **common_values(seen),
     )
 
@@ -87,6 +91,7 @@ CHAT = RequestSpec((
     Messages(),
     Bool("add_generation_prompt", True),
     TemplateKwargs(),
+    *tool_fields(),
 ), _build)
 
 
