@@ -55,8 +55,9 @@ class IngressStage:
         self.parsers = parsers or OutputParsers()
         self.codec = PromptCodec(tokenizer, chat_template, self.parsers.tool_format())
         self.pool = TokenizerPool(offload_chars, num_threads)
-        # The grammar of a forced tool choice waits for these when the reply starts in reasoning.
-        self._think_end_ids = tuple(tokenizer.encode("</think>", add_special_tokens=False))
+        # The grammar of a forced tool choice waits for these when the reply starts in reasoning
+        # (tokenized at the first request that needs them).
+        self._think_end_ids: tuple[int, ...] | None = None
 
     def close(self) -> None:
         self.pool.close()
@@ -97,6 +98,8 @@ class IngressStage:
         tail = self.tokenizer.decode(ids[-_PROMPT_TAIL_TOKENS:], skip_special_tokens=False)
         plan = plan_output(req.tools, self.parsers, tail)
         if plan is not None:
+            if self._think_end_ids is None:
+                self._think_end_ids = tuple(self.tokenizer.encode("</think>", add_special_tokens=False))
             prepared.output_plan = plan
             prepared.params = planned_params(prepared.params, plan, self._think_end_ids)
 

@@ -94,6 +94,7 @@ RULES = (
     Rule("max_stop_strings", at_least(0), "must be >= 0"),
     Rule("max_logprobs", at_least(0), "must be >= 0"),
     Rule("max_detokenize_tokens", at_least(1), "must be >= 1"),
+    Rule("max_tools", at_least(0), "must be >= 0 (0: no tools)"),
 )
 
 
