@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from protocol.reasoning.parser import REASONING_PARSERS, ThinkParser, prompt_opens_reasoning
 from protocol.tool_calls.definitions import ToolRequest
 from protocol.tool_calls.deltas import OutputDelta
-from protocol.tool_calls.forced_schema import forced_output
 from protocol.tool_calls.parser import ToolCallParser
 from protocol.tool_calls.registry import TOOL_CALL_PARSERS, new_parser, parser_class
 from stages.sampling import SamplingParams
@@ -107,17 +106,15 @@ def plan_output(tools: ToolRequest | None, parsers: OutputParsers, prompt_tail: 
 
 
 def planned_params(params: SamplingParams, plan: OutputPlan, think_end_ids: tuple[int, ...]) -> SamplingParams:
-    """The sampling parameters a plan needs: a forced tool choice's grammar (after the reasoning
-    when the reply starts in it), and special tokens kept in the text for the auto parsers whose
-    markers are control tokens (Mistral's [TOOL_CALLS], Llama's <|python_tag|>), as vLLM does."""
+    """The sampling parameters a plan needs: a grammar (a forced tool choice's, or a
+    response_format's) applies after the reasoning when the reply starts in it; the auto parsers
+    whose markers are control tokens (Mistral's [TOOL_CALLS], Llama's <|python_tag|>) need special
+    tokens kept in the text, as vLLM does."""
     changes: dict = {}
+    if params.structured is not None and plan.starts_in_reasoning():
+        changes["structured"] = dataclasses.replace(params.structured, after_token_ids=think_end_ids)
     if plan.tools is not None:
-        after = think_end_ids if plan.starts_in_reasoning() else ()
-        structured = forced_output(plan.tools, after)
-        if structured is not None:
-            changes["structured"] = structured
-        else:
-            cls = parser_class(plan.tools, plan.tool_call_parser)
-            if cls is not None and cls.needs_special_tokens:
-                changes["skip_special_tokens"] = False
+        cls = parser_class(plan.tools, plan.tool_call_parser)
+        if cls is not None and cls.needs_special_tokens:
+            changes["skip_special_tokens"] = False
     return dataclasses.replace(params, **changes) if changes else params

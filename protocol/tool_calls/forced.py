@@ -38,7 +38,8 @@ class RequiredCallsParser(ToolCallParser):
 
 
 class NamedCallParser(ToolCallParser):
-    """The whole reply is the named function's arguments."""
+    """The whole reply is the named function's arguments: a JSON object (a reply that does not open
+    one is content)."""
 
     name: ClassVar[str] = "named"
     instructions: ClassVar[str] = "Reply with the function's arguments as one JSON object only."
@@ -46,13 +47,21 @@ class NamedCallParser(ToolCallParser):
     def __init__(self, function: str, new_id: Callable[[], str] = new_call_id) -> None:
         super().__init__(new_id)
         self._function = function
+        self._is_content = False
 
     def _consume(self, final: bool) -> None:
         text = self._buf
         self._buf = ""
+        if self._is_content:
+            self._content(text)
+            return
         if self.num_calls == 0:
             text = text.lstrip()
             if not text:
+                return
+            if not text.startswith("{"):
+                self._is_content = True
+                self._content(text)
                 return
             self._start_call(self._function)
         body = (self._held_ws + text).rstrip() if not final else self._held_ws + text

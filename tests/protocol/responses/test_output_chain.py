@@ -14,6 +14,7 @@ from protocol.responses.chunks import ChatChunker
 from protocol.responses.envelope import ResponseMeta
 from protocol.responses.output_chain import OutputParsers, plan_output, planned_params
 from protocol.tool_calls.definitions import ToolFunction, ToolRequest
+from protocol.tool_calls.forced_schema import forced_output
 from stages.sampling import SamplingParams
 
 META = ResponseMeta(id="chatcmpl-1", created=1_700_000_000, model="m")
@@ -138,14 +139,16 @@ def test_plain_requests_have_no_plan_and_keep_the_split_template():
 
 
 def test_planned_params():
-    params = SamplingParams()
     required = ToolRequest((WEATHER,), "required")
+    params = SamplingParams(structured=forced_output(required))
     plan = plan_output(required, OutputParsers(None, "qwen3"), "<|im_start|>assistant\n<think>\n")
     assert plan.starts_in_reasoning()
     forced = planned_params(params, plan, (11, 12)).structured
     assert forced.kind == "json_schema" and forced.after_token_ids == (11, 12)
+    assert forced.spec == params.structured.spec  # the same grammar (compiled once, by its text)
     no_think = plan_output(required, OutputParsers(None, "qwen3"), "<think>\n\n</think>\n\n")
-    assert planned_params(params, no_think, (11, 12)).structured.after_token_ids == ()
+    assert planned_params(params, no_think, (11, 12)) == params
+    params = SamplingParams()
     mistral = plan_output(AUTO, OutputParsers("mistral"), "")
     assert planned_params(params, mistral, ()).skip_special_tokens is False  # [TOOL_CALLS] is a control token
     assert planned_params(params, hermes_plan(), ()) == params

@@ -78,6 +78,7 @@ CASES = [
     (RequiredCallsParser, "I would rather not", "I would rather not", []),
     (named, ' {"city": "Paris"}\n', "", [call(0, "get_weather", '{"city": "Paris"}')]),
     (named, "", "", []),
+    (named, " The weather is nice.", "The weather is nice.", []),  # no grammar held it: content
 ]
 
 

@@ -140,3 +140,12 @@ def test_legacy_functions_stay_refused():
     for key, value in (("functions", [{"name": "f"}]), ("function_call", "auto")):
         err = refusal({key: value})
         assert err.code == "unsupported_parameter" and err.param == key
+
+
+def test_forced_choices_carry_their_grammar_from_parse_time():
+    """So that it compiles at arrival like a response_format's; auto and none force nothing."""
+    for choice in ("required", {"type": "function", "function": {"name": "add"}}):
+        structured = chat({"tools": [WEATHER, ADD], "tool_choice": choice}).params.structured
+        assert structured is not None and structured.kind == "json_schema" and structured.after_token_ids == ()
+    for choice in ("auto", "none"):
+        assert chat({"tools": [WEATHER], "tool_choice": choice}).params.structured is None
