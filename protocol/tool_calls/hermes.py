@@ -40,7 +40,7 @@ class HermesParser(ToolCallParser):
     def _read_outside(self, final: bool) -> bool:
         if not self._content_until(OPEN, final):
             return False
-        self._call = self._scanner()
+        self._call = self.new_scanner()
         return True
 
     def _read_call(self) -> bool:

@@ -42,7 +42,7 @@ class JsonArrayCalls:
                     self._raw += "".join(call.raw)
                     self.closed = True
                     return buf
-                self._parser._call_ended()
+                self._parser.end_call()
                 self._raw = ""
                 continue
             rest = buf.lstrip(_WHITESPACE + ("," if self._opened else ""))
@@ -55,7 +55,7 @@ class JsonArrayCalls:
                 self._raw += "["
                 buf = buf[1:]
             elif self._opened and buf[0] == "{":
-                self._call = self._parser._scanner()
+                self._call = self._parser.new_scanner()
             else:
                 if self._opened and buf[0] == "]":
                     self._raw += "]"

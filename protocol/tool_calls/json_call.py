@@ -24,7 +24,7 @@ START, KEY_OR_END, KEY, COLON, VALUE, AFTER_VALUE, DONE, FAILED = range(8)
 
 class CallScanner:
     __slots__ = ("state", "raw", "_on_start", "_on_args", "_key", "_key_chars", "_depth", "_in_str", "_esc",
-                 "_value", "_primitive", "name", "_pending", "_saw_args", "_args_begun")
+                 "_value", "_begun", "_primitive", "name", "_pending", "_saw_args", "_args_begun")
 
     def __init__(self, on_start: Callable[[str], None], on_args: Callable[[str], None]) -> None:
         """`on_start(name)` announces the call; `on_args(text)` appends to its arguments."""
@@ -37,7 +37,8 @@ class CallScanner:
         self._depth = 0
         self._in_str = False
         self._esc = False
-        self._value: list[str] = []
+        self._value: list[str] = []  # the value's text (arguments go out instead)
+        self._begun = False  # the value's first character was read
         self._primitive = False
         self.name: str | None = None
         self._pending: list[str] = []  # argument text before the name was known
@@ -109,14 +110,15 @@ class CallScanner:
             if char != ":":
                 return self._fail()
             self.state, self._value, self._depth, self._in_str, self._esc = VALUE, [], 0, False, False
-            self._primitive = False
+            self._begun = self._primitive = False
         return True
 
     def _value_char(self, char: str) -> bool:
         """One character of a value (leading whitespace skipped); False: it is not the value's."""
-        if not self._value and not self._primitive:
+        if not self._begun:
             if char in _WHITESPACE:
                 return True
+            self._begun = True
             if char in "{[":
                 self._depth = 1
             elif char == '"':
@@ -162,8 +164,6 @@ class CallScanner:
                 self._on_args(char)
         else:
             self._value.append(char)
-        if not self._value:
-            self._value.append("")  # marks the value as begun
 
     def _value_end(self) -> None:
         self.state = AFTER_VALUE

@@ -42,7 +42,7 @@ class Llama3JsonParser(ToolCallParser):
                 self._buf = rest
                 if rest:
                     self._mode = "call" if rest[0] == "{" else "content"
-                    self._call = self._scanner() if rest[0] == "{" else None
+                    self._call = self.new_scanner() if rest[0] == "{" else None
         if final and self._mode == "call" and self._call is not None and not self._call.started:
             self._content(self._prefix + "".join(self._call.raw) + self._buf)
             self._buf = ""
@@ -57,7 +57,7 @@ class Llama3JsonParser(ToolCallParser):
             return False
         if rest.startswith("{"):
             self._prefix = self._buf[:len(self._buf) - len(rest)]
-            self._buf, self._mode, self._call = rest, "call", self._scanner()
+            self._buf, self._mode, self._call = rest, "call", self.new_scanner()
         else:
             self._mode = "content"
             if final and not self._buf:

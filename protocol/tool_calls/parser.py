@@ -1,8 +1,8 @@
 """ToolCallParser: the base of every tool-call format, a synchronous core fed a reply's content
 text in order (`feed`, then `finish` once) that returns each piece's content and tool-call deltas.
 
-A subclass reads its format in `_consume` and reports through `_content`, `_start_call` and
-`_call_args`; the base keeps the calls' indices and ids, and holds back whitespace so that the
+A subclass reads its format in `_consume` and reports through `_content`, `_start_call`,
+`_call_args` and `end_call` (JSON call objects through `new_scanner`, which reports for it); the base keeps the calls' indices and ids, and holds back whitespace so that the
 whitespace around calls does not become content. The class also knows how its format writes calls
 (`render_calls`) and how to ask for them (`instructions`), for templates that do not render tools.
 """
@@ -73,10 +73,12 @@ class ToolCallParser:
     def _call_args(self, text: str) -> None:
         self._out.add_call(ToolCallDelta(self.num_calls - 1, arguments=text))
 
-    def _call_ended(self) -> None:
+    def end_call(self) -> None:
+        """The current call is complete (the whitespace after it is not content)."""
         self._after_call = True
 
-    def _scanner(self) -> CallScanner:
+    def new_scanner(self) -> CallScanner:
+        """A scanner for one JSON call object, announcing into this parser's output."""
         return CallScanner(self._start_call, self._call_args)
 
     def _feed_scanner(self, call: CallScanner) -> bool:
@@ -84,7 +86,7 @@ class ToolCallParser:
         used = call.feed(self._buf)
         self._buf = self._buf[used:]
         if call.finished and call.started:
-            self._call_ended()
+            self.end_call()
         return call.finished
 
     def _content_until(self, marker: str, final: bool) -> bool:

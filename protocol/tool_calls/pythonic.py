@@ -53,7 +53,7 @@ class PythonicParser(ToolCallParser):
                     for name, arguments in calls:
                         self._start_call(name)
                         self._call_args(arguments)
-                    self._call_ended()
+                    self.end_call()
                     self._buf = self._buf[end:]
                     self._mode = "content"
         self._content(self._buf)
