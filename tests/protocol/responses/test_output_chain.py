@@ -153,3 +153,15 @@ def test_planned_params():
     assert planned_params(params, mistral, ()).skip_special_tokens is False  # [TOOL_CALLS] is a control token
     assert planned_params(params, hermes_plan(), ()) == params
     assert isinstance(Qwen3Parser(), Qwen3Parser)
+
+
+def test_a_stream_frames_nothing_for_a_held_back_step_and_the_role_goes_first():
+    from protocol.responses.replies import ReplyFormat, ReplyWriter
+
+    writer = ReplyWriter(ReplyFormat(META, chat=True, stream=True, include_usage=False, output=hermes_plan()), 1)
+    first = writer.frame(out("<tool_"))  # may open a call: held back, but the role delta goes now
+    assert first.count(b"data: ") == 1 and b'"role":"assistant"' in first
+    assert writer.frame(out("call>")) == b""
+    rest = writer.frame(out('{"name": "get_weather"}</tool_call>', "stop"))
+    assert b'"name":"get_weather"' in rest and b'"finish_reason":"tool_calls"' in rest and rest.endswith(
+        b"data: [DONE]\n\n")
