@@ -65,7 +65,8 @@ async def _generate(request: Request, chat: bool) -> Response:
     except ClientDisconnect:
         return Response(status_code=499)
 
-    fmt = reply_format(request_id, engine.model_name, prepared.api, prepared.echo_texts, reply.num_choices)
+    fmt = reply_format(request_id, engine.model_name, prepared.api, prepared.echo_texts, reply.num_choices,
+                       prepared.output_plan)
     writer = ReplyWriter(fmt, reply.num_choices)  # now, while the prefill runs: ready for the first token
     watch = DisconnectWatch(request.receive, reply.abort)
     first = await reply.get()

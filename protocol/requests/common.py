@@ -2,7 +2,8 @@
 n, streaming, priority and the cache salt; and max_tokens, whose schema knows the context window.
 
 The unsupported rows name the inert value of each parameter (requests/unsupported.py); chat refuses
-a few more than completions (echo: /v1/completions echoes the prompt, chat does not).
+a few more than completions (echo: /v1/completions echoes the prompt, chat does not), completions
+refuses tools (a chat feature).
 """
 from __future__ import annotations
 
@@ -21,10 +22,9 @@ INT64_MAX = 2**63 - 1
 COMMON_UNSUPPORTED = UnsupportedTable((
     Unsupported("best_of", 1, " (only best_of=1)"),
     Unsupported("suffix", ""),
-    Unsupported("tools", []),
-    Unsupported("tool_choice", "none", " (only \"none\")"),
-    Unsupported("functions", []),
-    Unsupported("function_call", "none", " (only \"none\")"),
+    # OpenAI's deprecated spelling of tools: refused (chat takes `tools` / `tool_choice`).
+    Unsupported("functions", [], " (use 'tools')"),
+    Unsupported("function_call", "none", " (use 'tool_choice')"),
     Unsupported("response_format", {"type": "text"}, " (only {\"type\": \"text\"})"),
     Unsupported("modalities", ["text"], " (only [\"text\"])"),
     Unsupported("audio"),
@@ -40,6 +40,12 @@ COMMON_UNSUPPORTED = UnsupportedTable((
     Unsupported("logits_processors", []),
     Unsupported("truncate_prompt_tokens"),
 ))
+
+# Tools are a chat feature (protocol/tool_calls/): /v1/completions keeps refusing them.
+COMPLETION_UNSUPPORTED = COMMON_UNSUPPORTED.extended(
+    Unsupported("tools", [], " on /v1/completions (use /v1/chat/completions)"),
+    Unsupported("tool_choice", "none", " on /v1/completions (use /v1/chat/completions)"),
+)
 
 CHAT_UNSUPPORTED = COMMON_UNSUPPORTED.extended(
     Unsupported("echo", False, " (only echo=false on chat; /v1/completions echoes the prompt)"),

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from protocol.limits import IngressLimits
-from protocol.requests.common import COMMON_UNSUPPORTED, MaxTokens, common_fields, common_values
+from protocol.requests.common import COMPLETION_UNSUPPORTED, MaxTokens, common_fields, common_values
 from protocol.requests.fields import CALL, Bool, Context, Derived, Int, Schema, Seen
 from protocol.requests.logit_fields import PromptLogprobs, max_logprobs
 from protocol.requests.prompt import Prompt
@@ -74,7 +74,7 @@ def _build(seen: Seen) -> CompletionRequest:
 
 
 COMPLETION = RequestSpec((
-    *common_fields(COMMON_UNSUPPORTED),
+    *common_fields(COMPLETION_UNSUPPORTED),
     CompletionMaxTokens(),
     Derived(EFFECTIVE_MAX_TOKENS, lambda seen: seen["max_tokens"]),
     Int("logprobs", None, 0, max_logprobs, doc="Alternatives to report per position."),

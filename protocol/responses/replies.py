@@ -21,6 +21,7 @@ from protocol.responses.bodies import ResponseAccumulator, chat_body, completion
 from protocol.responses.chunks import ChatChunker, CompletionChunker, usage_chunk
 from protocol.responses.envelope import Echo, ResponseMeta
 from protocol.responses.event_stream import EventStreamResponse, Watch
+from protocol.responses.output_chain import OutputPlan
 from protocol.responses.sse import SSE_DONE, sse_error, sse_event
 from stages.messages import RequestOutput
 from stages.trace import RequestTrace, host_clock_ns
@@ -46,12 +47,13 @@ class ReplyFormat:
     stream: bool
     include_usage: bool
     echoes: list[Echo] | None = None  # completions' echo=true: each choice's prompt
+    output: OutputPlan | None = None  # chat: how replies are parsed (tools, reasoning); None: plain
 
 
 def reply_format(request_id: str, model: str, api: CompletionRequest | ChatCompletionRequest,
-                 echo_texts: list[str] | None, num_choices: int) -> ReplyFormat:
+                 echo_texts: list[str] | None, num_choices: int, output: OutputPlan | None = None) -> ReplyFormat:
     """How the reply to `api` is framed; `echo_texts`: each prompt's text (echo=true), n choices per
-    prompt of a batch."""
+    prompt of a batch; `output`: a chat reply's parsers."""
     chat = isinstance(api, ChatCompletionRequest)
     num_prompts = 1 if chat else len(api.prompts)
     echoes = None
@@ -59,7 +61,7 @@ def reply_format(request_id: str, model: str, api: CompletionRequest | ChatCompl
         per_prompt = num_choices // len(echo_texts)
         echoes = [Echo(echo_texts[i // per_prompt], api.params.logprobs) for i in range(num_choices)]
     meta = ResponseMeta(request_id, int(time.time()), model, num_prompts=num_prompts)
-    return ReplyFormat(meta, chat, api.stream, api.include_usage, echoes)
+    return ReplyFormat(meta, chat, api.stream, api.include_usage, echoes, output)
 
 
 def refusal(out: RequestOutput, status: int) -> ApiError:
@@ -79,7 +81,9 @@ class ReplyWriter:
         if fmt.stream:
             meta, usage = fmt.meta, fmt.include_usage
             if fmt.chat:
-                self._chunkers = [ChatChunker(meta, usage, i) for i in range(num_choices)]
+                output = fmt.output
+                self._chunkers = [ChatChunker(meta, usage, i, output.new_chain() if output else None)
+                                  for i in range(num_choices)]
                 self._prefix = b"".join(sse_event(c.role_chunk()) for c in self._chunkers)
             else:
                 echoes = fmt.echoes
@@ -138,7 +142,7 @@ class ReplyWriter:
                     break
             out = await reply.get()
         fmt = self.fmt
-        body = chat_body(fmt.meta, accs) if fmt.chat else completion_body(fmt.meta, accs, fmt.echoes)
+        body = chat_body(fmt.meta, accs, fmt.output) if fmt.chat else completion_body(fmt.meta, accs, fmt.echoes)
         for acc in accs:
             reply.written(acc.last, whole_reply=True)
         return body
