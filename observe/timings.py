@@ -17,6 +17,7 @@ TIMINGS: tuple[tuple[str, str, str], ...] = (
     ("queue", "queued", "first_scheduled"),
     ("prefill", "first_scheduled", "first_token_sampled"),
     ("first_token", "received", "first_token_sampled"),
+    ("time_to_first_token", "received", "first_token_written"),  # its bytes handed to the transport
     ("decode", "first_token_sampled", "finished"),
     ("total", "received", "finished"),
 )
