@@ -1,30 +1,36 @@
 """OtlpTraceExport: finished requests' traces as OpenTelemetry spans, sent to an OTLP/HTTP collector.
 
 The event loop's only cost is `submit`: one `put_nowait` on a bounded queue when a request ends
-(never per token, never in the GPU step). A thread of its own turns each trace into spans
-(observe/span_plan.py) with the SDK, moving the trace's monotonic times to the wall clock, and the
-SDK's BatchSpanProcessor sends them in batches from its own thread. A queue that is full (a
-collector far behind) drops the trace and counts it; a collector that is down costs the export
-threads their retries and the log one line a minute (observe/log_limit.py), never a request.
+(never per token, never in the GPU step). A thread of its own gathers the traces into batches (one
+per OTEL_BSP_SCHEDULE_DELAY, default 5 s, or per OTEL_BSP_MAX_EXPORT_BATCH_SIZE spans), turns each
+into finished spans (observe/span_plan.py), moving the trace's monotonic times to the wall clock, and
+posts the batch with the SDK's OTLP/HTTP exporter. The spans are built as the SDK's finished
+`ReadableSpan`s directly: going through a tracer (`start_span`/`end`: context, sampler, processors for
+every span) costs several times more CPU for spans whose times are all known already.
 
-A request that came with a W3C `traceparent` (observe/traceparent.py) gets its root span as a child
-of the caller's span, in the caller's trace, and keeps the caller's sampling decision.
+A full queue (a collector far behind, or down and retried) drops the trace and counts it; a collector
+that is down costs this thread its retries and the log one line a minute (observe/log_limit.py),
+never a request. A request that came with a W3C `traceparent` (observe/traceparent.py) gets its root
+span as a child of the caller's span, in the caller's trace, and keeps the caller's sampling decision:
+a caller that does not sample gets no spans. Every other request is exported.
 """
 from __future__ import annotations
 
 import logging
+import os
 import queue
+import random
 import threading
 import time
 from typing import TYPE_CHECKING
 
 from observe.log_limit import limit_loggers
-from observe.span_plan import plan_spans
+from observe.span_plan import PlannedSpan, plan_spans
 from observe.traceparent import parse_traceparent
 from stages.trace import RequestTrace
 
 if TYPE_CHECKING:
-    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace import ReadableSpan
 
     from pipeline.build import BuiltModel
 
@@ -36,23 +42,36 @@ CLOSE_TIMEOUT_S = 2.0
 EXPORT_LOGGERS = (
     "opentelemetry.exporter.otlp.proto.http.trace_exporter",
     "opentelemetry.exporter.otlp.common.http",
-    "opentelemetry.sdk.trace.export",
-    "opentelemetry.sdk._shared_internal",
 )
-_STOP = object()
+_STOP, _FLUSH = object(), object()
+
+
+def _env_int(name: str, default: int) -> int:
+    try:
+        return max(1, int(os.environ.get(name, default)))
+    except ValueError:
+        return default
 
 
 class OtlpTraceExport:
     def __init__(self, endpoint: str, server_attributes: dict[str, str] | None = None,
                  max_pending: int = MAX_PENDING_TRACES) -> None:
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+        from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+
         self.endpoint = endpoint
         self.server_attributes = dict(server_attributes or {})
+        self.delay_s = _env_int("OTEL_BSP_SCHEDULE_DELAY", 5000) / 1e3  # the SDK's batching variables
+        self.max_batch_spans = _env_int("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", 512)
+        self.num_submitted = 0
+        self.num_done = 0  # traces exported, skipped (unsampled) or failed
         self.num_dropped = 0  # traces the full queue turned away
-        self.num_exported_traces = 0  # traces turned into spans and handed to the batcher
+        self.num_exported_traces = 0
         self._queue: queue.Queue = queue.Queue(maxsize=max_pending)
-        self._provider = _new_provider(endpoint)
-        self._tracer = self._provider.get_tracer("ttft")
-        self.log_limit = limit_loggers(EXPORT_LOGGERS)
+        self._resource = _resource()
+        self._scope = InstrumentationScope("ttft")
+        self._exporter = OTLPSpanExporter(endpoint=endpoint)
+        self.log_limit = limit_loggers(EXPORT_LOGGERS + ("ttft.otlp",))
         self._thread = threading.Thread(target=self._run, name="ttft-otlp-spans", daemon=True)
         self._thread.start()
 
@@ -60,82 +79,110 @@ class OtlpTraceExport:
         """A finished request's trace (called on the event loop: never blocks)."""
         try:
             self._queue.put_nowait(trace)
+            self.num_submitted += 1
         except queue.Full:
             self.num_dropped += 1
 
     def flush(self, timeout_s: float = 5.0) -> bool:
-        """Wait until every submitted trace is built and sent (tests, shutdown)."""
+        """Send what is batched now and wait until every submitted trace is done (tests, a run's end)."""
         deadline = time.monotonic() + timeout_s
-        while self._queue.unfinished_tasks and time.monotonic() < deadline:
+        try:
+            self._queue.put(_FLUSH, timeout=timeout_s)
+        except queue.Full:
+            return False
+        while self.num_done < self.num_submitted and time.monotonic() < deadline:
             time.sleep(0.005)
-        left_ms = max(0, int((deadline - time.monotonic()) * 1e3))
-        return self._provider.force_flush(left_ms) and not self._queue.unfinished_tasks
+        return self.num_done >= self.num_submitted
 
     def close(self, timeout_s: float = CLOSE_TIMEOUT_S) -> None:
-        """Stop the thread and send what is batched, waiting at most `timeout_s` (a collector that is
-        down would otherwise hold a shutdown for the exporter's whole retry time)."""
+        """Send what is batched and stop, waiting at most `timeout_s` (a collector that is down would
+        otherwise hold a shutdown for the exporter's whole retry time)."""
         try:
             self._queue.put(_STOP, timeout=timeout_s)
         except queue.Full:
             pass
         self._thread.join(timeout_s)
-        closer = threading.Thread(target=self._provider.shutdown, name="ttft-otlp-close", daemon=True)
-        closer.start()
-        closer.join(timeout_s)
+        self._exporter.shutdown()  # ends a retry wait in progress
 
     def _run(self) -> None:
+        batch: list[ReadableSpan] = []
+        num_traces = 0  # traces whose spans are in the batch (or that had none), not yet done
+        deadline = float("inf")
         while True:
-            item = self._queue.get()
             try:
-                if item is _STOP:
-                    return
-                self._export(item)
-            except Exception:  # a trace that cannot be turned into spans must not end the thread
-                log.exception("OpenTelemetry: a request's spans could not be built")
-            finally:
-                self._queue.task_done()
+                item = self._queue.get(timeout=max(0.0, deadline - time.monotonic()) if batch else None)
+            except queue.Empty:
+                item = _FLUSH  # the batch's time is up
+            if isinstance(item, RequestTrace):
+                spans = self._spans(item)
+                if spans and not batch:
+                    deadline = time.monotonic() + self.delay_s
+                batch += spans
+                num_traces += 1
+            if not isinstance(item, RequestTrace) or len(batch) >= self.max_batch_spans:
+                if batch:
+                    self._send(batch)
+                    batch = []
+                self.num_done += num_traces
+                num_traces = 0
+            if item is _STOP:
+                return
 
-    def _export(self, trace: RequestTrace) -> None:
-        from opentelemetry import trace as otel_trace
-        from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, Status, StatusCode, TraceFlags
+    def _send(self, spans: list[ReadableSpan]) -> None:
+        from opentelemetry.sdk.trace.export import SpanExportResult
 
-        spans = plan_spans(trace, self.server_attributes)
-        if not spans:
+        try:
+            ok = self._exporter.export(spans) is SpanExportResult.SUCCESS
+        except Exception:  # an exporter bug must not end the thread: the next batch may go
+            log.exception("OpenTelemetry: a batch of spans could not be sent")
             return
+        if ok:
+            self.num_exported_traces += sum(1 for s in spans if s.parent is None or s.parent.is_remote)
+
+    def _spans(self, trace: RequestTrace) -> list[ReadableSpan]:
+        """The trace's spans, finished; [] when there is nothing to show or the caller does not sample."""
+        try:
+            plans = plan_spans(trace, self.server_attributes)
+            if not plans:
+                return []
+            parent = parse_traceparent(trace.info.get("traceparent"))  # type: ignore[arg-type]
+            if parent is not None and not parent.sampled:
+                return []
+            return self._build(trace, plans, parent)
+        except Exception:  # a trace that cannot be turned into spans must not end the thread
+            log.exception("OpenTelemetry: a request's spans could not be built")
+            return []
+
+    def _build(self, trace: RequestTrace, plans: list[PlannedSpan], parent) -> list[ReadableSpan]:
+        from opentelemetry.sdk.trace import ReadableSpan
+        from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
+
         to_wall_ns = time.time_ns() - time.perf_counter_ns()  # the trace's clock to the epoch
-        parent = parse_traceparent(trace.info.get("traceparent"))  # type: ignore[arg-type]
-        context = None
-        if parent is not None:
-            caller = SpanContext(parent.trace_id, parent.span_id, is_remote=True,
-                                 trace_flags=TraceFlags(TraceFlags.SAMPLED if parent.sampled else 0))
-            context = otel_trace.set_span_in_context(NonRecordingSpan(caller))
-        root_plan, children = spans[0], spans[1:]
-        root = self._tracer.start_span(root_plan.name, context=context, kind=SpanKind.SERVER,
-                                       attributes=root_plan.attributes, start_time=root_plan.start_ns + to_wall_ns)
-        if not root.is_recording():  # the caller's trace is not sampled
-            return
-        in_root = otel_trace.set_span_in_context(root)
+        trace_id = parent.trace_id if parent is not None else random.getrandbits(128)
+        flags = TraceFlags(TraceFlags.SAMPLED)
+        caller = None if parent is None else SpanContext(parent.trace_id, parent.span_id, True, flags)
+        root_plan, children = plans[0], plans[1:]
+        root_ctx = SpanContext(trace_id, random.getrandbits(64), False, flags)
+        failed = trace.info.get("error") is not None or trace.info.get("finish_reason") == "error"
+        status = Status(StatusCode.ERROR, str(trace.info.get("error") or "error")) if failed else Status(StatusCode.UNSET)
+        common = {"resource": self._resource, "instrumentation_scope": self._scope}
+        spans = [ReadableSpan(root_plan.name, root_ctx, caller, attributes=root_plan.attributes, kind=SpanKind.SERVER,
+                              status=status, start_time=root_plan.start_ns + to_wall_ns,
+                              end_time=root_plan.end_ns + to_wall_ns, **common)]
         for plan in children:
-            span = self._tracer.start_span(plan.name, context=in_root, start_time=plan.start_ns + to_wall_ns)
-            span.end(end_time=plan.end_ns + to_wall_ns)
-        if trace.info.get("error") is not None or trace.info.get("finish_reason") == "error":
-            root.set_status(Status(StatusCode.ERROR, str(trace.info.get("error") or "error")))
-        root.end(end_time=root_plan.end_ns + to_wall_ns)
-        self.num_exported_traces += 1
+            spans.append(ReadableSpan(plan.name, SpanContext(trace_id, random.getrandbits(64), False, flags), root_ctx,
+                                      start_time=plan.start_ns + to_wall_ns, end_time=plan.end_ns + to_wall_ns,
+                                      **common))
+        return spans
 
 
-def _new_provider(endpoint: str) -> TracerProvider:
-    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+def _resource():
     from opentelemetry.sdk.resources import Resource
-    from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
     resource = Resource.create({})  # OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES, if set
     if str(resource.attributes.get("service.name", "")).startswith("unknown_service"):
         resource = resource.merge(Resource({"service.name": "ttft"}))
-    provider = TracerProvider(resource=resource)
-    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint)))
-    return provider
+    return resource
 
 
 def server_span_attributes(built: BuiltModel, model_name: str) -> dict[str, str]:
