@@ -22,6 +22,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.baselines.server_process import free_port  # noqa: E402
+from bench.otlp_cost import sink_stats  # noqa: E402
 from observe.otlp_export import OtlpTraceExport  # noqa: E402
 from stages.trace import EDGES, RequestTrace  # noqa: E402
 
@@ -80,9 +81,7 @@ def main() -> int:
     try:
         time.sleep(1.0)
         runs = [in_process(opts.traces, f"http://127.0.0.1:{port}") for _ in range(opts.repeats)]
-        with open(f"/dev/stdout", "w") as _:
-            pass
-        stats = json.load(__import__("urllib.request").request.urlopen(f"http://127.0.0.1:{port}/stats"))
+        stats = sink_stats(f"http://127.0.0.1:{port}")
     finally:
         sink.terminate()
         sink.wait(10)
