@@ -1,10 +1,13 @@
 """OtlpTraceExport: finished requests' traces as OpenTelemetry spans, sent to an OTLP/HTTP collector.
 
 The event loop's only cost is `submit`: one `put_nowait` on a bounded queue when a request ends
-(never per token, never in the GPU step). A thread of its own gathers the traces into batches (one
-per OTEL_BSP_SCHEDULE_DELAY, default 5 s, or per OTEL_BSP_MAX_EXPORT_BATCH_SIZE spans), turns each
-into finished spans (observe/span_plan.py), moving the trace's monotonic times to the wall clock, and
-posts the batch with the SDK's OTLP/HTTP exporter. The spans are built as the SDK's finished
+(never per token, never in the GPU step). A thread of its own wakes once per OTEL_BSP_SCHEDULE_DELAY
+(default 5 s; sooner when the queue is a quarter full), takes every trace waiting, turns each into
+finished spans (observe/span_plan.py), moving the trace's monotonic times to the wall clock, and
+posts them in batches of OTEL_BSP_MAX_EXPORT_BATCH_SIZE spans with the SDK's OTLP/HTTP exporter.
+It wakes per batch, not per request: each wake-up takes the interpreter lock, and on a host whose
+cores are busy a thread that holds the lock when the OS takes its core away makes the event loop and
+the GPU stage wait until it runs again. The spans are built as the SDK's finished
 `ReadableSpan`s directly: going through a tracer (`start_span`/`end`: context, sampler, processors for
 every span) costs several times more CPU for spans whose times are all known already.
 
@@ -43,7 +46,6 @@ EXPORT_LOGGERS = (
     "opentelemetry.exporter.otlp.proto.http.trace_exporter",
     "opentelemetry.exporter.otlp.common.http",
 )
-_STOP, _FLUSH = object(), object()
 
 
 def _env_int(name: str, default: int) -> int:
@@ -68,6 +70,9 @@ class OtlpTraceExport:
         self.num_dropped = 0  # traces the full queue turned away
         self.num_exported_traces = 0
         self._queue: queue.Queue = queue.Queue(maxsize=max_pending)
+        self._wake_at = max(1, max_pending // 4)  # queued traces that wake the thread before its time
+        self._wake = threading.Event()
+        self._stopping = False
         self._resource = _resource()
         self._scope = InstrumentationScope("ttft")
         self._exporter = OTLPSpanExporter(endpoint=endpoint)
@@ -79,53 +84,50 @@ class OtlpTraceExport:
         """A finished request's trace (called on the event loop: never blocks)."""
         try:
             self._queue.put_nowait(trace)
-            self.num_submitted += 1
         except queue.Full:
             self.num_dropped += 1
+            return
+        self.num_submitted += 1
+        if self.num_submitted - self.num_done >= self._wake_at:
+            self._wake.set()
 
     def flush(self, timeout_s: float = 5.0) -> bool:
-        """Send what is batched now and wait until every submitted trace is done (tests, a run's end)."""
+        """Send every submitted trace now and wait until they are done (tests, a run's end)."""
         deadline = time.monotonic() + timeout_s
-        try:
-            self._queue.put(_FLUSH, timeout=timeout_s)
-        except queue.Full:
-            return False
         while self.num_done < self.num_submitted and time.monotonic() < deadline:
+            self._wake.set()
             time.sleep(0.005)
         return self.num_done >= self.num_submitted
 
     def close(self, timeout_s: float = CLOSE_TIMEOUT_S) -> None:
-        """Send what is batched and stop, waiting at most `timeout_s` (a collector that is down would
+        """Send what waits and stop, waiting at most `timeout_s` (a collector that is down would
         otherwise hold a shutdown for the exporter's whole retry time)."""
-        try:
-            self._queue.put(_STOP, timeout=timeout_s)
-        except queue.Full:
-            pass
+        self._stopping = True
+        self._wake.set()
         self._thread.join(timeout_s)
         self._exporter.shutdown()  # ends a retry wait in progress
 
     def _run(self) -> None:
-        batch: list[ReadableSpan] = []
-        num_traces = 0  # traces whose spans are in the batch (or that had none), not yet done
-        deadline = float("inf")
         while True:
-            try:
-                item = self._queue.get(timeout=max(0.0, deadline - time.monotonic()) if batch else None)
-            except queue.Empty:
-                item = _FLUSH  # the batch's time is up
-            if isinstance(item, RequestTrace):
-                spans = self._spans(item)
-                if spans and not batch:
-                    deadline = time.monotonic() + self.delay_s
-                batch += spans
-                num_traces += 1
-            if not isinstance(item, RequestTrace) or len(batch) >= self.max_batch_spans:
-                if batch:
+            self._wake.wait(self.delay_s)
+            self._wake.clear()
+            stopping = self._stopping
+            traces = []
+            while True:
+                try:
+                    traces.append(self._queue.get_nowait())
+                except queue.Empty:
+                    break
+            batch: list[ReadableSpan] = []
+            for trace in traces:
+                batch += self._spans(trace)
+                if len(batch) >= self.max_batch_spans:
                     self._send(batch)
                     batch = []
-                self.num_done += num_traces
-                num_traces = 0
-            if item is _STOP:
+            if batch:
+                self._send(batch)
+            self.num_done += len(traces)
+            if stopping:
                 return
 
     def _send(self, spans: list[ReadableSpan]) -> None:
