@@ -160,6 +160,10 @@ class EngineConfig:
     max_traces: int = 1000  # recent traces kept for /debug/traces
     profile_dir: str | None = option(
         None, "enable POST /start_profile and /stop_profile: torch.profiler traces written here")
+    # OpenTelemetry (observe/otlp_settings.py): also OTEL_EXPORTER_OTLP_TRACES_ENDPOINT; the [otel] extra.
+    otlp_traces_endpoint: str | None = option(
+        None, "send one OpenTelemetry span per request, with a child per stage, to this OTLP/HTTP collector "
+              "(e.g. http://localhost:4318; needs pip install 'ttft[otel]')")
     limits: IngressLimits = field(default_factory=IngressLimits)  # its option() fields are flags too
 
     def resolved_device(self) -> str:

@@ -40,6 +40,7 @@ class ChatCompletionRequest:
     chat_template_kwargs: dict = field(default_factory=dict)
     priority: int = 0
     cache_salt: str | None = None
+    return_timings: bool = False  # the reply carries this request's stage timings
     n: int = 1  # choices: parallel samples of the prompt
     tools: ToolRequest | None = None  # None: no tools (absent, empty)
 

@@ -113,7 +113,8 @@ class MaxTokens(Int):
 def common_values(seen: Seen) -> dict[str, Any]:
     """What the common fields give every typed request, by its field names."""
     return {"model": seen["model"], "stream": seen["stream"], "include_usage": seen["stream_options"],
-            "priority": seen["priority"], "cache_salt": seen["cache_salt"], "n": seen["n"]}
+            "priority": seen["priority"], "cache_salt": seen["cache_salt"], "n": seen["n"],
+            "return_timings": seen["return_timings"]}
 
 
 def common_fields(unsupported: UnsupportedTable) -> tuple[Field, ...]:
@@ -130,4 +131,7 @@ def common_fields(unsupported: UnsupportedTable) -> tuple[Field, ...]:
         Int("priority", 0, INT64_MIN, INT64_MAX),
         Str("cache_salt", non_empty=True, max_chars=MAX_CACHE_SALT_CHARS,
             doc="Prefix-cache hits never cross different salts."),
+        # vLLM spells its per-request opt-ins return_* (return_token_ids); the object is llama.cpp's `timings`.
+        Bool("return_timings", False, "Add a `timings` object (ms per stage of this request, observe/timings.py) to "
+                                      "the body, or as the stream's last chunk before [DONE]."),
     )

@@ -30,6 +30,7 @@ class CompletionRequest:
     include_usage: bool
     priority: int = 0
     cache_salt: str | None = None
+    return_timings: bool = False  # the reply carries this request's stage timings
     n: int = 1  # choices: parallel samples of each prompt
     echo: bool = False  # the prompt's text (and, with logprobs, its logprobs) before the completion
 

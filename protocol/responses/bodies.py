@@ -80,12 +80,14 @@ class ResponseAccumulator:
 
 
 def completion_body(meta: ResponseMeta, choices: Sequence[ResponseAccumulator],
-                    echoes: Sequence[Echo] | None = None) -> bytes:
+                    echoes: Sequence[Echo] | None = None, timings: dict[str, float] | None = None) -> bytes:
     """The whole `/v1/completions` body: the choices in the order given (by index); `echoes`: each
     choice's echo, by index (echo=true)."""
     body = envelope(meta, COMPLETION_OBJECT, [acc.completion_choice(echoes[acc.index] if echoes else None)
                                                for acc in choices])
     body["usage"] = usage_dict([acc.last for acc in choices], meta.num_prompts)
+    if timings is not None:  # return_timings: the request's stage timings (ms)
+        body["timings"] = timings
     return orjson.dumps(body)
 
 
@@ -104,11 +106,14 @@ def parsed_message(chain: OutputChain, text: str) -> dict[str, Any]:
     return message
 
 
-def chat_body(meta: ResponseMeta, choices: Sequence[ResponseAccumulator], output: OutputPlan | None = None) -> bytes:
+def chat_body(meta: ResponseMeta, choices: Sequence[ResponseAccumulator], output: OutputPlan | None = None,
+              timings: dict[str, float] | None = None) -> bytes:
     """The whole `/v1/chat/completions` body: the choices in the order given (by index); `output`:
     how the replies are parsed (tools, reasoning), None for plain content."""
     body = envelope(meta, CHAT_OBJECT, [acc.chat_choice(output.new_chain() if output else None) for acc in choices])
     if choices[0].prompt is not None:  # the prompt's: the same for every choice
         body["prompt_logprobs"] = vllm_prompt_logprobs(choices[0].prompt)
     body["usage"] = usage_dict([acc.last for acc in choices], meta.num_prompts)
+    if timings is not None:
+        body["timings"] = timings
     return orjson.dumps(body)

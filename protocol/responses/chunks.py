@@ -35,6 +35,14 @@ def usage_chunk(meta: ResponseMeta, lasts: Sequence[RequestOutput], chat: bool) 
     return orjson.dumps(body)
 
 
+def timings_chunk(meta: ResponseMeta, timings: dict[str, float], chat: bool) -> bytes:
+    """The last chunk when the request asked for `return_timings`: no choices, the request's stage
+    timings (ms), as the usage chunk carries its usage."""
+    body = envelope(meta, CHAT_CHUNK_OBJECT if chat else COMPLETION_OBJECT, [])
+    body["timings"] = timings
+    return orjson.dumps(body)
+
+
 _HOLE = "\x00ttft-hole\x00"  # orjson writes it as "\u0000ttft-hole\u0000"
 
 
