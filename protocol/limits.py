@@ -34,6 +34,10 @@ class IngressLimits:
     # /detokenize's output is up to a token's longest text per id (81 bytes on SmolLM2): this bounds
     # what one request costs in decode time and reply size; --max-prompt-chars bounds it too.
     max_detokenize_tokens: int = option(131072, "token ids in one /detokenize request; past it: 400")
+    # A grammar's source (a schema's JSON text, a regex, a grammar): compiling is cheap per character,
+    # but a megabyte of schema is not a request anyone means.
+    max_grammar_chars: int = option(65536, "characters of a structured output's schema, regex, choices or "
+                                           "grammar; past it: 400")
     max_logit_bias: int = 1024  # logit_bias entries: the sampler scatters each one every step
     max_messages: int = 4096
 
@@ -44,5 +48,7 @@ class IngressLimits:
             raise ValueError(f"max_logprobs must be at least 0, got {self.max_logprobs}")
         if self.max_detokenize_tokens < 1:
             raise ValueError(f"max_detokenize_tokens must be at least 1, got {self.max_detokenize_tokens}")
+        if self.max_grammar_chars < 1:
+            raise ValueError(f"max_grammar_chars must be at least 1, got {self.max_grammar_chars}")
         if self.max_batch_prompts < 1:
             raise ValueError(f"max_batch_prompts must be at least 1, got {self.max_batch_prompts}")

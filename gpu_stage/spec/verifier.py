@@ -71,6 +71,9 @@ class VerifyStep:
         if len(emitted) > 1:
             result.spec[request_id] = emitted[1:]
 
+    def done(self, result: StepResult) -> None:
+        pass
+
 
 class Verifier:
     def __init__(self, draft: DraftModel | None = None) -> None:
