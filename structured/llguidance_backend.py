@@ -2,7 +2,10 @@
 ~50 us per token mask on a 49K vocabulary. Its calls release the GIL while they work.
 
 A compiled grammar is a matcher in its start state (errors found at construction: a bad regex, an
-unknown rule), which `matcher()` copies for each request.
+unknown rule), which `matcher()` copies for each request. The compile also computes the first mask
+once, on a copy: the lexer states it builds are shared with every copy, so a request's first mask,
+on the launch thread, does not build them (a 30-field schema's first mask: ~0.3 ms cold, ~0.08 ms
+after).
 """
 from __future__ import annotations
 
@@ -54,6 +57,8 @@ class LlguidanceBackend:
         matcher = llguidance.LLMatcher(self.tokenizer, text, log_level=0)
         if matcher.is_error():
             raise GrammarError(first_line(matcher.get_error()))
+        scratch = llguidance.torch.allocate_token_bitmask(1, self.tokenizer.vocab_size)
+        llguidance.torch.fill_next_token_bitmask(matcher.deep_copy(), scratch, 0)
         return LlguidanceGrammar(matcher)
 
 
