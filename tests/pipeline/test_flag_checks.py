@@ -32,6 +32,7 @@ BAD = {
     "max_headers": (0, "--max-headers"), "max_header_bytes": (0, "--max-header-bytes"),
     "max_url_bytes": (0, "--max-url-bytes"),
     "max_detokenize_tokens": (0, "--max-detokenize-tokens"),
+    "grammar_compile_timeout_s": (0.0, "--grammar-compile-timeout-s"), "max_grammar_chars": (0, "--max-grammar-chars"),
 }
 
 
