@@ -49,6 +49,7 @@ class GrammarStep:
         self._row_requests: list[tuple[str, SamplingState] | None] = []  # per sampled row, in order
         self._masked: dict[int, tuple[str, int]] | None = None  # id(row) -> (request, its mask row)
         self._bits: torch.Tensor | None = None  # [n, words] on the device
+        self._error: str | None = None  # why none of its constrained rows can be masked
 
     def rows(self, chunk: ScheduledChunk, state: SamplingState) -> list[SamplingRow] | None:
         several = self.inner.rows(chunk, state) if self.inner is not None else None
@@ -68,6 +69,8 @@ class GrammarStep:
         for i, row in enumerate(rows):  # all the step's rows, or one of them (a row-by-row retry)
             hit = self._masked.get(id(row))
             if hit is not None:
+                if self._error is not None:
+                    raise RuntimeError(self._error)
                 self.hook.raise_if_failed(hit[0])
                 index.append(i)
                 picks.append(hit[1])
@@ -77,11 +80,15 @@ class GrammarStep:
         return self.hook.bitmask.apply(logits, device_ids(index, logits.device), bits)
 
     def _fill(self, rows: list[SamplingRow]) -> None:
-        """Wait for the previous step's tokens, bring the matchers up to date, fill the masks."""
-        if self.previous is not None and not self.previous.completed.wait(PREVIOUS_STEP_WAIT_S):
-            raise RuntimeError("the previous step's tokens never came back")
-        self.previous = None  # (no chain of steps kept alive)
+        """Wait for the previous step's tokens, bring the matchers up to date, fill the masks. A
+        previous step that never reached its sampling (its launch failed: the engine is broken)
+        is not waited for; one whose tokens never come fails this step's constrained rows only."""
+        previous, self.previous = self.previous, None  # (no chain of steps kept alive)
         hook, masked = self.hook, {}
+        if previous is not None and previous._masked is not None and not previous.completed.wait(PREVIOUS_STEP_WAIT_S):
+            self._error = "the previous step's tokens never came back"
+            self._masked = {id(row): (owner[0], -1) for row, owner in zip(rows, self._row_requests) if owner}
+            return
         active: list[tuple[int, str, RequestGrammar]] = []
         for row, owner in zip(rows, self._row_requests):
             if owner is None:

@@ -8,16 +8,24 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import threading
 
 import jsonschema
 import pytest
+import torch
 
+from gpu_stage.sampling.penalties import PenaltyCache
+from gpu_stage.sampling.states import SamplingStates
 from ingress.dummy_tokenizer import DummyTokenizer
 from pipeline import Engine, EngineConfig
 from protocol.errors import ApiError
 from scheduler.spec.drafts import SpecDrafts
+from stages.messages import NewRequestData, ScheduledChunk, StepBatch, StepResult
 from stages.sampling import SamplingParams
 from stages.structured import StructuredOutput
+from structured.bitmask import GrammarBitmask
+from structured.compiler import GrammarCompiler
+from structured.runner_hook import GrammarHook
 
 PROMPT = list(range(10, 40))
 SCHEMA = {"type": "object", "properties": {"id": {"type": "integer", "minimum": 0, "maximum": 99},
@@ -109,3 +117,87 @@ async def test_an_embedders_bad_grammar_is_a_400_before_queueing():
             await run(engine, constrained("regex", "a(b"))
         assert info.value.status == 400 and "unclosed group" in info.value.message
         assert engine.num_active == 0
+
+
+# -- the hook alone, driven as the runner drives it ----------------------------------------------
+
+def hook_parts(backend):
+    compiler = GrammarCompiler(lambda: backend)
+    hook = GrammarHook(compiler, GrammarBitmask(8, 512, torch.device("cpu")))
+    return compiler, hook, SamplingStates(PenaltyCache(512, torch.device("cpu"), 0))
+
+
+def launch(hook, states, batch):
+    """What ModelRunner.launch does with the hook: admit, begin, rows, process (full batch)."""
+    for new in batch.new_requests:
+        states.admit(new)
+    part = hook.begin(batch, states)
+    rows, _, ids = states.sampling_rows(batch, StepResult(batch.step_id, []), None, part.rows if part else None)
+    logits = torch.zeros(len(rows), 512)
+    return part, rows, ids, logits
+
+
+def step(step_id, rids, new=()):
+    return StepBatch(step_id, [NewRequestData(r, [5, 6], p) for r, p in new],
+                     [ScheduledChunk(r, [5], 1, [1], True) for r in rids])
+
+
+def test_the_hook_masks_constrained_rows_only_and_a_retry_masks_the_same_row(backend):
+    compiler, hook, states = hook_parts(backend)
+    try:
+        choice = SamplingParams(structured=StructuredOutput("choice", '["ab", "cd"]'))
+        part, rows, ids, logits = launch(hook, states, step(0, ["c", "f"], [("c", choice), ("f", SamplingParams())]))
+        out = part.process_logits(logits, rows)
+        allowed = torch.isfinite(out[0]).nonzero().flatten().tolist()
+        assert allowed == [ord("a") + 3, ord("c") + 3] and torch.isfinite(out[1]).all()
+        assert torch.isfinite(logits).all()  # the input left as it is
+        again = part.process_logits(logits[:1], rows[:1])  # the row-by-row retry of row 0
+        assert torch.equal(again, out[:1])
+        assert torch.isfinite(part.process_logits(logits[1:], rows[1:])).all()
+        hook.release("c")
+        assert hook.num_live == 0
+    finally:
+        compiler.close()
+
+
+def test_a_grammar_that_fails_to_compile_fails_its_row_only(backend):
+    compiler, hook, states = hook_parts(backend)
+    try:
+        bad = SamplingParams(structured=StructuredOutput("regex", "a(b"))
+        part, rows, ids, logits = launch(hook, states, step(0, ["b", "f"], [("b", bad), ("f", SamplingParams())]))
+        with pytest.raises(ValueError, match="unclosed group"):
+            part.process_logits(logits, rows)
+        with pytest.raises(ValueError):
+            part.process_logits(logits[:1], rows[:1])
+        part.process_logits(logits[1:], rows[1:])  # the other row samples
+    finally:
+        compiler.close()
+
+
+def test_a_step_waits_for_the_previous_steps_tokens_unless_that_never_sampled(backend):
+    compiler, hook, states = hook_parts(backend)
+    try:
+        choice = SamplingParams(structured=StructuredOutput("choice", '["ab", "cd"]'))
+        first, rows, _, logits = launch(hook, states, step(0, ["c"], [("c", choice)]))
+        first.process_logits(logits, rows)
+        second, rows2, _, logits2 = launch(hook, states, step(1, ["c"]))  # built ahead of step 0's token
+
+        def complete_step_0():
+            states.requests["c"].output_token_ids.append(ord("c") + 3)  # what complete() records
+            first.done(StepResult(0, []))
+
+        threading.Timer(0.05, complete_step_0).start()
+        out = second.process_logits(logits2, rows2)  # waits for step 0, then reads "c"
+        assert torch_allowed(out) == [ord("d") + 3]
+        # A step whose launch failed before its sampling is never waited for.
+        _, rows3, _, logits3 = launch(hook, states, step(2, ["c"]))
+        orphan = hook._last
+        fourth, rows4, _, logits4 = launch(hook, states, step(3, ["c"]))
+        assert fourth.previous is orphan and orphan._masked is None
+        fourth.process_logits(logits4, rows4)  # returns at once
+    finally:
+        compiler.close()
+
+
+def torch_allowed(out):
+    return torch.isfinite(out[0]).nonzero().flatten().tolist()
