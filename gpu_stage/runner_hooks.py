@@ -22,7 +22,8 @@ A HookStep lives from its step's launch to its completion. In the order the runn
     done(result)                  the step's tokens are all recorded (a later step's launch may
                                   wait for this: a grammar's masks read them)
 
-One hook per runner; a second feature would compose with the first in a hook of its own.
+One hook per runner; a second feature composes with the first in a hook of its own, which keeps the
+first as its `inner` (structured/runner_hook.py wraps speculative decoding's Verifier so).
 """
 from __future__ import annotations
 

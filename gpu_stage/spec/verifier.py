@@ -92,5 +92,8 @@ class Verifier:
 
 
 def draft_of(hook: object) -> DraftModel | None:
-    """The draft model of a runner's hook (ModelRunner.hook): None unless it is a Verifier with one."""
-    return hook.draft if isinstance(hook, Verifier) else None
+    """The draft model of a runner's hook (ModelRunner.hook), or of the Verifier a composing hook wraps
+    (its `inner`: runner_hooks.py): None unless there is a Verifier with one."""
+    while hook is not None and not isinstance(hook, Verifier):
+        hook = getattr(hook, "inner", None)
+    return hook.draft if hook is not None else None
