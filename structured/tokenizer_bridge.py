@@ -2,7 +2,7 @@
 GGUF-loaded SmolLM2 one included, gives each id's exact bytes, which is what llguidance's token
 trie is built from; its encoder (text, no special tokens) is what llguidance tokenizes forced text
 with. `vocab_size` is the model's (the logits' width), which may exceed the tokenizer's: ids past
-the tokenizer's have no bytes and are never allowed.
+the tokenizer's stand for no text and are never allowed.
 
 Building one reads the whole vocabulary (~0.1 s at 49K ids) and its first mask builds llguidance's
 per-tokenizer tables (~0.4 s): `warm` does that once, before any request waits for it.
@@ -20,14 +20,17 @@ from ingress.tokenizer import Tokenizer
 class TokenizerWrapper:
     """The duck type llguidance.LLTokenizer accepts (llguidance's own TokenizerWrapper's fields)."""
 
-    def __init__(self, tokenizer: Tokenizer) -> None:
+    def __init__(self, tokenizer: Tokenizer, vocab_size: int) -> None:
         self.is_tokenizer_wrapper = True
         self._tokenizer = tokenizer
         self.eos_token_id = min(tokenizer.eos_token_ids) if tokenizer.eos_token_ids else None
         self.bos_token_id = tokenizer.bos_token_id
         n = tokenizer.vocab_size
-        self.tokens: Sequence[bytes] = [tokenizer.token_bytes(i) for i in range(n)]
-        self.special_token_ids = [i for i in range(n) if tokenizer.is_special(i)]
+        # Ids the model has and the tokenizer lacks (padded embedding tables) stand for no text:
+        # special tokens of their own, which no grammar allows.
+        self.tokens: Sequence[bytes] = [tokenizer.token_bytes(i) for i in range(n)] + [
+            b"<|ttft_unused_%d|>" % i for i in range(n, vocab_size)]
+        self.special_token_ids = [i for i in range(n) if tokenizer.is_special(i)] + list(range(n, vocab_size))
 
     def __call__(self, text: str | bytes) -> list[int]:
         if isinstance(text, bytes):
@@ -38,8 +41,8 @@ class TokenizerWrapper:
 def ll_tokenizer(tokenizer: Tokenizer, vocab_size: int | None = None) -> llguidance.LLTokenizer:
     """llguidance's view of `tokenizer`; every eos id ends a constrained output."""
     eos = sorted(tokenizer.eos_token_ids)
-    return llguidance.LLTokenizer(TokenizerWrapper(tokenizer), n_vocab=vocab_size or tokenizer.vocab_size,
-                                  eos_token=eos or None)
+    vocab_size = max(vocab_size or 0, tokenizer.vocab_size)
+    return llguidance.LLTokenizer(TokenizerWrapper(tokenizer, vocab_size), n_vocab=vocab_size, eos_token=eos or None)
 
 
 def warm(tokenizer: llguidance.LLTokenizer) -> None:

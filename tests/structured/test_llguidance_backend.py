@@ -8,9 +8,11 @@ import json
 import pytest
 import torch
 
-from ingress.dummy_tokenizer import EOS_ID
+from ingress.dummy_tokenizer import BOS_ID, EOS_ID, DummyTokenizer
 from structured.backend import GrammarError, bitmask_words
 from structured.grammar_text import choice_lark
+from structured.llguidance_backend import LlguidanceBackend
+from structured.tokenizer_bridge import ll_tokenizer
 
 VOCAB = 512
 
@@ -83,3 +85,11 @@ def test_bad_specs_are_grammar_errors_that_say_why(backend, kind, spec, words):
 
 def test_choice_strings_are_escaped_literals():
     assert choice_lark(json.dumps(['a"b', "c\\d"])) == 'start: "a\\"b" | "c\\\\d"\n'
+
+
+def test_ids_past_the_tokenizer_and_special_tokens_are_never_text():
+    ll = ll_tokenizer(DummyTokenizer(300), VOCAB)  # a model whose embedding table is padded past its tokenizer
+    assert ll.vocab_size == VOCAB
+    matcher = LlguidanceBackend(ll).compile("regex", r"[a-z<>/|_0-9 ]+").matcher()
+    ids = allowed(matcher)
+    assert ids and max(ids) < 300 and not {BOS_ID, EOS_ID} & ids  # "<s>", "</s>" are not text
