@@ -12,6 +12,7 @@ from pathlib import Path
 
 from bench.ablate import run_ablation
 from bench.ablate_workloads import SCALES
+from bench.extra_body import add_extra_body_arguments
 from bench.interference_ablate import run_interference_ablation
 from bench.interference_cli import add_interference_arguments
 from bench.load import WORKLOADS, run_bench
@@ -91,7 +92,7 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
     a("--transport", choices=("raw", "httpx"), default="raw")
     a("--timeout", type=float, default=600.0, help="per-request limit in seconds")
     a("--no-ignore-eos", dest="ignore_eos", action="store_false", help="let EOS end replies early")
-    a("--extra-body", default=None, help="JSON object merged into every request body")
+    add_extra_body_arguments(parser)
     a("--result-dir", default=str(DEFAULT_RESULT_DIR), help="where the run's JSON, Markdown and plots go "
                                                             "(default: ./ttft-bench-results)")
     a("--label", default=None, help="name for this run in file names and tables")

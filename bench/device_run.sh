@@ -55,6 +55,13 @@
 #               131072` and bench/long_context.py: OUTDIR/long_summary.json. About 8 minutes; skip
 #               parts with LONG_TESTS=0, LONG_ATTENTION=0, LONG_CHUNKS=0; LONG_SERVE_ARGS="..." adds
 #               server flags (e.g. --long-context-attention off, --context-aware-chunks).
+#   --structured: instead, structured outputs (issue 44): the structured room's tests, the host CPU
+#               time of the masks per step at batch 64 on a 128K vocabulary (bench/structured_masks.py,
+#               no server), then `ttft serve` (the suite's flags) and bench/structured_gpu.py: TTFT of a
+#               json_schema request against the same unconstrained one at 128 and 2,048 prompt tokens
+#               (warm schema and never-seen schema), ITL at batch 1 and 64 with every request
+#               constrained against none: OUTDIR/structured_gpu.json/.md, structured_masks.json.
+#               About 4 minutes; STRUCTURED_ROUNDS=N TTFT rounds per length (default 10).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUTDIR=""
@@ -72,6 +79,7 @@ KV8=""
 SPEC=""
 INTERFERENCE=""
 OTLP=""
+STRUCTURED=""
 TP=1
 ARGS=("$@")
 for ((i = 0; i < ${#ARGS[@]}; i++)); do
@@ -93,6 +101,7 @@ for ((i = 0; i < ${#ARGS[@]}; i++)); do
         --spec) SPEC=1 ;;
         --interference) INTERFERENCE=1 ;;
         --otlp) OTLP=1 ;;
+        --structured) STRUCTURED=1 ;;
         *) OUTDIR="$arg" ;;
     esac
 done
@@ -203,6 +212,24 @@ fi
 # ---- end of issue 29's block -----------------------------------------------------------------
 
 source bench/server_helpers.sh  # start_server, stop_server, SUITE_SERVE_FLAGS
+
+if [ -n "$STRUCTURED" ]; then  # issue 44: self-contained, exits at its end
+    echo "== structured outputs: tests, the masks' host time, then TTFT and ITL constrained vs not"
+    timeout 240 python3 -m pytest -p no:cacheprovider -q tests/structured -x 2>&1 | tail -15 > "$OUTDIR/structured_tests.log"
+    tail -3 "$OUTDIR/structured_tests.log"
+    timeout 180 python3 -m bench.structured_masks --vocab-size 128256 --batch 64 --steps 64 --out "$OUTDIR" \
+        2>&1 | tail -25
+    if start_server "$DETAIL/server-structured.log" "${SUITE_SERVE_FLAGS[@]}" --tensor-parallel-size "$TP"; then
+        timeout 420 python3 -m bench.structured_gpu --out "$OUTDIR" --rounds "${STRUCTURED_ROUNDS:-10}" \
+            2>&1 | tee "$OUTDIR/structured_gpu.log" | tail -20
+        rc="${PIPESTATUS[0]}"
+    else
+        echo "server (--structured) did not start"; tail -20 "$DETAIL/server-structured.log"; rc=1
+    fi
+    stop_server
+    tail -30 "$DETAIL/server-structured.log" > "$OUTDIR/server_structured.log"
+    exit "$rc"
+fi
 
 if [ -n "$TIERS" ]; then
     echo "== KV tiers: restore vs recompute, then multi-turn with and without the host tier"

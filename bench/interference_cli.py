@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 import time
 
-import orjson
 
 from bench.client import BenchClient
+from bench.extra_body import extra_body
 from bench.interference import PRESETS, Phases, Requests, preset, run_interference
 from bench.interference_report import interference_figures, interference_table
 from bench.report import machine_info, write_report
@@ -60,7 +60,7 @@ async def run_interference_bench(args: argparse.Namespace) -> dict:
     """Run the interference workload; print its table; write its files unless --no-save."""
     spec = spec_from_args(args)
     fmt = args.prompt_format if args.prompt_format != "auto" else ("text" if args.endpoint == "chat" else "tokens")
-    extra = orjson.loads(args.extra_body) if args.extra_body else {}
+    extra = extra_body(args)
     requests = Requests(spec, fmt, args.vocab_size, args.seed)
     in_flight = spec.num_streams + int(spec.long_every_s / spec.short_every_s) + 8
     async with BenchClient(args.base_url, args.uds, args.endpoint, args.model, args.api_key,

@@ -10,9 +10,9 @@ import asyncio
 import math
 from functools import partial
 
-import orjson
 
 from bench.client import BenchClient
+from bench.extra_body import extra_body
 from bench.goodput import parse_goodput
 from bench.interference_cli import run_interference_bench
 from bench.metrics import compute_metrics
@@ -92,7 +92,7 @@ async def run_bench(args: argparse.Namespace) -> dict:
         return await run_multi_turn_bench(args)
     if args.workload == "interference":  # phases timed against each other (bench/interference.py)
         return await run_interference_bench(args)
-    extra = orjson.loads(args.extra_body) if args.extra_body else {}
+    extra = extra_body(args)
     slos = parse_goodput(args.goodput) if args.goodput else None
     requests = await measured_requests(args)
     # Short warm-up replies, but never shorter than the body's min_tokens (the server refuses those);

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import argparse
 
-import orjson
 
 from bench.client import BenchClient
+from bench.extra_body import extra_body
 from bench.kv_probe import kv_snapshot, kv_summary
 from bench.multi_turn import (MultiTurnSpec, TurnReply, make_conversations, suggested_num_kv_blocks,
                               working_set_tokens)
@@ -72,7 +72,7 @@ async def run_multi_turn_bench(args: argparse.Namespace) -> dict:
     ws = working_set_info(spec)
     print(f"multi-turn working set: {ws['tokens']:,} tokens; a device pool of a quarter of it is "
           f"`ttft serve --num-kv-blocks {ws['quarter_blocks']}` (block size {BLOCK_SIZE})", flush=True)
-    extra = orjson.loads(args.extra_body) if args.extra_body else {}
+    extra = extra_body(args)
     conversations = make_conversations(spec)
     warm = random_workload(args.warmup, spec.doc_len, min(spec.output_len, MAX_WARMUP_OUTPUT_TOKENS),
                            seed=args.seed + WARMUP_SEED_OFFSET, prompt_format=spec.prompt_format,

@@ -224,6 +224,8 @@ class ModelRunner:
         for request_id, run in runs.items():
             if request_id not in result.failed:
                 part.accept(request_id, run, extra, result)
+        if part is not None:
+            part.done(result)
         for copies in launched.copies_done:
             if copies is not None:
                 copies.synchronize()  # the scheduler reads "step done" as "copies done"

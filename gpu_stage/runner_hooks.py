@@ -1,6 +1,7 @@
 """RunnerHook: how a per-step feature attaches to the ModelRunner, at the points where its step
 differs from a plain one; none of the runner's code knows which feature it is (speculative
-decoding's verification is one: gpu_stage/spec/verifier.py; a grammar's logits mask would be one).
+decoding's verification is one: gpu_stage/spec/verifier.py; a grammar's logits mask is another:
+structured/runner_hook.py, which wraps the first when both are on).
 
     hook.begin(batch, states) -> HookStep | None   a step is launched, before its inputs are staged:
                                                    the hook's share of it (None: a plain step)
@@ -13,13 +14,16 @@ A HookStep lives from its step's launch to its completion. In the order the runn
     feed                          PENDING_TOKEN inputs of the step it fills on the device
     extra                         int32 ids on the device that ride the step's one copy back
     process_logits(logits, rows)  the logits processor: new logits for the sampled rows before the
-                                  sampler draws (logprobs stay the model's; the input is left as it
-                                  is, since a failed batch is sampled again row by row from it)
+                                  sampler takes logprobs and draws (the input is left as it is,
+                                  since a failed batch is sampled again row by row from it)
     claimed                       the requests whose sampled tokens it takes, off the plain path
     accept(request_id, run, extra, result)   one claimed request's tokens, in row order, and the
                                   extra ids back on the host: it records what the request emits
+    done(result)                  the step's tokens are all recorded (a later step's launch may
+                                  wait for this: a grammar's masks read them)
 
-One hook per runner; a second feature would compose with the first in a hook of its own.
+One hook per runner; a second feature composes with the first in a hook of its own, which keeps the
+first as its `inner` (structured/runner_hook.py wraps speculative decoding's Verifier so).
 """
 from __future__ import annotations
 
@@ -43,6 +47,8 @@ class HookStep(Protocol):
     def process_logits(self, logits: torch.Tensor, rows: list[SamplingRow]) -> torch.Tensor: ...
 
     def accept(self, request_id: str, run: list[SampledToken], extra: list[int], result: StepResult) -> None: ...
+
+    def done(self, result: StepResult) -> None: ...
 
 
 class RunnerHook(Protocol):

@@ -9,13 +9,16 @@ limits and the same pool.
 from __future__ import annotations
 
 import dataclasses
+from concurrent.futures import Future
 from typing import Callable
 
 from ingress.chat_template import ChatTemplate
 from ingress.prepared import PreparedRequest
 from ingress.prompt_codec import PromptCodec, content_chars
+from ingress.structured_check import StructuredCheck
 from ingress.tokenizer import Tokenizer
 from ingress.tokenizer_pool import TokenizerPool
+from protocol.errors import bad_request
 from protocol.json_body import parse_json_body
 from protocol.limits import IngressLimits
 from protocol.requests.chat import ChatCompletionRequest, parse_chat_request
@@ -29,6 +32,7 @@ from protocol.requests.tokenize import (
     parse_detokenize_request,
     parse_tokenize_request,
 )
+from stages.sampling import SamplingParams
 from stages.trace import RequestTrace, host_clock_ns
 
 
@@ -46,6 +50,7 @@ class IngressStage:
         offload_chars: int,
         num_threads: int,
         parsers: OutputParsers | None = None,
+        structured: StructuredCheck | None = None,
     ) -> None:
         """`parsers`: the server's tool-call and reasoning parsers (none when None)."""
         self.tokenizer = tokenizer
@@ -58,6 +63,7 @@ class IngressStage:
         # The grammar of a forced tool choice waits for these when the reply starts in reasoning
         # (tokenized at the first request that needs them).
         self._think_end_ids: tuple[int, ...] | None = None
+        self.structured = structured  # None: a request asking for structured output is refused
 
     def close(self) -> None:
         self.pool.close()
@@ -73,11 +79,14 @@ class IngressStage:
 
     async def prepare_completion(self, body: bytes, trace: RequestTrace) -> PreparedRequest:
         req: CompletionRequest = self._parse(body, trace, parse_completion_request)
+        grammar = self._start_grammar(req.params)
         if isinstance(req.prompt, str):  # a batch is of one kind: all texts here
             prompts = await self.pool.run(trace, sum(map(len, req.prompts)), self.codec.encode_texts, req.prompts)
         else:
             prompts = [list(ids) for ids in req.prompts]
             trace.mark("tokenized")
+        if grammar is not None:
+            await self.structured.finish(grammar, req.params)
         prepared = self._finish(req, prompts, trace)
         if req.echo:  # each prompt's text as given, or its ids decoded (off the loop when long)
             prepared.echo_texts = list(req.prompts) if isinstance(req.prompt, str) else await self.pool.run(
@@ -86,8 +95,11 @@ class IngressStage:
 
     async def prepare_chat(self, body: bytes, trace: RequestTrace) -> PreparedRequest:
         req: ChatCompletionRequest = self._parse(body, trace, parse_chat_request)
+        grammar = self._start_grammar(req.params)  # a response_format's or a forced tool choice's
         num_chars = content_chars(req.messages) + (req.tools.num_chars if req.tools is not None else 0)
         ids = await self.pool.run(trace, num_chars, self.codec.encode_chat, req)
+        if grammar is not None:
+            await self.structured.finish(grammar, req.params)
         prepared = self._finish(req, [ids], trace)
         if req.tools is not None or self.parsers.reasoning_parser is not None:
             self._plan_output(prepared, req, ids)
@@ -102,6 +114,19 @@ class IngressStage:
                 self._think_end_ids = tuple(self.tokenizer.encode("</think>", add_special_tokens=False))
             prepared.output_plan = plan
             prepared.params = planned_params(prepared.params, plan, self._think_end_ids)
+
+    def _start_grammar(self, params: SamplingParams) -> Future | None:
+        """The request's grammar compile, started now (it runs beside the tokenizer)."""
+        if params.structured is None:
+            return None
+        if self.structured is None:
+            raise bad_request("structured outputs are not available on this server.", params.structured.param)
+        return self.structured.start(params)
+
+    async def check_structured(self, params: SamplingParams) -> None:
+        """For embedders: the grammar of `params` compiles (ApiError 400 naming the problem if not)."""
+        if params.structured is not None:
+            await self.structured.finish(self._start_grammar(params), params)
 
     async def encode_prompt(self, prompt: str | list[int], trace: RequestTrace) -> list[int]:
         """For embedders: text (with the model's BOS rule; long text off the loop) or ids, checked

@@ -24,6 +24,7 @@ from ingress.tokenizer import Tokenizer
 from pipeline.build_parallel import (ParallelStartupError, cpu_threads_per_rank, kv_shard_config, runner_spec,
                                      start_tensor_parallel)
 from pipeline.build_spec import attach_speculation, resolve_speculative, spec_graph_families
+from pipeline.build_structured import attach_structured
 from pipeline.build_tiers import BuiltTiers, build_tiers
 from pipeline.config import EngineConfig
 from pipeline.faults import install_faults
@@ -32,6 +33,7 @@ from scheduler.scheduler import Scheduler
 from scheduler.step_budget import StepBudgetConfig
 from stages.options import fill
 from stages.speculative import SpeculativeConfig
+from structured.compiler import GrammarCompiler
 
 log = logging.getLogger("ttft.build")
 
@@ -56,6 +58,7 @@ class BuiltModel:
     num_blocks: int
     tiers: BuiltTiers = field(default_factory=BuiltTiers.off)
     parallel: TensorParallelDriver | None = None  # --tensor-parallel-size > 1: the workers' group
+    grammars: GrammarCompiler | None = None  # structured outputs' compiler (ingress submits to it)
 
     @property
     def model_name(self) -> str:
@@ -176,6 +179,7 @@ def _build_rest(cfg: EngineConfig, source: ModelSource, runner: ModelRunner,
         cfg.max_model_len, source.config.max_position_embeddings, (num_blocks - 1) * cfg.block_size
     )
     install_faults(runner)
+    grammars = attach_structured(runner, source.tokenizer, source.config.vocab_size, cfg.grammar_compile_timeout_s)
     try:
         tiers = build_tiers(cfg, runner)
     except ValueError as exc:
@@ -190,4 +194,4 @@ def _build_rest(cfg: EngineConfig, source: ModelSource, runner: ModelRunner,
     template = ChatTemplate(
         template_override or tok.chat_template, bos_token=getattr(tok, "bos_token", None), eos_token=getattr(tok, "eos_token", None)
     )
-    return BuiltModel(source, runner, scheduler, tok, template, max_model_len, num_blocks, tiers, parallel)
+    return BuiltModel(source, runner, scheduler, tok, template, max_model_len, num_blocks, tiers, parallel, grammars)

@@ -113,6 +113,9 @@ class EngineConfig:
         None, 'speculative decoding as JSON, vLLM\'s fields: {"method": "ngram", "num_speculative_tokens": 4, '
               '"prompt_lookup_max": 4, "prompt_lookup_min": 2} or {"method": "draft_model", "model": "...", '
               '"num_speculative_tokens": 4}; "disable_by_batch_size": N')
+    # Structured outputs (structured/): a grammar compiles beside the tokenizer, before queueing.
+    grammar_compile_timeout_s: float = option(
+        10.0, "a structured output's schema, regex or grammar that takes longer to compile is a 400")
     enable_prefix_caching: bool = option(True, "reuse the KV of prompt prefixes across requests")
     shadow: bool = option(True, "admit without arrival-time KV reservation", flag="--no-shadow",
                           action="store_false")

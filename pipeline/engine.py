@@ -104,6 +104,8 @@ class Engine:
         self.ingress.close()
         if self.trace_export is not None:
             await asyncio.to_thread(self.trace_export.close)
+        if self.built is not None and self.built.grammars is not None:
+            self.built.grammars.close()
         if self.built is not None and self.built.parallel is not None:
             await asyncio.to_thread(self.built.parallel.close)  # the stop header, then the workers' exit
 
@@ -165,6 +167,7 @@ class Engine:
         trace.mark("parsed")
         if n < 1:
             raise bad_request(f"'n' must be at least 1, got {n}", "n")
+        await self.ingress.check_structured(params)  # a grammar that does not compile: 400 before queueing
         ids = await self.ingress.encode_prompt(prompt, trace)
         if not ids:
             raise bad_request("the prompt is empty", "prompt")

@@ -85,6 +85,7 @@ RULES = (
     Rule("stream_stall_timeout_s", positive, "must be > 0"),
     Rule("shutdown_grace_s", at_least(0), "must be >= 0 (0: abort at once)"),
     Rule("cpu_threads", at_least(1), "must be >= 1"),
+    Rule("grammar_compile_timeout_s", positive, "must be > 0"),
     # request limits (IngressLimits)
     Rule("max_body_bytes", at_least(1), "must be >= 1"),
     Rule("max_prompt_chars", at_least(1), "must be >= 1"),
@@ -95,6 +96,7 @@ RULES = (
     Rule("max_logprobs", at_least(0), "must be >= 0"),
     Rule("max_detokenize_tokens", at_least(1), "must be >= 1"),
     Rule("max_tools", at_least(0), "must be >= 0 (0: no tools)"),
+    Rule("max_grammar_chars", at_least(1), "must be >= 1"),
 )
 
 

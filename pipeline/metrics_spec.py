@@ -24,3 +24,5 @@ def spec_metrics(hooks: StepHooks, fam: ModelFamilies) -> Iterator[Metric]:
     yield fam.counter_by("ttft_spec_decode_num_accepted_tokens_per_pos", "Draft tokens accepted, by position "
                          "in the draft (0: the first)", "position",
                          {str(i): n for i, n in enumerate(c.accepted_by_position)})
+    yield fam.counter("ttft_spec_decode_num_constrained_rows", "Decode rows given no drafts because a grammar "
+                      "constrains their output", c.num_constrained_rows)

@@ -40,6 +40,10 @@ class IngressLimits:
     # (tool_choice "auto", the default with tools, is a 400 otherwise).
     enable_auto_tool_choice: bool = option(False, "parse the tool calls a model writes (tool_choice \"auto\"); "
                                                   "needs --tool-call-parser", action="store_true")
+    # A grammar's source (a schema's JSON text, a regex, a grammar): compiling is cheap per character,
+    # but a megabyte of schema is not a request anyone means.
+    max_grammar_chars: int = option(65536, "characters of a structured output's schema, regex, choices or "
+                                           "grammar; past it: 400")
     max_logit_bias: int = 1024  # logit_bias entries: the sampler scatters each one every step
     max_messages: int = 4096
 
@@ -52,5 +56,7 @@ class IngressLimits:
             raise ValueError(f"max_detokenize_tokens must be at least 1, got {self.max_detokenize_tokens}")
         if self.max_tools < 0:
             raise ValueError(f"max_tools must be at least 0, got {self.max_tools}")
+        if self.max_grammar_chars < 1:
+            raise ValueError(f"max_grammar_chars must be at least 1, got {self.max_grammar_chars}")
         if self.max_batch_prompts < 1:
             raise ValueError(f"max_batch_prompts must be at least 1, got {self.max_batch_prompts}")

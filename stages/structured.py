@@ -21,3 +21,5 @@ class StructuredOutput:
     # Token ids that open the constrained part: the grammar applies only after the output has
     # produced them (a reasoning parser's `</think>`); empty: from the first output token.
     after_token_ids: tuple[int, ...] = ()
+    # The body field it came from ("response_format.json_schema.schema"), which a 400 names.
+    param: str = "structured_outputs"

@@ -1,8 +1,8 @@
 """Sampler: logits of the sampled rows of a step -> one token per row, vectorised over the batch.
 
-Order of processing (as vLLM): logprobs are taken from the raw model log-softmax; then a logits
-processor edits the logits where the runner passes one (a runner hook's: gpu_stage/runner_hooks.py),
-min_tokens bans the stop ids, logit_bias adds its biases (logit_bias.py), the repetition penalty
+Order of processing (as vLLM): a logits processor edits the logits where the runner passes one (a
+runner hook's: gpu_stage/runner_hooks.py; a grammar's mask, which vLLM too applies first); then
+logprobs are taken from that log-softmax (the model's own, without a grammar); min_tokens bans the stop ids, logit_bias adds its biases (logit_bias.py), the repetition penalty
 (HF semantics, over prompt + output) and the frequency / presence penalties (over output) edit
 them; temperature 0 takes the argmax; otherwise temperature, top_k, top_p and min_p shape the
 distribution (`truncation_mask`) and the token is drawn by inverse CDF, in vocabulary order, with
@@ -100,10 +100,10 @@ class Sampler:
         if tensors is None:
             tensors = SamplingTensors.build(rows, logits.device, logits.shape[1])
         logits = logits.to(torch.float32)  # [B, V]
+        if process is not None:  # before the logprobs: a grammar's mask shows in them, as in vLLM
+            logits = process(logits, rows)
         ks = [r.params.logprobs for r in rows]
         raw_logprobs = torch.log_softmax(logits, dim=-1) if any(k is not None for k in ks) else None
-        if process is not None:
-            logits = process(logits, rows)
         logits = self._ban_stop_ids(logits, rows)
         if tensors.flags.need_logit_bias:
             logits = apply_logit_bias(logits, rows)

@@ -71,6 +71,9 @@ class VerifyStep:
         if len(emitted) > 1:
             result.spec[request_id] = emitted[1:]
 
+    def done(self, result: StepResult) -> None:
+        pass
+
 
 class Verifier:
     def __init__(self, draft: DraftModel | None = None) -> None:
@@ -89,5 +92,8 @@ class Verifier:
 
 
 def draft_of(hook: object) -> DraftModel | None:
-    """The draft model of a runner's hook (ModelRunner.hook): None unless it is a Verifier with one."""
-    return hook.draft if isinstance(hook, Verifier) else None
+    """The draft model of a runner's hook (ModelRunner.hook), or of the Verifier a composing hook wraps
+    (its `inner`: runner_hooks.py): None unless there is a Verifier with one."""
+    while hook is not None and not isinstance(hook, Verifier):
+        hook = getattr(hook, "inner", None)
+    return hook.draft if hook is not None else None

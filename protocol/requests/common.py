@@ -25,16 +25,10 @@ COMMON_UNSUPPORTED = UnsupportedTable((
     # OpenAI's deprecated spelling of tools: refused (chat takes `tools` / `tool_choice`).
     Unsupported("functions", [], " (use 'tools')"),
     Unsupported("function_call", "none", " (use 'tool_choice')"),
-    Unsupported("response_format", {"type": "text"}, " (only {\"type\": \"text\"})"),
     Unsupported("modalities", ["text"], " (only [\"text\"])"),
     Unsupported("audio"),
     # vLLM extensions that would change the output if honoured.
     Unsupported("use_beam_search", False),
-    Unsupported("guided_json"),
-    Unsupported("guided_regex"),
-    Unsupported("guided_choice"),
-    Unsupported("guided_grammar"),
-    Unsupported("structured_outputs"),
     Unsupported("allowed_token_ids", []),
     Unsupported("bad_words", []),
     Unsupported("logits_processors", []),

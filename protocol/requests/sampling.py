@@ -13,6 +13,7 @@ from protocol.errors import bad_request
 from protocol.requests.field_checks import INT64_MIN, UINT64_MAX, check_token_ids, opt_int, type_error
 from protocol.requests.fields import NULL_ONLY, Bool, Context, Field, Float, Int, Schema, Seen, opt, token_id
 from protocol.requests.logit_fields import LogitBias
+from protocol.requests.structured_fields import STRUCTURED, StructuredField
 from stages.sampling import SamplingParams
 
 # Below this a temperature is greedy. Dividing logits by 1e-300 overflows to inf and the softmax to
@@ -136,6 +137,7 @@ SAMPLING_FIELDS: tuple[Field, ...] = (  # in the order they are read
     Bool("skip_special_tokens", True),
     Bool("include_stop_str_in_output", False),
     LogitBias(),
+    StructuredField(),
 )
 
 
@@ -161,6 +163,7 @@ def sampling_params(seen: Seen, logprobs: int | None, prompt_logprobs: int | Non
         min_tokens=seen["min_tokens"],
         logit_bias=seen["logit_bias"],
         prompt_logprobs=prompt_logprobs,
+        structured=seen[STRUCTURED],
     )
     if seen[EFFECTIVE_MAX_TOKENS] is not None:
         kwargs["max_tokens"] = seen[EFFECTIVE_MAX_TOKENS]

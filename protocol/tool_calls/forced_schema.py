@@ -41,4 +41,4 @@ def forced_output(tools: ToolRequest, after_token_ids: tuple[int, ...] = ()) -> 
     schema = forced_schema(tools)
     if schema is None:
         return None
-    return StructuredOutput("json_schema", orjson.dumps(schema).decode(), after_token_ids)
+    return StructuredOutput("json_schema", orjson.dumps(schema).decode(), after_token_ids, param="tool_choice")

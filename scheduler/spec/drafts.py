@@ -16,7 +16,8 @@ covers: the rejected slots' KV is garbage that the next steps overwrite, and no 
 ever covers it (only full blocks of known, computed tokens are hashed).
 
 Rows that get no drafts: penalised requests (their history would have to include the guesses),
-rows the budget, max_tokens or the context window leave no room for, all rows while more
+constrained requests (a grammar masks one position per step: structured/runner_hook.py; counted,
+`num_constrained_rows`), rows the budget, max_tokens or the context window leave no room for, all rows while more
 sequences run than `disable_by_batch_size`.
 """
 from __future__ import annotations
@@ -40,6 +41,7 @@ class SpecCounters:
         self.num_draft_tokens = 0
         self.num_accepted_tokens = 0
         self.accepted_by_position = [0] * k  # rows whose draft i (0-based) was accepted
+        self.num_constrained_rows = 0  # decode rows left without drafts: their output follows a grammar
 
     def observe(self, num_draft: int, num_accepted: int) -> None:
         self.num_drafts += 1
@@ -77,6 +79,9 @@ class SpecDrafts:
             num_room = min(k, step.budget_left, params.max_tokens - (num_tokens - req.num_prompt_tokens) - 1,
                            self._max_model_len - num_tokens - 1)
             if num_room <= 0 or params.needs_penalties:
+                continue
+            if params.structured is not None:
+                self.counters.num_constrained_rows += 1
                 continue
             drafts = self._propose(req, num_room)
             end = chunk.start_pos + 1 + len(drafts)

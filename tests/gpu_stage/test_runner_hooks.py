@@ -1,7 +1,8 @@
 """A runner hook's points on the ModelRunner (CPU, dummy:tiny), with a toy hook: its logits
-processor edits the sampled rows' logits before the draw (a banned token is never drawn, the
-logprobs stay the model's), it takes the tokens of the requests it claims off the plain path, it
-is told of every request that ends, and a step it has no share in (begin -> None) is a plain one."""
+processor edits the sampled rows' logits before the draw and the logprobs (a banned token is never
+drawn nor reported), it takes the tokens of the requests it claims off the plain path, it hears when
+a step's tokens are recorded and of every request that ends, and a step it has no share in
+(begin -> None) is a plain one."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -28,6 +29,7 @@ class BanStep:
     feed: None = None
     extra: None = None
     accepted: list[str] = field(default_factory=list)
+    completed: list[int] = field(default_factory=list)  # step ids whose tokens were all recorded
 
     def rows(self, chunk: ScheduledChunk, state: SamplingState) -> list[SamplingRow] | None:
         return None
@@ -40,6 +42,9 @@ class BanStep:
     def accept(self, request_id: str, run: list[SampledToken], extra: list[int], result: StepResult) -> None:
         self.accepted.append(request_id)
         result.sampled.append(SampledToken(request_id, run[0].token_id + 1000))
+
+    def done(self, result: StepResult) -> None:
+        self.completed.append(result.step_id)
 
 
 class BanHook:
@@ -87,7 +92,9 @@ def test_a_hooks_processor_bans_a_token_its_claims_leave_the_plain_path_and_it_h
         runner.hook = None
     a, b = hooked["a"], hooked["b"]
     assert a.token_id != greedy  # the processor ran before the draw
-    assert a.logprob < plain["a"].logprob  # the model's logprob of a less likely token, not a renormalised one
+    # The logprobs are the processed distribution's (as vLLM's under a grammar): the banned token is not in them.
+    assert a.top_logprobs[0][0] == a.token_id != greedy
     assert b.token_id == a.token_id + 1000 and hook.steps[0].accepted == ["b"]  # claimed: the hook's
     assert len(hook.steps) == 1 and [t.token_id for t in unshared.values()] == [greedy, greedy]  # a plain step
+    assert hook.steps[0].completed == [2]  # done() once, after its tokens
     assert hook.released == ["a", "b", "a", "b"]

@@ -34,7 +34,7 @@ CASES = [
     ("/v1/chat/completions", b'{"messages": [{"role": "wizard", "content": "x"}]}', 400, None),
     ("/v1/chat/completions", b'{"messages": [{"role": "user"}]}', 400, None),
     ("/v1/chat/completions", b'{"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "function"}]}', 400, "tools"),
-    ("/v1/chat/completions", b'{"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "json_object"}}', 400, "response_format"),
+    ("/v1/chat/completions", b'{"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "xml"}}', 400, "response_format.type"),
     ("/v1/chat/completions", b'{"messages": [{"role": "user", "content": "x"}], "top_logprobs": 3}', 400, "top_logprobs"),
 ]
 

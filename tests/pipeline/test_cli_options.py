@@ -35,6 +35,7 @@ FLAGS += ["--uds-mode", "--uds-group", "--access-log", "--no-access-log", "--log
 FLAGS += ["--header-read-timeout-s", "--keep-alive-timeout-s", "--max-headers", "--max-header-bytes",
           "--max-url-bytes"]  # issue 42
 FLAGS += ["--max-detokenize-tokens"]  # issue 42 (token routes)
+FLAGS += ["--grammar-compile-timeout-s", "--max-grammar-chars"]  # issue 44 (structured outputs)
 FLAGS += ["--concurrent-lanes", "--no-concurrent-lanes", "--step-budget-ms"]  # issue 43
 FLAGS += ["--tool-call-parser", "--reasoning-parser", "--enable-auto-tool-choice", "--max-tools"]  # issue 44 (tools)
 FLAGS += ["--otlp-traces-endpoint"]  # issue 45

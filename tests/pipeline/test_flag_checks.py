@@ -33,6 +33,7 @@ BAD = {
     "max_url_bytes": (0, "--max-url-bytes"),
     "max_detokenize_tokens": (0, "--max-detokenize-tokens"),
     "max_tools": (-1, "--max-tools"),
+    "grammar_compile_timeout_s": (0.0, "--grammar-compile-timeout-s"), "max_grammar_chars": (0, "--max-grammar-chars"),
 }
 
 

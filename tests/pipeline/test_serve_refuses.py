@@ -26,6 +26,8 @@ def table(tmp: Path, busy_port: int) -> list[tuple[tuple[str, ...], str]]:
         (("--port", "-1"), "--port -1: must be a TCP port, 1-65535 (0: any free port)"),
         (("--max-num-seqs", "0"), "--max-num-seqs 0: must be >= 1"),
         (("--max-n", "0"), "--max-n 0: must be >= 1"),
+        (("--grammar-compile-timeout-s", "0"), "--grammar-compile-timeout-s 0.0: must be > 0"),
+        (("--max-grammar-chars", "0"), "--max-grammar-chars 0: must be >= 1"),
         (("--gpu-memory-utilization", "1.5"), "--gpu-memory-utilization 1.5: must be a fraction in (0, 1]"),
         (("--block-size", "7"), "--block-size 7: must be one of 1, 2, 4, 8, 16, 32, 64, 128 "
                                 "(the sizes the attention kernels support)"),

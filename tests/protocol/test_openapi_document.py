@@ -19,6 +19,7 @@ import orjson
 import pytest
 from openapi_spec_validator import validate as validate_openapi
 
+from protocol.requests.structured_fields import KEYS as STRUCTURED_KEYS
 from protocol.responses.bodies import ResponseAccumulator, completion_body
 from protocol.responses.chunks import ChatChunker, CompletionChunker
 from protocol.responses.envelope import Echo, ResponseMeta
@@ -221,6 +222,8 @@ def known_gap(body: dict, limits: IngressLimits) -> str | None:
     gap = _tools_gap(body)
     if gap is not None:
         return gap
+    if any(body.get(key) is not None for key in STRUCTURED_KEYS) and body.get("response_format") != {"type": "text"}:
+        return "whether a schema, regex or grammar compiles (and only one is given) is the compiler's check"
     messages = body.get("messages")
     if type(messages) is list:
         lengths = [len(m["content"]) for m in messages if type(m) is dict and type(m.get("content")) is str]

@@ -260,7 +260,9 @@ def test_start_queues_the_sampling_without_a_host_sync() -> None:
     assert out.token_ids[0] not in (1, 2) and out.token_ids[3] == int(logits[3].argmax())
 
 
-def test_a_logits_processor_edits_the_draw_but_not_the_logprobs() -> None:
+def test_a_logits_processor_edits_the_draw_and_the_logprobs() -> None:
+    """The processor runs before the logprobs are taken (a grammar's mask shows in them, as in vLLM,
+    which applies the bitmask to the logits its sampler reads)."""
     def ban_first(logits: torch.Tensor, rows: list[SamplingRow]) -> torch.Tensor:
         assert len(rows) == logits.shape[0]
         out = logits.clone()
@@ -273,5 +275,7 @@ def test_a_logits_processor_edits_the_draw_but_not_the_logprobs() -> None:
     processed = Sampler()(logits, rows, process=ban_first)
     assert plain.token_ids[0] == 0 and processed.token_ids[0] == 1  # the argmax is banned
     assert processed.token_ids[1] != 0  # and never drawn
-    assert processed.logprobs[0] == pytest.approx(math.log(PROBS[1]), abs=1e-6)  # the model's, not renormalised
+    assert plain.logprobs[0] == pytest.approx(math.log(PROBS[0]), abs=1e-6)
+    # the processed distribution's: token 1's share of what is left once token 0 is banned
+    assert processed.logprobs[0] == pytest.approx(math.log(PROBS[1] / (1 - PROBS[0])), abs=1e-6)
     assert torch.equal(logits, _hand_logits(2))  # the input is left as it is

@@ -11,11 +11,8 @@ from protocol.limits import IngressLimits
 UNSUPPORTED = [
     ("best_of", 2), ("best_of", True), ("best_of", 1.0),
     ("suffix", "tail"), ("functions", [{"name": "f"}]),
-    ("function_call", "auto"), ("response_format", {"type": "json_object"}),
-    ("response_format", {"type": "json_schema", "json_schema": {}}), ("modalities", ["text", "audio"]),
-    ("audio", {"voice": "x"}), ("use_beam_search", True), ("guided_json", {}),
-    ("guided_regex", "a+"), ("guided_choice", ["a"]), ("guided_grammar", "g"),
-    ("structured_outputs", {"json": {}}), ("allowed_token_ids", [1]), ("bad_words", ["x"]),
+    ("function_call", "auto"), ("modalities", ["text", "audio"]),
+    ("audio", {"voice": "x"}), ("use_beam_search", True), ("allowed_token_ids", [1]), ("bad_words", ["x"]),
     ("logits_processors", ["p"]), ("truncate_prompt_tokens", 10),
 ]
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import pytest
 
+from protocol.requests.structured_fields import KEYS as STRUCTURED_KEYS, StructuredField
 from protocol.errors import ApiError
 from protocol.limits import IngressLimits
 from protocol.requests.chat import CHAT
@@ -124,6 +125,8 @@ def test_every_key_a_rule_reads_is_in_the_schema_and_nothing_else(spec):
     for field in spec.fields:
         if isinstance(field, UnsupportedTable):
             keys |= {row.key for row in field.rows}
+        elif isinstance(field, StructuredField):
+            keys |= STRUCTURED_KEYS
         elif not isinstance(field, Derived) and not field.key.startswith("<"):
             keys.add(field.key)
     schema = spec.schema(CTX)
