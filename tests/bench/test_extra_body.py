@@ -8,7 +8,7 @@ import argparse
 import pytest
 
 from bench.cli import add_bench_arguments
-from bench.extra_body import PRESETS, extra_body
+from bench.extra_body import STRUCTURED_PRESETS, extra_body
 from ingress.dummy_tokenizer import DummyTokenizer
 from protocol.limits import IngressLimits
 from protocol.requests.chat import parse_chat_request
@@ -23,7 +23,7 @@ def args(*argv: str) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-@pytest.mark.parametrize("name", list(PRESETS))
+@pytest.mark.parametrize("name", list(STRUCTURED_PRESETS))
 def test_each_preset_is_structured_output_the_server_compiles(name):
     body = extra_body(args("--extra-body-preset", name))
     backend = LlguidanceBackend(ll_tokenizer(DummyTokenizer(512)))
