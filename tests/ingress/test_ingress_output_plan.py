@@ -11,10 +11,13 @@ import pytest
 from ingress.chat_template import ChatTemplate
 from ingress.dummy_tokenizer import DummyTokenizer
 from ingress.stage import IngressStage
+from ingress.structured_check import StructuredCheck
+from pipeline.build_structured import llguidance_backend
 from protocol.errors import ApiError
 from protocol.limits import IngressLimits
 from protocol.responses.output_chain import OutputParsers
 from stages.trace import RequestTrace
+from structured.compiler import GrammarCompiler
 
 WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {
     "type": "object", "properties": {"city": {"type": "string"}}}}}
@@ -37,7 +40,9 @@ class CountingTokenizer(DummyTokenizer):
 def stage(parsers: OutputParsers, template: str | None = None, auto: bool = True) -> IngressStage:
     tok = CountingTokenizer(512)
     chat_template = ChatTemplate(template or tok.chat_template)
-    return IngressStage(tok, chat_template, IngressLimits(enable_auto_tool_choice=auto), 4096, 10_000, 1, parsers)
+    grammars = StructuredCheck(GrammarCompiler(lambda: llguidance_backend(tok, tok.vocab_size)), 10.0)
+    return IngressStage(tok, chat_template, IngressLimits(enable_auto_tool_choice=auto), 4096, 10_000, 1, parsers,
+                        grammars)
 
 
 def prepare(ingress: IngressStage, body: dict):
