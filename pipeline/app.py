@@ -31,6 +31,7 @@ from pipeline.openapi import openapi_json
 from pipeline.perfetto import traces_to_perfetto
 from pipeline.tokenize_routes import detokenize, tokenize
 from pipeline.profiler import ProfilerError
+from pipeline.replica_state import replica_state
 
 log = logging.getLogger("ttft.app")
 
@@ -121,6 +122,7 @@ def create_app(engine: Engine, api_key: str | None = None, protect_metrics: bool
         Route("/detokenize", detokenize, methods=["POST"]),
         Route("/health", health, methods=["GET"]),
         Route("/live", live, methods=["GET"]),
+        Route("/replica/state", replica_state, methods=["GET"]),
         Route("/openapi.json", openapi_json, methods=["GET"]),
         Route("/metrics", metrics, methods=["GET"]),
         Route("/debug/traces", debug_traces, methods=["GET"]),

@@ -1,4 +1,4 @@
-"""`ttft serve` and `ttft bench` (and `ttft --version`).
+"""`ttft serve`, `ttft route` and `ttft bench` (and `ttft --version`).
 
 `ttft serve` checks before it starts anything: the flags' ranges (pipeline/flag_checks.py), then the
 model and the device (pipeline/model_checks.py), then it binds its address (pipeline/listen_socket.py);
@@ -108,6 +108,9 @@ def build_parsers() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     from bench.cli import add_bench_arguments
 
     add_bench_arguments(sub.add_parser("bench", help="load-test an OpenAI-compatible server"))
+    from router.cli import add_route_arguments
+
+    add_route_arguments(sub.add_parser("route", help="route requests across ttft replicas"))
     return parser, serve
 
 
@@ -119,6 +122,14 @@ def main(argv: list[str] | None = None) -> int:
             return run_serve(args, flag_names(serve_parser))
         except UsageError as exc:
             print(f"ttft serve: error: {exc}", file=sys.stderr)
+            return 2
+    if args.command == "route":
+        from router.cli import run_route
+
+        try:
+            return run_route(args)
+        except UsageError as exc:
+            print(f"ttft route: error: {exc}", file=sys.stderr)
             return 2
     from bench.cli import run_bench_command
 
