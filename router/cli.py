@@ -74,6 +74,15 @@ def run_route(args: argparse.Namespace) -> int:
 def serve_router(urls: list[str], opts: RouteOptions, listener) -> int:
     import uvicorn
 
+    from pipeline.loop_signals import signals_on_loop
+
+    class RouterServer(uvicorn.Server):
+        """uvicorn re-raises SIGTERM once it has shut down, which would end the process with the
+        signal's status before `--data-parallel-size` stops its engines."""
+
+        def capture_signals(self):
+            return signals_on_loop(self.handle_exit)
+
     from router.core import Router
     from router.proxy import RouterApp
 
@@ -82,7 +91,7 @@ def serve_router(urls: list[str], opts: RouteOptions, listener) -> int:
     app = RouterApp(router, opts.max_body_bytes, connect_timeout_s=opts.health_timeout_s)
     config = uvicorn.Config(app, loop="uvloop", http="httptools", lifespan="on", log_level=opts.log_level.lower(),
                             access_log=False, timeout_graceful_shutdown=5)
-    server = uvicorn.Server(config)
+    server = RouterServer(config)
     logging.getLogger("ttft.router").info("routing to %d replicas (%s) on %s", len(urls), opts.routing_policy,
                                           listener.url)
     try:

@@ -36,6 +36,7 @@ FLAGS += ["--header-read-timeout-s", "--keep-alive-timeout-s", "--max-headers", 
           "--max-url-bytes"]  # issue 42
 FLAGS += ["--max-detokenize-tokens"]  # issue 42 (token routes)
 FLAGS += ["--concurrent-lanes", "--no-concurrent-lanes", "--step-budget-ms"]  # issue 43
+FLAGS += ["--data-parallel-size", "-dp"]  # issue 48
 
 
 def parser() -> argparse.ArgumentParser:
