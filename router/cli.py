@@ -89,8 +89,11 @@ def serve_router(urls: list[str], opts: RouteOptions, listener) -> int:
     logging.basicConfig(level=opts.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     router = Router(urls, opts.routing_policy, opts.health_interval_s, opts.health_timeout_s)
     app = RouterApp(router, opts.max_body_bytes, connect_timeout_s=opts.health_timeout_s)
+    # The replica's own `date` and `server` headers pass through, so uvicorn adds none; nothing sits in
+    # front of the router that it should trust X-Forwarded-* from (and that middleware costs every request).
     config = uvicorn.Config(app, loop="uvloop", http="httptools", lifespan="on", log_level=opts.log_level.lower(),
-                            access_log=False, timeout_graceful_shutdown=5)
+                            access_log=False, timeout_graceful_shutdown=5, proxy_headers=False,
+                            server_header=False, date_header=False)
     server = RouterServer(config)
     logging.getLogger("ttft.router").info("routing to %d replicas (%s) on %s", len(urls), opts.routing_policy,
                                           listener.url)

@@ -91,7 +91,7 @@ class RouterApp:
 
     async def _forward(self, scope, receive, send, body: bytes) -> None:
         request = routed_request(body) if scope["method"] == "POST" else RoutedRequest((), 0)
-        headers = [(k.lower(), v) for k, v in scope["headers"]]
+        headers = scope["headers"]  # lower-case already (ASGI)
         target = scope["raw_path"] + (b"?" + scope["query_string"] if scope["query_string"] else b"")
         client = ClientGone()
         watcher = asyncio.ensure_future(client.watch(receive))
