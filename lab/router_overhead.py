@@ -33,11 +33,11 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start(cmd: list[str], url: str, timeout_s: float = 180.0) -> subprocess.Popen:
+def start(cmd: list[str], url: str, timeout_s: float = 180.0, log_path: str | None = None) -> subprocess.Popen:
     import urllib.request
 
-    proc = subprocess.Popen([sys.executable, "-m", "pipeline.cli", *cmd], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
+    log = open(log_path, "wb") if log_path else subprocess.DEVNULL
+    proc = subprocess.Popen([sys.executable, "-m", "pipeline.cli", *cmd], stdout=log, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         try:

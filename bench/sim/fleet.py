@@ -164,11 +164,12 @@ def summarize(records: dict[str, Record]) -> dict:
 
 
 def run_one(workload: str, num_replicas: int, policy: str, per_replica_rate: float, num_turns: int,
-            think_s: float, conversations_per_replica: int, seed: int) -> dict:
+            think_s: float, conversations_per_replica: int, seed: int, num_system_prompts: int | None = None) -> dict:
     cfg, cost = SimConfig(), StepCostModel()
     if workload == "multi-turn":
         num_convs = conversations_per_replica * num_replicas
-        convs = conversations(num_convs, per_replica_rate * num_replicas / num_turns, num_turns, seed)
+        convs = conversations(num_convs, per_replica_rate * num_replicas / num_turns, num_turns, seed,
+                              num_system_prompts)
         sim = FleetSim(num_replicas, policy, cfg, cost, num_convs * num_turns, think_s, seed)
         return summarize(sim.run([], convs))
     reqs = uniform(conversations_per_replica * num_turns * num_replicas, per_replica_rate * num_replicas, seed)
@@ -187,13 +188,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--think-s", type=float, default=5.0)
     p.add_argument("--conversations-per-replica", type=int, default=12)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--system-prompts", type=int, default=None,
+                   help="multi-turn: conversations share this many system prompts (default: one each)")
     p.add_argument("--json", action="store_true")
     a = p.parse_args(argv)
     rows = []
     for workload in a.workloads:
         for n in a.replicas:
             for policy in a.policies:
-                res = run_one(workload, n, policy, a.rate, a.turns, a.think_s, a.conversations_per_replica, a.seed)
+                res = run_one(workload, n, policy, a.rate, a.turns, a.think_s, a.conversations_per_replica, a.seed,
+                              a.system_prompts)
                 rows.append({"workload": workload, "replicas": n, "policy": policy, **res})
                 if not a.json:
                     print(workload, n, policy, res, flush=True)

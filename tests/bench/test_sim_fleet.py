@@ -17,6 +17,13 @@ def test_a_next_turn_is_the_whole_conversation_so_far_plus_a_message() -> None:
     assert conv.next_turn(3, [1], 9.0) is None
 
 
+def test_shared_system_prompts_are_the_same_ids_and_the_rest_is_not() -> None:
+    a, b, c = (conv.first_turn().prompt_token_ids for conv in conversations(3, 1.0, 2, seed=0, num_system_prompts=2))
+    assert a[:SYSTEM_TOKENS] == c[:SYSTEM_TOKENS] != b[:SYSTEM_TOKENS]
+    assert a[SYSTEM_TOKENS:] != c[SYSTEM_TOKENS:]
+    assert max(a + b + c) < 2**32
+
+
 def test_predicted_ttft_keeps_returning_turns_cached_and_spreads_uniform_load() -> None:
     args = dict(num_replicas=3, per_replica_rate=14.0, num_turns=2, think_s=2.0, conversations_per_replica=3, seed=1)
     ours = run_one("multi-turn", policy="predicted-ttft", **args)
