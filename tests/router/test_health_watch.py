@@ -29,3 +29,58 @@ def test_draining_stopped_broken_and_garbage() -> None:
     assert r.state == READY
     HealthWatch.apply(r, 500, b"[1]")
     assert r.state == DOWN
+
+
+async def _replica_server(answers: dict[bytes, bytes]):
+    """A scripted replica: each request's path picks its whole response; unknown paths get none."""
+    import asyncio
+
+    async def script(reader, writer):
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                path = head.split(b" ", 2)[1]
+                if path not in answers:
+                    await asyncio.sleep(3600)  # accepts, never answers
+                writer.write(answers[path])
+        except (asyncio.IncompleteReadError, ConnectionError):
+            writer.close()
+
+    server = await asyncio.start_server(script, "127.0.0.1", 0)
+    return server, f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+
+
+def _response(status: bytes, body: bytes) -> bytes:
+    return b"HTTP/1.1 " + status + b"\r\ncontent-length: " + str(len(body)).encode() + b"\r\n\r\n" + body
+
+
+async def test_a_replica_without_the_state_route_or_with_a_key_is_asked_health() -> None:
+    for refusal in (b"404 Not Found", b"401 Unauthorized"):
+        server, url = await _replica_server({b"/replica/state": _response(refusal, b"{}"),
+                                             b"/health": _response(b"200 OK", b'{"status":"ready"}')})
+        replica = Replica(url)
+        watch = HealthWatch([replica], interval_s=0.05, timeout_s=1.0)
+        await watch.check_all()
+        assert replica.state == READY
+        await watch.check_all()  # straight to /health from now on, on the kept connection
+        assert replica.state == READY
+        await watch.stop()
+        server.close()
+
+
+async def test_a_silent_replica_is_down_after_the_timeout_and_a_refusing_one_at_once() -> None:
+    import time
+
+    server, url = await _replica_server({})
+    replica = Replica(url)
+    replica.state = READY
+    watch = HealthWatch([replica], interval_s=0.05, timeout_s=0.3)
+    t0 = time.monotonic()
+    await watch.check_all()
+    assert replica.state == DOWN and replica.reason == "health check timed out"
+    assert 0.25 < time.monotonic() - t0 < 1.0
+    server.close()
+    await server.wait_closed()
+    closed = Replica(url)
+    await HealthWatch([closed], timeout_s=0.3).check_all()
+    assert closed.state == DOWN and "cannot connect" in closed.reason
