@@ -32,6 +32,7 @@ BAD = {
     "max_headers": (0, "--max-headers"), "max_header_bytes": (0, "--max-header-bytes"),
     "max_url_bytes": (0, "--max-url-bytes"),
     "max_detokenize_tokens": (0, "--max-detokenize-tokens"),
+    "data_parallel_size": (0, "--data-parallel-size"),
 }
 
 
