@@ -11,7 +11,6 @@ which the replica takes as the abort it is.
 from __future__ import annotations
 
 import asyncio
-import logging
 
 import orjson
 
@@ -21,7 +20,6 @@ from router.replica import DOWN, DRAINING, Replica
 from router.request_key import RoutedRequest, routed_request
 from router.upstream import UpstreamConnection, UpstreamError
 
-log = logging.getLogger("ttft.router")
 JSON = [(b"content-type", b"application/json")]
 SSE_DONE = b"data: [DONE]\n\n"
 
@@ -179,8 +177,8 @@ class RouterApp:
 
     @staticmethod
     def _lost(replica: Replica, client: ClientGone, exc: Exception) -> None:
+        """A replica that failed mid-answer is down (unless the failure was our own close, for a client gone)."""
         if not client.gone and replica.state != DOWN:
-            log.warning("replica %s lost: %s", replica.url, exc)
             replica.set_state(DOWN, str(exc))
 
 

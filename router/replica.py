@@ -9,12 +9,14 @@ replica back to `ready`.
 """
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 from router.upstream import UpstreamConnection
 
+log = logging.getLogger("ttft.router")
 READY, DRAINING, DOWN = "ready", "draining", "down"
 MAX_IDLE_CONNECTIONS = 32  # per replica: enough for bursts, bounded so a burst's sockets are given back
 
@@ -56,6 +58,8 @@ class Replica:
     def set_state(self, state: str, reason: str = "") -> None:
         if state != self.state:
             self.changed_at = time.monotonic()
+            log.log(logging.INFO if state == READY else logging.WARNING, "replica %s is %s%s", self.url, state,
+                    f": {reason}" if reason else "")
         self.state, self.reason = state, reason
         if state == DOWN:  # end every stream in flight now: their reads fail at once
             for conn in list(self.busy) + self.idle:

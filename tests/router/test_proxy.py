@@ -26,8 +26,8 @@ def fleet(launch, tmp_path_factory):
     router = start_router(tmp_path_factory.mktemp("router"), [r.base_url for r in replicas] + [silent_url],
                           "--max-body-bytes", "100000")
     yield replicas, router, silent_url
-    router.stop()
     silent.close()
+    assert router.stop() == 0  # SIGTERM: a clean exit within the stop's wait, not a kill
 
 
 def streaming_replica(replicas, timeout_s: float = 5.0):
