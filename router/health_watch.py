@@ -73,6 +73,9 @@ class HealthWatch:
             load = replica.load
             load.num_waiting = int(info.get("num_waiting", load.num_waiting))
             load.num_running = int(info.get("num_running", load.num_running))
+            queued = info.get("num_queued_prefill_tokens")
+            if isinstance(queued, int):
+                load.num_queued_prefill_tokens = queued
             rate = info.get("prefill_tokens_per_s")
             if isinstance(rate, (int, float)) and rate > 0:
                 load.prefill_tokens_per_s = float(rate)

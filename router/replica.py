@@ -26,6 +26,7 @@ class ReplicaLoad:
     """What the replica last published (GET /replica/state) plus what the router itself routed there."""
     num_waiting: int = 0  # published: queued in its scheduler
     num_running: int = 0  # published: in its running batch
+    num_queued_prefill_tokens: int | None = None  # published: uncached prompt tokens queued (None: not published)
     num_in_flight: int = 0  # routed by this router and not finished
     # Prompt tokens (estimated) of this router's requests there still before their first token.
     num_pending_prefill_tokens: int = 0

@@ -5,8 +5,9 @@
     uncached       = (its prompt tokens - those the replica's prefix cache holds) / prefill rate
 
 Tokens queued ahead are the larger of what this router sent there and has not seen start
-(exact for a single router) and what the replica last published as waiting (which also counts
-other routers' requests), each of those at the mean prompt size. Running decodes share each step
+(exact for a single router) and what the replica last published (which also counts other routers'
+requests): its queued uncached prompt tokens, or, from a replica that publishes only a count of
+waiting requests, that count at the mean prompt size. Running decodes share each step
 with the prefill, so each adds `decode_s_per_request`. The prefill rate is the replica's published
 one, else learned from this router's own observations (an exponential average of uncached tokens
 over TTFT for requests that found the replica idle), else a prior.
@@ -39,7 +40,10 @@ class TtftPredictor:
 
     def queue_wait_s(self, replica: Replica) -> float:
         load, cfg = replica.load, self.config
-        queued_tokens = max(load.num_pending_prefill_tokens, load.num_waiting * cfg.mean_prompt_tokens)
+        published = load.num_queued_prefill_tokens
+        if published is None:
+            published = load.num_waiting * cfg.mean_prompt_tokens
+        queued_tokens = max(load.num_pending_prefill_tokens, published)
         return queued_tokens / self.rate(replica) + load.num_in_flight * cfg.decode_s_per_request
 
     def uncached_tokens(self, num_prompt_tokens: int, num_cached_blocks: int) -> int:

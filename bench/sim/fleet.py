@@ -2,7 +2,8 @@
 
 Each replica is the real Scheduler against the GPU cost model (as bench/sim/engine.py runs one);
 the router is the real one (router/core.py: its policies, prefix index and TTFT predictor), fed
-what a replica publishes (waiting and running counts) after each of that replica's steps, and the
+what a replica publishes (waiting and running counts, queued uncached prompt tokens: the function
+GET /replica/state uses) after each of that replica's steps, and the
 prefill rate the cost model gives. Events (arrivals, step ends) run in time order; a conversation's
 next turn arrives a think time after its reply ends (bench/sim/fleet_workloads.py). Reported:
 TTFT percentiles of first and returning turns (multi-turn) or of all requests (uniform), per
@@ -23,6 +24,7 @@ from bench.sim.cost_model import StepCostModel
 from bench.sim.engine import SimConfig, simulate
 from bench.sim.fleet_workloads import OUTPUT_TOKENS, Turn, conversations, uniform
 from bench.sim.workloads import SimRequest
+from pipeline.replica_state import queued_prefill_tokens
 from router.core import Dispatch, Router
 from router.policies import POLICIES
 from router.replica import READY
@@ -146,6 +148,7 @@ class FleetSim:
     def publish(self, i: int) -> None:
         load, sched = self.router.replicas[i].load, self.replicas[i].sched
         load.num_waiting, load.num_running = len(sched.waiting), len(sched.running)
+        load.num_queued_prefill_tokens = queued_prefill_tokens(sched.waiting, sched.running)
 
 
 def pct(xs: list[float], q: float) -> float:

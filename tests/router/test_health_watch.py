@@ -10,8 +10,9 @@ from router.replica import DOWN, DRAINING, READY, Replica
 def test_ready_records_the_published_load() -> None:
     r = Replica("http://127.0.0.1:1")
     HealthWatch.apply(r, 200, orjson.dumps({"status": "ready", "num_waiting": 3, "num_running": 2,
-                                            "prefill_tokens_per_s": 5000}))
+                                            "num_queued_prefill_tokens": 700, "prefill_tokens_per_s": 5000}))
     assert r.state == READY and (r.load.num_waiting, r.load.num_running) == (3, 2)
+    assert r.load.num_queued_prefill_tokens == 700
     assert r.load.prefill_tokens_per_s == 5000.0
     HealthWatch.apply(r, 200, orjson.dumps({"status": "ready"}))  # /health: no load, the last one stays
     assert r.state == READY and r.load.num_waiting == 3

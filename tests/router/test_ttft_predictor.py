@@ -32,6 +32,14 @@ def test_queued_prefill_and_running_decodes_add_wait() -> None:
     assert p.queue_wait_s(replica(num_waiting=30, num_pending_prefill_tokens=100)) == pytest.approx(3.0)
 
 
+def test_published_queued_tokens_replace_the_count_at_the_mean_size() -> None:
+    p = TtftPredictor(CFG)
+    # thirty waiting returning turns whose prefixes are cached: 300 uncached tokens, not 30 prompts
+    assert p.queue_wait_s(replica(num_waiting=30, num_queued_prefill_tokens=300)) == pytest.approx(0.3)
+    assert p.queue_wait_s(replica(num_waiting=30, num_queued_prefill_tokens=0, num_pending_prefill_tokens=500)) \
+        == pytest.approx(0.5)
+
+
 def test_a_cached_prefix_on_a_busy_replica_loses_to_an_idle_one_when_the_queue_costs_more() -> None:
     p = TtftPredictor(CFG)
     hot_busy = p.predict_s(replica(num_pending_prefill_tokens=5000), 1000, 50)
