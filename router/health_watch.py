@@ -55,8 +55,10 @@ class HealthWatch:
             status, body = await asyncio.wait_for(self._ask(index), self.timeout_s)
         except (UpstreamError, asyncio.TimeoutError) as exc:
             self._drop(index)
-            reason = "health check timed out" if isinstance(exc, asyncio.TimeoutError) else str(exc)
-            replica.set_state(DOWN, reason)
+            if isinstance(exc, asyncio.TimeoutError):  # hung, or starved: its moving streams go on
+                replica.set_state(DOWN, "health check timed out", silent_for_s=self.timeout_s / 2)
+            else:
+                replica.set_state(DOWN, str(exc))
             return
         self.apply(replica, status, body)
 

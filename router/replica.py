@@ -56,14 +56,21 @@ class Replica:
     def routable(self) -> bool:
         return self.state == READY
 
-    def set_state(self, state: str, reason: str = "") -> None:
+    def set_state(self, state: str, reason: str = "", silent_for_s: float = 0.0) -> None:
+        """`silent_for_s`, with DOWN: close only the connections that have been silent that long. A
+        health check that timed out may be a replica starved of CPU, not a hung one: its streams that
+        still move go on, those that have stopped end (at this check or a later one)."""
         if state != self.state:
             self.changed_at = time.monotonic()
             log.log(logging.INFO if state == READY else logging.WARNING, "replica %s is %s%s", self.url, state,
                     f": {reason}" if reason else "")
         self.state, self.reason = state, reason
-        if state == DOWN:  # end every stream in flight now: their reads fail at once
-            for conn in list(self.busy) + self.idle:
+        if state == DOWN:  # end the streams in flight now: their reads fail at once
+            now = time.monotonic()
+            for conn in list(self.busy):
+                if now - conn.active_at >= silent_for_s:
+                    conn.close()
+            for conn in self.idle:
                 conn.close()
             self.idle.clear()
 

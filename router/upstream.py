@@ -9,6 +9,7 @@ ttft replica answers: a status line, headers, then a `Content-Length` or chunked
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import AsyncIterator
 
 # Headers that describe one hop, not the message (RFC 9110 7.6.1): never forwarded.
@@ -29,6 +30,7 @@ class UpstreamConnection:
         self.reusable = False
         self._chunked = False
         self._remaining = 0  # body bytes left when the length is known
+        self.active_at = time.monotonic()  # last request written or bytes read: a silent one may be hung
 
     @classmethod
     async def open(cls, host: str, port: int, timeout_s: float) -> "UpstreamConnection":
@@ -51,6 +53,7 @@ class UpstreamConnection:
                 head += [name, b": ", value, b"\r\n"]
         head += [b"content-length: ", str(len(body)).encode(), b"\r\n\r\n", body]
         self.writer.write(b"".join(head))
+        self.active_at = time.monotonic()
 
     async def read_head(self) -> tuple[int, list[tuple[bytes, bytes]]]:
         """The status and the end-to-end headers of the response."""
@@ -95,6 +98,7 @@ class UpstreamConnection:
                     await self.reader.readuntil(b"\r\n")  # no trailers from a ttft replica
                     return
                 data = await self.reader.readexactly(size + 2)
+                self.active_at = time.monotonic()
                 yield data[:-2]
         except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, OSError, ValueError) as exc:
             self.reusable = False

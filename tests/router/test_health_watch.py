@@ -85,3 +85,22 @@ async def test_a_silent_replica_is_down_after_the_timeout_and_a_refusing_one_at_
     closed = Replica(url)
     await HealthWatch([closed], timeout_s=0.3).check_all()
     assert closed.state == DOWN and "cannot connect" in closed.reason
+
+
+def test_down_by_timeout_ends_only_the_streams_that_stopped_moving() -> None:
+    import time
+
+    class Conn:
+        def __init__(self, silent_s: float) -> None:
+            self.active_at, self.closed = time.monotonic() - silent_s, False
+
+        def close(self) -> None:
+            self.closed = True
+
+    r = Replica("http://127.0.0.1:1")
+    moving, stuck, idle = Conn(0.1), Conn(2.0), Conn(0.0)
+    r.busy, r.idle = {moving, stuck}, [idle]
+    r.set_state(DOWN, "health check timed out", silent_for_s=0.5)
+    assert stuck.closed and idle.closed and not moving.closed and r.idle == []
+    r.set_state(DOWN, "cannot connect")  # refused: everything ends
+    assert moving.closed

@@ -133,7 +133,7 @@ def test_a_hung_replica_ends_its_stream_with_an_error_is_taken_out_then_back(fle
             assert small_request_ok(router)
         finally:
             os.kill(victim.proc.pid, signal.SIGCONT)
-    assert ended_s < 2.5
+    assert ended_s < 3.5  # out at its first timed-out check; its stream, once silent half a timeout
     assert events[-1] == "data: [DONE]" and orjson.loads(events[-2][6:])["error"]["code"] == "replica_lost"
     assert router.wait_state(victim.base_url, "ready", 5) < 5
 
