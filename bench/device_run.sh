@@ -40,6 +40,13 @@
 #               accepted, drafting free), then the draft_model ceiling (the target as its own draft)
 #               at batch 1, k = 4 with its round breakdown (catch-up, draft steps, verify, host
 #               gaps) and draft graph counts: OUTDIR/spec_gpu.json/.md. About 6-7 minutes.
+#   --otlp:     instead, the cost of OpenTelemetry export (issue 45): `ttft serve` with
+#               --otlp-traces-endpoint to a live sink (bench/otlp_sink.py) and without, alternating,
+#               each measured on TTFT (one 128-token prompt at a time) and ITL (64 streams of 128
+#               tokens), plus the server's CPU per request (bench/otlp_cost.py):
+#               OUTDIR/otlp-cost/otlp_cost.json/.md. About 5 minutes with OTLP_ROUNDS=1 (the default;
+#               2 alternates off-on-on-off); OTLP_SERVE_ARGS="..." adds server flags to both. Needs the
+#               opentelemetry wheels in .whl/.
 #   --long:     instead, long prompts (issue 22): the long-context attention's GPU tests
 #               (OUTDIR/long_tests.log), a minute of back-to-back GEMMs (the sustained rate),
 #               attention over long cached contexts: the Triton kernel, the long-context path and
@@ -64,6 +71,7 @@ LONG=""
 KV8=""
 SPEC=""
 INTERFERENCE=""
+OTLP=""
 TP=1
 ARGS=("$@")
 for ((i = 0; i < ${#ARGS[@]}; i++)); do
@@ -84,6 +92,7 @@ for ((i = 0; i < ${#ARGS[@]}; i++)); do
         --kv8) KV8=1 ;;
         --spec) SPEC=1 ;;
         --interference) INTERFERENCE=1 ;;
+        --otlp) OTLP=1 ;;
         *) OUTDIR="$arg" ;;
     esac
 done
@@ -133,6 +142,15 @@ if [ -n "$INTERFERENCE" ]; then  # issue 43: self-contained, exits at its end
         [ -f "$log" ] && tail -20 "$log" > "$OUTDIR/interference_$(basename "$log")"
     done
     exit "$rc"
+fi
+
+if [ -n "$OTLP" ]; then  # issue 45: self-contained, exits at its end
+    echo "== OTLP export cost: tracing off and on, TTFT at 128 tokens and ITL at batch 64"
+    timeout 560 python3 -m bench.otlp_cost --model dummy:llama-3.1-8b --rounds "${OTLP_ROUNDS:-1}" \
+        --input-len 128 --ttft-requests 64 --batch 64 --itl-waves 2 --itl-output-len 128 --out "$OUTDIR/otlp-cost" \
+        --serve-args="--seed 0 --device cuda --max-model-len 8192 --max-num-seqs 128 ${OTLP_SERVE_ARGS:-}" \
+        2>&1 | tee "$OUTDIR/otlp_cost.log" | grep -v "^wrote " | tail -30
+    exit "${PIPESTATUS[0]}"
 fi
 
 if [ -n "$BASELINE" ]; then

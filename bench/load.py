@@ -6,6 +6,7 @@ counts the requests as they end (bench/progress.py)."""
 from __future__ import annotations
 
 import argparse
+import asyncio
 import math
 from functools import partial
 
@@ -21,6 +22,7 @@ from bench.report import machine_info, markdown_table, write_report
 from bench.runner import (MAX_WARMUP_OUTPUT_TOKENS, WARMUP_SEED_OFFSET, run_closed_loop, run_open_loop,
                           run_warmup)
 from bench.sharegpt import load_conversations, sample_sharegpt
+from bench.stage_bars import fetch_traces
 from bench.token_count import local_counter, server_counter
 from bench.workloads import (REFERENCE_LENGTHS, BenchRequest, mixed_workload, random_workload,
                              reference_workload, shared_prefix_workload)
@@ -124,6 +126,8 @@ async def run_bench(args: argparse.Namespace) -> dict:
     }
     print(markdown_table(result), end="")
     if args.save:
-        result["paths"] = write_report(result, args.result_dir)
+        # a ttft server's traces of the run's requests (the last ones it finished): the stage bars
+        traces = None if args.uds else await asyncio.to_thread(fetch_traces, args.base_url, len(run.samples))
+        result["paths"] = write_report(result, args.result_dir, server_traces=traces)
         print(f"wrote {result['paths']['json']}")
     return result

@@ -19,6 +19,7 @@ from pathlib import Path
 import orjson
 
 from bench.cdf_chart import write_cdf_chart
+from bench.stage_bars import write_stage_bars
 from bench.metrics import METRIC_NAMES, PERCENTILES, percentile_word
 
 ROWS = (("TTFT", "ttft"), ("TPOT", "tpot"), ("ITL", "itl"), ("E2E latency", "e2el"))
@@ -116,10 +117,12 @@ def plot_ttft_cdf(result: dict, path: Path) -> bool:
     return write_cdf_chart(path, result_stem(result), ttfts, "TTFT (ms)") is not None
 
 
-def write_report(result: dict, result_dir: str | Path, markdown: str | None = None) -> dict[str, str]:
+def write_report(result: dict, result_dir: str | Path, markdown: str | None = None,
+                 server_traces: list[dict] | None = None) -> dict[str, str]:
     """Write <stem>.json, <stem>.md and <stem>_ttft_cdf.png (when a request succeeded); returns their paths.
 
-    `markdown`: the table to write, for workloads with their own (default: `markdown_table`)."""
+    `markdown`: the table to write, for workloads with their own (default: `markdown_table`).
+    `server_traces`: the run's traces from a ttft server's /debug/traces: <stem>_stages.svg too."""
     out_dir = Path(result_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     stem = base = result_stem(result)
@@ -134,4 +137,7 @@ def write_report(result: dict, result_dir: str | Path, markdown: str | None = No
     png = out_dir / f"{stem}_ttft_cdf.png"
     if plot_ttft_cdf(result, png):
         paths["ttft_cdf"] = png
+    svg = out_dir / f"{stem}_stages.svg"
+    if server_traces and write_stage_bars(svg, stem, server_traces):
+        paths["stage_bars"] = svg
     return {k: str(v) for k, v in paths.items()}

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from protocol.requests.chat import ChatCompletionRequest
 from protocol.requests.completion import CompletionRequest
+from protocol.responses.output_chain import OutputPlan
 from stages.sampling import SamplingParams
 from stages.trace import RequestTrace
 
@@ -27,6 +28,7 @@ class PreparedRequest:
     # completions' echo, each prompt as text (token ids decoded).
     api: CompletionRequest | ChatCompletionRequest | None = None
     echo_texts: list[str] | None = None
+    output_plan: OutputPlan | None = None  # chat: how the reply is parsed (tools, reasoning)
 
     @property
     def prompt_token_ids(self) -> list[int]:

@@ -22,6 +22,7 @@ from protocol.requests.chat import ChatCompletionRequest, parse_chat_request
 from protocol.requests.completion import CompletionRequest, parse_completion_request
 from protocol.requests.context_length import check_context_length
 from protocol.requests.field_checks import check_token_ids
+from protocol.responses.output_chain import OutputParsers, plan_output, planned_params
 from protocol.requests.tokenize import (
     DetokenizeRequest,
     TokenizeRequest,
@@ -29,6 +30,10 @@ from protocol.requests.tokenize import (
     parse_tokenize_request,
 )
 from stages.trace import RequestTrace, host_clock_ns
+
+
+# The prompt's last tokens decide whether it left a <think> block open ("<think>\n" and a margin).
+_PROMPT_TAIL_TOKENS = 8
 
 
 class IngressStage:
@@ -40,13 +45,19 @@ class IngressStage:
         max_model_len: int,
         offload_chars: int,
         num_threads: int,
+        parsers: OutputParsers | None = None,
     ) -> None:
+        """`parsers`: the server's tool-call and reasoning parsers (none when None)."""
         self.tokenizer = tokenizer
         self.chat_template = chat_template
         self.limits = limits
         self.max_model_len = max_model_len
-        self.codec = PromptCodec(tokenizer, chat_template)
+        self.parsers = parsers or OutputParsers()
+        self.codec = PromptCodec(tokenizer, chat_template, self.parsers.tool_format())
         self.pool = TokenizerPool(offload_chars, num_threads)
+        # The grammar of a forced tool choice waits for these when the reply starts in reasoning
+        # (tokenized at the first request that needs them).
+        self._think_end_ids: tuple[int, ...] | None = None
 
     def close(self) -> None:
         self.pool.close()
@@ -75,8 +86,22 @@ class IngressStage:
 
     async def prepare_chat(self, body: bytes, trace: RequestTrace) -> PreparedRequest:
         req: ChatCompletionRequest = self._parse(body, trace, parse_chat_request)
-        ids = await self.pool.run(trace, content_chars(req.messages), self.codec.encode_chat, req)
-        return self._finish(req, [ids], trace)
+        num_chars = content_chars(req.messages) + (req.tools.num_chars if req.tools is not None else 0)
+        ids = await self.pool.run(trace, num_chars, self.codec.encode_chat, req)
+        prepared = self._finish(req, [ids], trace)
+        if req.tools is not None or self.parsers.reasoning_parser is not None:
+            self._plan_output(prepared, req, ids)
+        return prepared
+
+    def _plan_output(self, prepared: PreparedRequest, req: ChatCompletionRequest, ids: list[int]) -> None:
+        """How the reply is parsed, and what the plan asks of the sampler (a forced call's grammar)."""
+        tail = self.tokenizer.decode(ids[-_PROMPT_TAIL_TOKENS:], skip_special_tokens=False)
+        plan = plan_output(req.tools, self.parsers, tail)
+        if plan is not None:
+            if self._think_end_ids is None:
+                self._think_end_ids = tuple(self.tokenizer.encode("</think>", add_special_tokens=False))
+            prepared.output_plan = plan
+            prepared.params = planned_params(prepared.params, plan, self._think_end_ids)
 
     async def encode_prompt(self, prompt: str | list[int], trace: RequestTrace) -> list[int]:
         """For embedders: text (with the model's BOS rule; long text off the loop) or ids, checked

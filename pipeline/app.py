@@ -29,6 +29,9 @@ from pipeline.metrics_kv import debug_kv
 from pipeline.openai_routes import chat_completions, completions, list_models
 from pipeline.openapi import openapi_json
 from pipeline.perfetto import traces_to_perfetto
+from observe.dashboard_data import DashboardData
+from observe.dashboard_routes import dashboard, dashboard_data
+from observe.trace_query import checked_request_id, traces_of
 from pipeline.tokenize_routes import detokenize, tokenize
 from pipeline.profiler import ProfilerError
 from pipeline.replica_state import replica_state
@@ -64,7 +67,13 @@ async def debug_traces(request: Request) -> Response:
     raw_limit = request.query_params.get("limit", "100")
     if not raw_limit.isdigit():
         return error_response(ApiError(400, "limit must be a non-negative integer", param="limit"))
-    traces = list(engine.traces)[-int(raw_limit):] if int(raw_limit) else []
+    traces = list(engine.traces)
+    if (raw_id := request.query_params.get("request_id")) is not None:
+        try:
+            traces = traces_of(traces, checked_request_id(raw_id))
+        except ApiError as err:
+            return error_response(err)
+    traces = traces[-int(raw_limit):] if int(raw_limit) else []
     if request.query_params.get("format") == "perfetto":
         return Response(orjson.dumps(traces_to_perfetto(traces)), media_type="application/json")
     return json_response({"traces": [t.to_json() for t in traces]})
@@ -127,6 +136,8 @@ def create_app(engine: Engine, api_key: str | None = None, protect_metrics: bool
         Route("/metrics", metrics, methods=["GET"]),
         Route("/debug/traces", debug_traces, methods=["GET"]),
         Route("/debug/kv", debug_kv, methods=["GET"]),
+        Route("/dashboard", dashboard, methods=["GET"]),
+        Route("/dashboard/data", dashboard_data, methods=["GET"]),
         Route("/start_profile", start_profile, methods=["POST"]),
         Route("/stop_profile", stop_profile, methods=["POST"]),
     ]
@@ -141,6 +152,7 @@ def create_app(engine: Engine, api_key: str | None = None, protect_metrics: bool
         ],
     )
     app.state.engine = engine
+    app.state.dashboard = DashboardData(engine)
     app.state.auth_required = api_key is not None
     app.state.protect_metrics = protect_metrics
     return app

@@ -162,9 +162,11 @@ def run_serve(args: argparse.Namespace, flags: dict[str, str], serve_argv: list[
     from pipeline.model_checks import check_model_and_device
     from pipeline.server import serve
     from pipeline.tls import tls_settings
+    from observe.otlp_settings import resolve_traces_endpoint
 
     try:
         config = config_from_args(args)
+        resolve_traces_endpoint(config.otlp_traces_endpoint)  # before anything starts: a bad URL, no [otel]
         check_model_and_device(config)
         if is_worker_rank(config):  # torchrun's other ranks
             return run_worker_rank(config)

@@ -8,6 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from protocol.limits import IngressLimits
+from protocol.reasoning.parser import REASONING_PARSER_NAMES
+from protocol.tool_calls.registry import TOOL_CALL_PARSER_NAMES
 from scheduler.config import PREFILL_BACKLOG_STEPS
 from gpu_stage.kv.format import KV_CACHE_DTYPES
 from stages.options import option
@@ -26,6 +28,13 @@ class EngineConfig:
     # vLLM's flag: a file, or the template itself (what has braces or a newline and is no file).
     chat_template: str | None = option(None, "a Jinja chat template file replacing the model's (sandboxed as "
                                              "the model's is)")
+    # vLLM's flags (protocol/tool_calls/, protocol/reasoning/); tool_choice "auto" also needs
+    # --enable-auto-tool-choice (IngressLimits).
+    tool_call_parser: str | None = option(None, "the format the model writes tool calls in, parsed into "
+                                                "message.tool_calls for tool_choice auto",
+                                          choices=TOOL_CALL_PARSER_NAMES)
+    reasoning_parser: str | None = option(None, "put the text inside <think>...</think> into reasoning_content",
+                                          choices=REASONING_PARSER_NAMES)
     seed: int = option(0, "seed of dummy weights")  # dummy weights are a function of (preset, seed)
     device: str = option("auto", "where the model runs (auto: cuda when there is one)",
                          choices=("auto", "cpu", "cuda"))
@@ -151,6 +160,10 @@ class EngineConfig:
     max_traces: int = 1000  # recent traces kept for /debug/traces
     profile_dir: str | None = option(
         None, "enable POST /start_profile and /stop_profile: torch.profiler traces written here")
+    # OpenTelemetry (observe/otlp_settings.py): also OTEL_EXPORTER_OTLP_TRACES_ENDPOINT; the [otel] extra.
+    otlp_traces_endpoint: str | None = option(
+        None, "send one OpenTelemetry span per request, with a child per stage, to this OTLP/HTTP collector "
+              "(e.g. http://localhost:4318; needs pip install 'ttft[otel]')")
     limits: IngressLimits = field(default_factory=IngressLimits)  # its option() fields are flags too
 
     def resolved_device(self) -> str:

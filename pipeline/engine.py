@@ -26,6 +26,8 @@ from pipeline.metrics import EngineMetrics
 from pipeline.own_thread import run_in_own_thread
 from pipeline.profiler import TorchProfiler
 from pipeline.live_requests import LiveRequests
+from observe.otlp_export import OtlpTraceExport, server_span_attributes
+from observe.otlp_settings import resolve_traces_endpoint
 from pipeline.wiring import PipelineStages, wire_stages
 from protocol.errors import bad_request, overloaded
 from protocol.request_id import new_request_id
@@ -51,10 +53,12 @@ class Engine:
         self.on_fatal: Callable[[str], None] | None = None  # set by the server: exit non-zero
         self._housekeeping: asyncio.Task[None] | None = None
         self.start_error: BaseException | None = None
+        self.trace_export: OtlpTraceExport | None = None  # OpenTelemetry spans, when a collector is named
 
     # ---- life cycle -------------------------------------------------------------------------
     async def start(self) -> None:
         t0 = time.perf_counter()
+        otlp_endpoint = resolve_traces_endpoint(self.config.otlp_traces_endpoint)  # refuses before the build
         # On CPU the model is built on a thread that ends, so that the launch thread's OpenMP team
         # is the only one (pipeline/own_thread.py). A GPU server builds as it always has: there an
         # executor thread's idle team keeps libgomp from spinning on the host's cores.
@@ -67,7 +71,11 @@ class Engine:
         self.pipeline = wire_stages(built, cfg, self._on_engine_error, lambda s, out: self.requests.finished(s, out))
         self.ingress, self.scheduler_stage = self.pipeline.ingress, self.pipeline.scheduler
         self.gpu_stage, self.emitter_stage = self.pipeline.gpu, self.pipeline.emitter
-        self.requests = LiveRequests(cfg, built.tokenizer, self.scheduler_stage.inbox, self.metrics, self.traces)
+        if otlp_endpoint is not None:
+            self.trace_export = OtlpTraceExport(otlp_endpoint, server_span_attributes(built, self.model_name))
+        sinks = (self.trace_export.submit,) if self.trace_export is not None else ()
+        self.requests = LiveRequests(cfg, built.tokenizer, self.scheduler_stage.inbox, self.metrics, self.traces,
+                                     sinks)
         for stage in self.stages:
             stage.start()
         await self.gpu_stage.wait_warm()  # ready means a first request pays for no warm-up
@@ -94,6 +102,8 @@ class Engine:
         for stage in self.stages:
             await stage.stop()
         self.ingress.close()
+        if self.trace_export is not None:
+            await asyncio.to_thread(self.trace_export.close)
         if self.built is not None and self.built.parallel is not None:
             await asyncio.to_thread(self.built.parallel.close)  # the stop header, then the workers' exit
 

@@ -95,6 +95,7 @@ RULES = (
     Rule("max_stop_strings", at_least(0), "must be >= 0"),
     Rule("max_logprobs", at_least(0), "must be >= 0"),
     Rule("max_detokenize_tokens", at_least(1), "must be >= 1"),
+    Rule("max_tools", at_least(0), "must be >= 0 (0: no tools)"),
 )
 
 
@@ -109,6 +110,10 @@ def check_flag_ranges(args: argparse.Namespace, flags: dict[str, str]) -> None:
         value = getattr(args, rule.dest, None)
         if value is not None and not rule.ok(value):
             raise UsageError(f"{flags.get(rule.dest, rule.dest)} {value}: {rule.requirement}")
+    if getattr(args, "enable_auto_tool_choice", False) and getattr(args, "tool_call_parser", None) is None:
+        raise UsageError(f"{flags.get('enable_auto_tool_choice', '--enable-auto-tool-choice')} needs "
+                         f"{flags.get('tool_call_parser', '--tool-call-parser')} (the format the model writes "
+                         "tool calls in)")
     both = [d for d in ("kv_host_gb", "kv_disk_path") if getattr(args, d, None)]
     if both and getattr(args, "enable_prefix_caching", True) is False:
         raise UsageError(f"{flags.get(both[0], both[0])}: the KV tiers hold prefix-cache blocks, "

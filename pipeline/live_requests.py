@@ -16,6 +16,7 @@ import asyncio
 import time
 from collections import deque
 from dataclasses import dataclass
+from typing import Callable
 
 from emitter.output_stream import OutputStream
 from emitter.reply import Reply
@@ -42,12 +43,14 @@ class _Live:
 
 class LiveRequests:
     def __init__(self, config: EngineConfig, tokenizer: Tokenizer, scheduler_inbox: Channel,
-                 metrics: EngineMetrics, traces: deque[RequestTrace]) -> None:
+                 metrics: EngineMetrics, traces: deque[RequestTrace],
+                 trace_sinks: tuple[Callable[[RequestTrace], None], ...] = ()) -> None:
         self.config = config
         self.tokenizer = tokenizer
         self.scheduler_inbox = scheduler_inbox
         self.metrics = metrics
         self.traces = traces  # finished requests' traces, the most recent kept
+        self.trace_sinks = trace_sinks  # each gets every finished trace (the OpenTelemetry export)
         self._live: dict[str, _Live] = {}
         self._aborted: set[str] = set()  # an Abort was sent (or waits to be)
         self._unsent: dict[str, str] = {}  # request_id -> reason: Aborts that found the inbox full
@@ -135,8 +138,13 @@ class LiveRequests:
         stream.trace.mark("finished")
         stream.trace.info["finish_reason"] = out.finish_reason
         stream.trace.info["num_output_tokens"] = out.num_output_tokens
+        stream.trace.info["num_cached_tokens"] = out.num_cached_tokens
+        if out.error is not None:
+            stream.trace.info["error"] = out.error
         self.traces.append(stream.trace)
         self.metrics.observe_finished(stream.trace, out)
+        for sink in self.trace_sinks:
+            sink(stream.trace)
 
     def fail_all(self, message: str) -> None:
         """The engine broke: every open reply ends with an error, whichever actor its request is in."""

@@ -17,6 +17,8 @@ import time
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
+from observe.timings import timing_headers
+from observe.traceparent import valid_traceparent
 from pipeline.asgi_stream import DisconnectWatch
 from pipeline.engine import Engine
 from pipeline.http_body import check_ready, receive_body
@@ -54,6 +56,8 @@ async def _generate(request: Request, chat: bool) -> Response:
         request_id = request_id_of(request.headers, "chatcmpl" if chat else "cmpl")
         headers = {"X-Request-Id": request_id_header(request_id)}
         trace = RequestTrace(request_id)
+        if (traceparent := valid_traceparent(request.headers.get("traceparent"))) is not None:
+            trace.info["traceparent"] = traceparent  # the caller's span: the exported spans join its trace
         body = await receive_body(request, engine)
         trace.mark("received")
         prepare = engine.ingress.prepare_chat if chat else engine.ingress.prepare_completion
@@ -65,7 +69,8 @@ async def _generate(request: Request, chat: bool) -> Response:
     except ClientDisconnect:
         return Response(status_code=499)
 
-    fmt = reply_format(request_id, engine.model_name, prepared.api, prepared.echo_texts, reply.num_choices)
+    fmt = reply_format(request_id, engine.model_name, prepared.api, prepared.echo_texts, reply.num_choices,
+                       prepared.output_plan)
     writer = ReplyWriter(fmt, reply.num_choices)  # now, while the prefill runs: ready for the first token
     watch = DisconnectWatch(request.receive, reply.abort)
     first = await reply.get()
@@ -73,12 +78,12 @@ async def _generate(request: Request, chat: bool) -> Response:
         watch.cancel()
         reply.abort()  # the other choices (a refusal is the same for them all)
         return error_response(refusal(first, 503 if not engine.health.ready else first.error_status), headers)
-    if fmt.stream:
-        return writer.stream(reply, first, watch, headers)
+    if fmt.stream:  # the headers leave with the first token: the timings known up to its sampling
+        return writer.stream(reply, first, watch, {**headers, **timing_headers(reply.trace(0))})
     try:
         whole = await writer.body(reply, first)
     finally:
         watch.cancel()
     if isinstance(whole, ApiError):
         return error_response(whole, headers)
-    return Response(whole, media_type="application/json", headers=headers)
+    return Response(whole, media_type="application/json", headers={**headers, **timing_headers(reply.trace(0))})

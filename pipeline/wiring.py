@@ -18,6 +18,7 @@ from gpu_stage.kv_tiers.disk_stage import KvDiskStage
 from gpu_stage.parallel.sharded_tiers import ShardedKvDiskStage
 from gpu_stage.stage import GpuStage
 from ingress.stage import IngressStage
+from protocol.responses.output_chain import OutputParsers
 from pipeline.build import BuiltModel
 from pipeline.config import EngineConfig
 from pipeline.faults import disk_read_delay_s
@@ -41,7 +42,8 @@ class PipelineStages:
 def wire_stages(built: BuiltModel, cfg: EngineConfig, on_engine_error: Callable[[str], None],
                 on_finished: Callable[[OutputStream, RequestOutput], None]) -> PipelineStages:
     ingress = IngressStage(built.tokenizer, built.chat_template, cfg.limits, built.max_model_len,
-                           cfg.offload_tokenize_chars, cfg.num_tokenizer_threads)
+                           cfg.offload_tokenize_chars, cfg.num_tokenizer_threads,
+                           OutputParsers(cfg.tool_call_parser, cfg.reasoning_parser))
     scheduler = SchedulerStage(built.scheduler, gpu_inbox=None, emitter_inbox=None,  # joined below
                                inbox_size=cfg.scheduler_inbox_size, on_engine_error=on_engine_error)
     gpu = GpuStage(built.runner, scheduler.inbox, cfg.gpu_inbox_size, cfg.cpu_threads)

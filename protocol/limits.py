@@ -34,6 +34,12 @@ class IngressLimits:
     # /detokenize's output is up to a token's longest text per id (81 bytes on SmolLM2): this bounds
     # what one request costs in decode time and reply size; --max-prompt-chars bounds it too.
     max_detokenize_tokens: int = option(131072, "token ids in one /detokenize request; past it: 400")
+    # Tools of one chat request: each is rendered into the prompt and, for `required`, into a grammar.
+    max_tools: int = option(128, "tools in one chat request; past it: 400")
+    # vLLM's flag: a model's own tool calls are parsed only when the server is started for it
+    # (tool_choice "auto", the default with tools, is a 400 otherwise).
+    enable_auto_tool_choice: bool = option(False, "parse the tool calls a model writes (tool_choice \"auto\"); "
+                                                  "needs --tool-call-parser", action="store_true")
     max_logit_bias: int = 1024  # logit_bias entries: the sampler scatters each one every step
     max_messages: int = 4096
 
@@ -44,5 +50,7 @@ class IngressLimits:
             raise ValueError(f"max_logprobs must be at least 0, got {self.max_logprobs}")
         if self.max_detokenize_tokens < 1:
             raise ValueError(f"max_detokenize_tokens must be at least 1, got {self.max_detokenize_tokens}")
+        if self.max_tools < 0:
+            raise ValueError(f"max_tools must be at least 0, got {self.max_tools}")
         if self.max_batch_prompts < 1:
             raise ValueError(f"max_batch_prompts must be at least 1, got {self.max_batch_prompts}")

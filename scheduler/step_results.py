@@ -170,6 +170,8 @@ class StepResults:
             self.predictor.observe(req.params.max_tokens, req.num_output_tokens)
         req.status = RequestStatus.FINISHED
         req.finish_reason, req.error = reason, error
+        info = req.request.trace.info  # what a finished trace's spans are filtered by
+        info["lane"], info["num_preemptions"] = ("long" if req.is_long else "short"), req.num_preemptions
         req.in_flight.clear()
         req.in_flight_step, req.num_in_flight_tokens = None, 0
         req.num_guessed_in_flight = 0

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("pipeline", "stages", "ingress", "protocol", "scheduler", "gpu_stage", "emitter", "bench", "router")
+PACKAGES = ("pipeline", "stages", "ingress", "protocol", "scheduler", "gpu_stage", "emitter", "bench", "observe", "router")
 TOP_LEVEL = PACKAGES + ("lab",)
 SCRIPT_SUFFIXES = (".py", ".sh", ".patch")
 

@@ -6,6 +6,7 @@ Chat spells logprobs `logprobs: true` plus `top_logprobs: k`; internally it is o
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 from protocol.errors import bad_request
@@ -16,6 +17,9 @@ from protocol.requests.logit_fields import PromptLogprobs, max_logprobs
 from protocol.requests.messages import Messages, TemplateKwargs
 from protocol.requests.sampling import EFFECTIVE_MAX_TOKENS, SAMPLING_FIELDS, sampling_params
 from protocol.requests.spec import RequestSpec
+from protocol.tool_calls.definitions import ToolRequest
+from protocol.tool_calls.fields import tool_fields
+from protocol.tool_calls.forced_schema import forced_output
 from stages.sampling import SamplingParams
 
 TOP_LOGPROBS_NEEDS_LOGPROBS: Schema = {
@@ -36,7 +40,9 @@ class ChatCompletionRequest:
     chat_template_kwargs: dict = field(default_factory=dict)
     priority: int = 0
     cache_salt: str | None = None
+    return_timings: bool = False  # the reply carries this request's stage timings
     n: int = 1  # choices: parallel samples of the prompt
+    tools: ToolRequest | None = None  # None: no tools (absent, empty)
 
 
 @dataclass(frozen=True)
@@ -63,14 +69,27 @@ def _effective_max_tokens(seen: Seen) -> int | None:
     return newer if newer is not None else seen["max_tokens"]
 
 
+def _with_forced_tools(params: SamplingParams, tools: ToolRequest | None) -> SamplingParams:
+    """A `required` or named tool choice's grammar in the params, known at parse time so that it
+    compiles at arrival like any other (the ingress stage adds the reasoning's end to it)."""
+    forced = forced_output(tools) if tools is not None else None
+    if forced is None:
+        return params
+    if params.structured is not None:
+        raise bad_request("'tool_choice' required or a named function cannot be combined with another output "
+                          "format (response_format, structured_outputs).", "tool_choice")
+    return dataclasses.replace(params, structured=forced)
+
+
 def _build(seen: Seen) -> ChatCompletionRequest:
     logprobs = (seen["top_logprobs"] or 0) if seen["logprobs"] else None
     return ChatCompletionRequest(
         messages=seen["messages"],
-        params=sampling_params(seen, logprobs, seen["prompt_logprobs"]),
+        params=_with_forced_tools(sampling_params(seen, logprobs, seen["prompt_logprobs"]), seen["tools"]),
         max_tokens=seen[EFFECTIVE_MAX_TOKENS],
         add_generation_prompt=seen["add_generation_prompt"],
         chat_template_kwargs=seen["chat_template_kwargs"],
+        tools=seen["tools"],
         **common_values(seen),
     )
 
@@ -87,6 +106,7 @@ CHAT = RequestSpec((
     Messages(),
     Bool("add_generation_prompt", True),
     TemplateKwargs(),
+    *tool_fields(),
 ), _build)
 
 

@@ -2,7 +2,8 @@
 n, streaming, priority and the cache salt; and max_tokens, whose schema knows the context window.
 
 The unsupported rows name the inert value of each parameter (requests/unsupported.py); chat refuses
-a few more than completions (echo: /v1/completions echoes the prompt, chat does not).
+a few more than completions (echo: /v1/completions echoes the prompt, chat does not), completions
+refuses tools (a chat feature).
 """
 from __future__ import annotations
 
@@ -21,10 +22,9 @@ INT64_MAX = 2**63 - 1
 COMMON_UNSUPPORTED = UnsupportedTable((
     Unsupported("best_of", 1, " (only best_of=1)"),
     Unsupported("suffix", ""),
-    Unsupported("tools", []),
-    Unsupported("tool_choice", "none", " (only \"none\")"),
-    Unsupported("functions", []),
-    Unsupported("function_call", "none", " (only \"none\")"),
+    # OpenAI's deprecated spelling of tools: refused (chat takes `tools` / `tool_choice`).
+    Unsupported("functions", [], " (use 'tools')"),
+    Unsupported("function_call", "none", " (use 'tool_choice')"),
     Unsupported("response_format", {"type": "text"}, " (only {\"type\": \"text\"})"),
     Unsupported("modalities", ["text"], " (only [\"text\"])"),
     Unsupported("audio"),
@@ -40,6 +40,12 @@ COMMON_UNSUPPORTED = UnsupportedTable((
     Unsupported("logits_processors", []),
     Unsupported("truncate_prompt_tokens"),
 ))
+
+# Tools are a chat feature (protocol/tool_calls/): /v1/completions keeps refusing them.
+COMPLETION_UNSUPPORTED = COMMON_UNSUPPORTED.extended(
+    Unsupported("tools", [], " on /v1/completions (use /v1/chat/completions)"),
+    Unsupported("tool_choice", "none", " on /v1/completions (use /v1/chat/completions)"),
+)
 
 CHAT_UNSUPPORTED = COMMON_UNSUPPORTED.extended(
     Unsupported("echo", False, " (only echo=false on chat; /v1/completions echoes the prompt)"),
@@ -107,7 +113,8 @@ class MaxTokens(Int):
 def common_values(seen: Seen) -> dict[str, Any]:
     """What the common fields give every typed request, by its field names."""
     return {"model": seen["model"], "stream": seen["stream"], "include_usage": seen["stream_options"],
-            "priority": seen["priority"], "cache_salt": seen["cache_salt"], "n": seen["n"]}
+            "priority": seen["priority"], "cache_salt": seen["cache_salt"], "n": seen["n"],
+            "return_timings": seen["return_timings"]}
 
 
 def common_fields(unsupported: UnsupportedTable) -> tuple[Field, ...]:
@@ -124,4 +131,7 @@ def common_fields(unsupported: UnsupportedTable) -> tuple[Field, ...]:
         Int("priority", 0, INT64_MIN, INT64_MAX),
         Str("cache_salt", non_empty=True, max_chars=MAX_CACHE_SALT_CHARS,
             doc="Prefix-cache hits never cross different salts."),
+        # vLLM spells its per-request opt-ins return_* (return_token_ids); the object is llama.cpp's `timings`.
+        Bool("return_timings", False, "Add a `timings` object (ms per stage of this request, observe/timings.py) to "
+                                      "the body, or as the stream's last chunk before [DONE]."),
     )

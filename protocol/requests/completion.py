@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from protocol.limits import IngressLimits
-from protocol.requests.common import COMMON_UNSUPPORTED, MaxTokens, common_fields, common_values
+from protocol.requests.common import COMPLETION_UNSUPPORTED, MaxTokens, common_fields, common_values
 from protocol.requests.fields import CALL, Bool, Context, Derived, Int, Schema, Seen
 from protocol.requests.logit_fields import PromptLogprobs, max_logprobs
 from protocol.requests.prompt import Prompt
@@ -30,6 +30,7 @@ class CompletionRequest:
     include_usage: bool
     priority: int = 0
     cache_salt: str | None = None
+    return_timings: bool = False  # the reply carries this request's stage timings
     n: int = 1  # choices: parallel samples of each prompt
     echo: bool = False  # the prompt's text (and, with logprobs, its logprobs) before the completion
 
@@ -74,7 +75,7 @@ def _build(seen: Seen) -> CompletionRequest:
 
 
 COMPLETION = RequestSpec((
-    *common_fields(COMMON_UNSUPPORTED),
+    *common_fields(COMPLETION_UNSUPPORTED),
     CompletionMaxTokens(),
     Derived(EFFECTIVE_MAX_TOKENS, lambda seen: seen["max_tokens"]),
     Int("logprobs", None, 0, max_logprobs, doc="Alternatives to report per position."),

@@ -12,7 +12,9 @@ import orjson
 
 from protocol.responses.envelope import CHAT_OBJECT, COMPLETION_OBJECT, Echo, ResponseMeta, echoed, envelope, usage_dict
 from protocol.responses.logprobs import chat_logprobs, completion_logprobs
+from protocol.responses.output_chain import OutputChain, OutputPlan
 from protocol.responses.prompt_logprobs import vllm_prompt_logprobs
+from protocol.tool_calls.deltas import AssembledMessage
 from stages.messages import PromptScores, RequestOutput, TokenLogprob
 
 
@@ -58,14 +60,17 @@ class ResponseAccumulator:
             choice["prompt_logprobs"] = vllm_prompt_logprobs(self.prompt)
         return choice
 
-    def chat_choice(self) -> dict[str, Any]:
+    def chat_choice(self, chain: OutputChain | None = None) -> dict[str, Any]:
+        """The choice; with an output-parser chain, its message as the chain reads the whole text
+        (the same pieces a stream would have sent, joined)."""
         logprobs = None if self._logprobs is None else chat_logprobs(self._logprobs)
-        return {
-            "index": self.index,
-            "message": {"role": "assistant", "content": self.text},
-            "logprobs": logprobs,
-            "finish_reason": self.last.finish_reason,
-        }
+        finish_reason = self.last.finish_reason
+        if chain is None:
+            message: dict[str, Any] = {"role": "assistant", "content": self.text}
+        else:
+            message = parsed_message(chain, self.text)
+            finish_reason = chain.finish_reason(finish_reason)
+        return {"index": self.index, "message": message, "logprobs": logprobs, "finish_reason": finish_reason}
 
     def completion_body(self, meta: ResponseMeta) -> bytes:
         return completion_body(meta, [self])
@@ -75,19 +80,40 @@ class ResponseAccumulator:
 
 
 def completion_body(meta: ResponseMeta, choices: Sequence[ResponseAccumulator],
-                    echoes: Sequence[Echo] | None = None) -> bytes:
+                    echoes: Sequence[Echo] | None = None, timings: dict[str, float] | None = None) -> bytes:
     """The whole `/v1/completions` body: the choices in the order given (by index); `echoes`: each
     choice's echo, by index (echo=true)."""
     body = envelope(meta, COMPLETION_OBJECT, [acc.completion_choice(echoes[acc.index] if echoes else None)
                                                for acc in choices])
     body["usage"] = usage_dict([acc.last for acc in choices], meta.num_prompts)
+    if timings is not None:  # return_timings: the request's stage timings (ms)
+        body["timings"] = timings
     return orjson.dumps(body)
 
 
-def chat_body(meta: ResponseMeta, choices: Sequence[ResponseAccumulator]) -> bytes:
-    """The whole `/v1/chat/completions` body: the choices in the order given (by index)."""
-    body = envelope(meta, CHAT_OBJECT, [acc.chat_choice() for acc in choices])
+def parsed_message(chain: OutputChain, text: str) -> dict[str, Any]:
+    """OpenAI's message from a whole reply read by `chain`: content (null when there are only
+    tool calls), reasoning_content when a reasoning parser is on, tool_calls when there are any."""
+    whole = AssembledMessage()
+    whole.add(chain.feed(text))
+    whole.add(chain.finish())
+    message: dict[str, Any] = {"role": "assistant",
+                               "content": None if whole.calls and not whole.content else whole.content}
+    if chain.reasoning is not None:
+        message["reasoning_content"] = whole.reasoning or None
+    if whole.calls:
+        message["tool_calls"] = whole.calls
+    return message
+
+
+def chat_body(meta: ResponseMeta, choices: Sequence[ResponseAccumulator], output: OutputPlan | None = None,
+              timings: dict[str, float] | None = None) -> bytes:
+    """The whole `/v1/chat/completions` body: the choices in the order given (by index); `output`:
+    how the replies are parsed (tools, reasoning), None for plain content."""
+    body = envelope(meta, CHAT_OBJECT, [acc.chat_choice(output.new_chain() if output else None) for acc in choices])
     if choices[0].prompt is not None:  # the prompt's: the same for every choice
         body["prompt_logprobs"] = vllm_prompt_logprobs(choices[0].prompt)
     body["usage"] = usage_dict([acc.last for acc in choices], meta.num_prompts)
+    if timings is not None:
+        body["timings"] = timings
     return orjson.dumps(body)

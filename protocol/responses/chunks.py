@@ -22,7 +22,9 @@ from protocol.responses.envelope import (
     usage_dict,
 )
 from protocol.responses.logprobs import chat_logprobs, completion_logprobs
+from protocol.responses.output_chain import OutputChain
 from protocol.responses.sse import sse_event
+from protocol.tool_calls.deltas import OutputDelta
 from stages.messages import RequestOutput
 
 
@@ -30,6 +32,14 @@ def usage_chunk(meta: ResponseMeta, lasts: Sequence[RequestOutput], chat: bool) 
     """The last chunk when `stream_options.include_usage`: no choices, the usage of them all."""
     body = envelope(meta, CHAT_CHUNK_OBJECT if chat else COMPLETION_OBJECT, [])
     body["usage"] = usage_dict(lasts, meta.num_prompts)
+    return orjson.dumps(body)
+
+
+def timings_chunk(meta: ResponseMeta, timings: dict[str, float], chat: bool) -> bytes:
+    """The last chunk when the request asked for `return_timings`: no choices, the request's stage
+    timings (ms), as the usage chunk carries its usage."""
+    body = envelope(meta, CHAT_CHUNK_OBJECT if chat else COMPLETION_OBJECT, [])
+    body["timings"] = timings
     return orjson.dumps(body)
 
 
@@ -87,16 +97,31 @@ class CompletionChunker:
         return usage_chunk(self.meta, [out], chat=False)
 
 
+def delta_fields(delta: OutputDelta) -> dict[str, Any]:
+    """A parsed piece as a chat chunk's `delta` (only the fields it has)."""
+    out: dict[str, Any] = {}
+    if delta.reasoning:
+        out["reasoning_content"] = delta.reasoning
+    if delta.content:
+        out["content"] = delta.content
+    if delta.tool_calls:
+        out["tool_calls"] = [piece.as_dict() for piece in delta.tool_calls]
+    return out
+
+
 class ChatChunker:
     """`/v1/chat/completions` streaming chunks of one choice: role delta first, content deltas,
-    finish_reason."""
+    finish_reason. With an output-parser chain (tools, reasoning) each step's text goes through it
+    first; a step whose text it holds back sends nothing."""
 
-    __slots__ = ("meta", "include_usage", "index", "_template")
+    __slots__ = ("meta", "include_usage", "index", "_template", "_chain")
 
-    def __init__(self, meta: ResponseMeta, include_usage: bool = False, index: int = 0) -> None:
+    def __init__(self, meta: ResponseMeta, include_usage: bool = False, index: int = 0,
+                 chain: OutputChain | None = None) -> None:
         self.meta = meta
         self.include_usage = include_usage
         self.index = index
+        self._chain = chain
         body = envelope(meta, CHAT_CHUNK_OBJECT, [
             {"index": index, "delta": {"content": _HOLE}, "logprobs": None, "finish_reason": None}])
         if include_usage:
@@ -114,7 +139,9 @@ class ChatChunker:
         delta = {"role": "assistant", "content": ""}
         return self._dump({"index": self.index, "delta": delta, "logprobs": None, "finish_reason": None})
 
-    def chunk(self, out: RequestOutput) -> bytes:
+    def chunk(self, out: RequestOutput) -> bytes | None:
+        if self._chain is not None:
+            return self._parsed_chunk(out, self._chain)
         if out.finish_reason is None and out.logprobs is None and self._template is not None:
             head, tail = self._template
             return head + orjson.dumps(out.text) + tail
@@ -125,9 +152,22 @@ class ChatChunker:
         choice = {"index": self.index, "delta": delta, "logprobs": logprobs, "finish_reason": out.finish_reason}
         return self._dump(choice)
 
+    def _parsed_chunk(self, out: RequestOutput, chain: OutputChain) -> bytes | None:
+        delta = chain.feed(out.text)
+        if out.finish_reason is not None:
+            delta.extend(chain.finish())
+        fields = delta_fields(delta)
+        if not fields and out.finish_reason is None and out.logprobs is None:
+            return None
+        logprobs = chat_logprobs(out.logprobs) if out.logprobs is not None else None
+        return self._dump({"index": self.index, "delta": fields, "logprobs": logprobs,
+                           "finish_reason": chain.finish_reason(out.finish_reason)})
+
     def sse(self, out: RequestOutput) -> bytes:
-        """`chunk(out)` as one SSE event (a stream's framer)."""
-        return sse_event(self.chunk(out))
+        """`chunk(out)` as one SSE event (a stream's framer); nothing for a step whose text the
+        parsers hold back."""
+        chunk = self.chunk(out)
+        return sse_event(chunk) if chunk is not None else b""
 
     def usage_chunk(self, out: RequestOutput) -> bytes:
         return usage_chunk(self.meta, [out], chat=True)

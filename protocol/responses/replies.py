@@ -14,13 +14,15 @@ import time
 from dataclasses import dataclass
 from typing import AsyncIterator, Awaitable, Callable, Protocol
 
+from observe.timings import timings_ms
 from protocol.errors import INVALID_REQUEST, SERVER, ApiError
 from protocol.requests.chat import ChatCompletionRequest
 from protocol.requests.completion import CompletionRequest
 from protocol.responses.bodies import ResponseAccumulator, chat_body, completion_body
-from protocol.responses.chunks import ChatChunker, CompletionChunker, usage_chunk
+from protocol.responses.chunks import ChatChunker, CompletionChunker, timings_chunk, usage_chunk
 from protocol.responses.envelope import Echo, ResponseMeta
 from protocol.responses.event_stream import EventStreamResponse, Watch
+from protocol.responses.output_chain import OutputPlan
 from protocol.responses.sse import SSE_DONE, sse_error, sse_event
 from stages.messages import RequestOutput
 from stages.trace import RequestTrace, host_clock_ns
@@ -46,12 +48,14 @@ class ReplyFormat:
     stream: bool
     include_usage: bool
     echoes: list[Echo] | None = None  # completions' echo=true: each choice's prompt
+    output: OutputPlan | None = None  # chat: how replies are parsed (tools, reasoning); None: plain
+    return_timings: bool = False  # the request's stage timings close the reply
 
 
 def reply_format(request_id: str, model: str, api: CompletionRequest | ChatCompletionRequest,
-                 echo_texts: list[str] | None, num_choices: int) -> ReplyFormat:
+                 echo_texts: list[str] | None, num_choices: int, output: OutputPlan | None = None) -> ReplyFormat:
     """How the reply to `api` is framed; `echo_texts`: each prompt's text (echo=true), n choices per
-    prompt of a batch."""
+    prompt of a batch; `output`: a chat reply's parsers."""
     chat = isinstance(api, ChatCompletionRequest)
     num_prompts = 1 if chat else len(api.prompts)
     echoes = None
@@ -59,7 +63,7 @@ def reply_format(request_id: str, model: str, api: CompletionRequest | ChatCompl
         per_prompt = num_choices // len(echo_texts)
         echoes = [Echo(echo_texts[i // per_prompt], api.params.logprobs) for i in range(num_choices)]
     meta = ResponseMeta(request_id, int(time.time()), model, num_prompts=num_prompts)
-    return ReplyFormat(meta, chat, api.stream, api.include_usage, echoes)
+    return ReplyFormat(meta, chat, api.stream, api.include_usage, echoes, output, api.return_timings)
 
 
 def refusal(out: RequestOutput, status: int) -> ApiError:
@@ -70,7 +74,7 @@ def refusal(out: RequestOutput, status: int) -> ApiError:
 
 
 class ReplyWriter:
-    __slots__ = ("fmt", "_chunkers", "_prefix", "_lasts", "_num_left")
+    __slots__ = ("fmt", "_chunkers", "_prefix", "_lasts", "_num_left", "_trace_of")
 
     def __init__(self, fmt: ReplyFormat, num_choices: int) -> None:
         self.fmt = fmt
@@ -79,7 +83,9 @@ class ReplyWriter:
         if fmt.stream:
             meta, usage = fmt.meta, fmt.include_usage
             if fmt.chat:
-                self._chunkers = [ChatChunker(meta, usage, i) for i in range(num_choices)]
+                output = fmt.output
+                self._chunkers = [ChatChunker(meta, usage, i, output.new_chain() if output else None)
+                                  for i in range(num_choices)]
                 self._prefix = b"".join(sse_event(c.role_chunk()) for c in self._chunkers)
             else:
                 echoes = fmt.echoes
@@ -87,9 +93,11 @@ class ReplyWriter:
                                   for i in range(num_choices)]
         self._lasts: list[RequestOutput | None] = [None] * num_choices  # each choice's last output
         self._num_left = num_choices
+        self._trace_of: Callable[[int], RequestTrace] | None = None  # the reply's traces, once it is read
 
     def stream(self, reply: EngineReply, first: RequestOutput, watch: Watch,
                headers: dict[str, str]) -> EventStreamResponse:
+        self._trace_of = reply.trace
         return EventStreamResponse(self._events(reply, first), watch, reply.written, headers)
 
     def frame(self, out: RequestOutput) -> bytes:
@@ -105,6 +113,8 @@ class ReplyWriter:
                 if self._num_left == 0:
                     if self.fmt.include_usage:
                         data += sse_event(usage_chunk(self.fmt.meta, self._lasts, self.fmt.chat))
+                    if self.fmt.return_timings and self._trace_of is not None:
+                        data += sse_event(timings_chunk(self.fmt.meta, timings_ms(self._trace_of(0)), self.fmt.chat))
                     data += SSE_DONE
         self._prefix = b""
         return data
@@ -138,7 +148,9 @@ class ReplyWriter:
                     break
             out = await reply.get()
         fmt = self.fmt
-        body = chat_body(fmt.meta, accs) if fmt.chat else completion_body(fmt.meta, accs, fmt.echoes)
+        timings = timings_ms(reply.trace(0)) if fmt.return_timings else None
+        body = (chat_body(fmt.meta, accs, fmt.output, timings) if fmt.chat
+                else completion_body(fmt.meta, accs, fmt.echoes, timings))
         for acc in accs:
             reply.written(acc.last, whole_reply=True)
         return body

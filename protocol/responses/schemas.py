@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from protocol.requests.fields import NULL_ONLY, Schema
 
-FINISH_REASONS = ["stop", "length", "abort", "timeout", "error"]
+FINISH_REASONS = ["stop", "length", "abort", "timeout", "error", "tool_calls"]
 
 
 def response_schemas() -> dict[str, Schema]:
@@ -68,9 +68,26 @@ def response_schemas() -> dict[str, Schema]:
                  "finish_reason": finish, **(optional or {})}
         return {"type": "object", "required": ["index", *extra, "finish_reason"], "properties": props}
 
+    function = {"type": "object", "required": ["name", "arguments"],
+                "properties": {"name": {"type": "string"}, "arguments": {"type": "string",
+                                                                         "description": "JSON text."}}}
+    tool_call = {"type": "object", "required": ["id", "type", "function"],
+                 "properties": {"id": {"type": "string"}, "type": {"const": "function"}, "function": function}}
+    tool_call_piece = {"type": "object", "required": ["index", "function"], "description": (
+        "A call's first piece has its id, type and name (arguments \"\"), the next ones argument text."),
+        "properties": {"index": {"type": "integer", "minimum": 0}, "id": {"type": "string"},
+                       "type": {"const": "function"},
+                       "function": {"type": "object", "required": ["arguments"],
+                                    "properties": {"name": {"type": "string"}, "arguments": {"type": "string"}}}}}
     message = {"type": "object", "required": ["role", "content"],
-               "properties": {"role": {"const": "assistant"}, "content": {"type": "string"}}}
-    delta = {"type": "object", "properties": {"role": {"const": "assistant"}, "content": {"type": "string"}}}
+               "properties": {"role": {"const": "assistant"},
+                              "content": {"type": ["string", "null"], "description": "null: only tool calls."},
+                              "reasoning_content": {"type": ["string", "null"],
+                                                    "description": "With --reasoning-parser: the <think> text."},
+                              "tool_calls": {"type": "array", "items": tool_call}}}
+    delta = {"type": "object", "properties": {"role": {"const": "assistant"}, "content": {"type": "string"},
+                                              "reasoning_content": {"type": "string"},
+                                              "tool_calls": {"type": "array", "items": tool_call_piece}}}
     return {
         "Error": {
             "type": "object", "required": ["error"],

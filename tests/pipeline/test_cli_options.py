@@ -36,6 +36,8 @@ FLAGS += ["--header-read-timeout-s", "--keep-alive-timeout-s", "--max-headers", 
           "--max-url-bytes"]  # issue 42
 FLAGS += ["--max-detokenize-tokens"]  # issue 42 (token routes)
 FLAGS += ["--concurrent-lanes", "--no-concurrent-lanes", "--step-budget-ms"]  # issue 43
+FLAGS += ["--tool-call-parser", "--reasoning-parser", "--enable-auto-tool-choice", "--max-tools"]  # issue 44 (tools)
+FLAGS += ["--otlp-traces-endpoint"]  # issue 45
 FLAGS += ["--data-parallel-size", "-dp"]  # issue 48
 
 

@@ -32,6 +32,7 @@ BAD = {
     "max_headers": (0, "--max-headers"), "max_header_bytes": (0, "--max-header-bytes"),
     "max_url_bytes": (0, "--max-url-bytes"),
     "max_detokenize_tokens": (0, "--max-detokenize-tokens"),
+    "max_tools": (-1, "--max-tools"),
     "data_parallel_size": (0, "--data-parallel-size"),
 }
 
@@ -94,3 +95,21 @@ def test_kv_tiers_need_the_prefix_cache():
 def test_octal_mode():
     assert octal_mode("0600") == 0o600 and octal_mode("660") == 0o660 and octal_mode("0") == 0
     assert octal_mode("0800") is None and octal_mode("1777") is None and octal_mode("rw") is None
+
+
+def test_auto_tool_choice_needs_a_tool_call_parser():
+    args = parser().parse_args(["--enable-auto-tool-choice"])
+    with pytest.raises(UsageError, match="^--enable-auto-tool-choice needs --tool-call-parser"):
+        check_flag_ranges(args, flag_names(parser()))
+    check_flag_ranges(parser().parse_args(["--enable-auto-tool-choice", "--tool-call-parser", "hermes"]),
+                      flag_names(parser()))
+
+
+@pytest.mark.parametrize("argv", [["--tool-call-parser", "granite"], ["--reasoning-parser", "o1"]])
+def test_unknown_parsers_exit_2_naming_the_choices(argv, capsys):
+    with pytest.raises(SystemExit) as info:
+        parser().parse_args(argv)
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert argv[0] in err and "invalid choice" in err
+    assert ("hermes" in err) if argv[0] == "--tool-call-parser" else ("deepseek_r1" in err and "qwen3" in err)

@@ -26,6 +26,7 @@ from ingress.chat_template import ChatTemplate
 from ingress.dummy_tokenizer import DUMMY_CHAT_TEMPLATE, DummyTokenizer
 from protocol.errors import ApiError, bad_request, overloaded, payload_too_large, unauthorized
 from protocol.limits import IngressLimits
+from protocol.tool_calls.definitions import MAX_SCHEMA_DEPTH
 from protocol.requests.chat import parse_chat_request
 from protocol.requests.completion import parse_completion_request
 from ingress.stage import IngressStage
@@ -217,12 +218,39 @@ def known_gap(body: dict, limits: IngressLimits) -> str | None:
         lengths = [len(p) for p in prompt]
         if sum(lengths) > limits.max_prompt_chars >= max(lengths):
             return "the character limit is over all the prompts of a batch together"
+    gap = _tools_gap(body)
+    if gap is not None:
+        return gap
     messages = body.get("messages")
     if type(messages) is list:
         lengths = [len(m["content"]) for m in messages if type(m) is dict and type(m.get("content")) is str]
         if sum(lengths) > limits.max_prompt_chars >= max(lengths, default=0):
             return "the character limit is over all messages together"
     return None
+
+
+def _tools_gap(body: dict) -> str | None:
+    """The tool rules JSON Schema cannot state (protocol/tool_calls/fields.py)."""
+    tools = body.get("tools")
+    if type(tools) is not list:
+        return None
+    names = [t["function"].get("name") for t in tools if type(t) is dict and type(t.get("function")) is dict]
+    if len(names) != len(set(map(str, names))):
+        return "tool names must be unique"
+    choice = body.get("tool_choice")
+    if type(choice) is dict and type(choice.get("function")) is dict and choice["function"].get("name") not in names:
+        return "a named tool_choice must name one of the tools"
+    if any(_depth(t) > MAX_SCHEMA_DEPTH for t in tools):
+        return "a tool's parameters nest too deep"
+    return None
+
+
+def _depth(value) -> int:
+    if isinstance(value, dict):
+        return 1 + max(map(_depth, value.values()), default=0)
+    if isinstance(value, list):
+        return 1 + max(map(_depth, value), default=0)
+    return 0
 
 
 def _bad_cases():
@@ -239,6 +267,8 @@ def _bad_cases():
     for key, value in common.UNSUPPORTED:
         cases.append(("completions", common.LIMITS, {"prompt": "hi", key: value}))
         cases.append(("chat", common.LIMITS, {"messages": [USER], key: value}))
+    for key, value in common.COMPLETION_ONLY_UNSUPPORTED:
+        cases.append(("completions", common.LIMITS, {"prompt": "hi", key: value}))
     extra = [
         {"n": 17}, {"n": 0}, {"n": 2.0}, {"stream_options": {"include_usage": True}},
         {"stream": False, "stream_options": {}}, {"stream": True, "stream_options": {"include_usage": 1}},

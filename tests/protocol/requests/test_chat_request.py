@@ -48,7 +48,16 @@ BAD = [
     ({"messages": [{"role": "user", "content": "x", "name": 5}]}, "messages[0].name", "a string"),
     ({"messages": [USER, {"role": "assistant", "content": None,
                           "tool_calls": [{"id": "c", "type": "function"}]}]},
-     "messages[1].tool_calls", "not supported"),
+     "messages[1].tool_calls[0].function", "an object"),
+    ({"messages": [{"role": "user", "content": "x", "tool_calls": [
+        {"id": "c", "function": {"name": "f", "arguments": "{}"}}]}]}, "messages[0].tool_calls", "only allowed"),
+    ({"messages": [USER, {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "c", "function": {"name": "f", "arguments": {"a": 1}}}]}]},
+     "messages[1].tool_calls[0].function.arguments", "a string of JSON"),
+    ({"messages": [USER, {"role": "assistant", "content": None, "tool_calls": [
+        {"id": 7, "function": {"name": "f", "arguments": "{}"}}]}]}, "messages[1].tool_calls[0].id", "a string"),
+    ({"messages": [USER, {"role": "assistant", "content": None, "tool_calls": {"id": "c"}}]},
+     "messages[1].tool_calls", "an array"),
     ({"messages": [{"role": "assistant", "content": "", "function_call": {"name": "f"}}]},
      "messages[0].function_call", "not supported"),
     ({"messages": [{"role": "user", "content": "x" * 101}]}, "messages", "too long"),

@@ -10,8 +10,7 @@ from protocol.limits import IngressLimits
 
 UNSUPPORTED = [
     ("best_of", 2), ("best_of", True), ("best_of", 1.0),
-    ("suffix", "tail"), ("tools", [{"type": "function"}]),
-    ("tool_choice", "auto"), ("tool_choice", {"type": "function"}), ("functions", [{"name": "f"}]),
+    ("suffix", "tail"), ("functions", [{"name": "f"}]),
     ("function_call", "auto"), ("response_format", {"type": "json_object"}),
     ("response_format", {"type": "json_schema", "json_schema": {}}), ("modalities", ["text", "audio"]),
     ("audio", {"voice": "x"}), ("use_beam_search", True), ("guided_json", {}),
@@ -29,6 +28,19 @@ def test_unsupported_parameters_are_refused_not_ignored(parse, key, value):
     err = info.value
     assert (err.status, err.param, err.code) == (400, key, "unsupported_parameter")
     assert f"'{key}' is not supported" in err.message
+
+
+# Tools are a chat feature (tests/protocol/tool_calls/): completions refuses them.
+COMPLETION_ONLY_UNSUPPORTED = [("tools", [{"type": "function"}]), ("tool_choice", "auto"),
+                               ("tool_choice", {"type": "function"})]
+
+
+@pytest.mark.parametrize("key, value", COMPLETION_ONLY_UNSUPPORTED)
+def test_tools_are_refused_on_completions(key, value):
+    with pytest.raises(ApiError) as info:
+        completion({key: value})
+    assert (info.value.param, info.value.code) == (key, "unsupported_parameter")
+    assert "/v1/chat/completions" in info.value.message
 
 
 @pytest.mark.parametrize("value", [True, "yes"])
