@@ -1,4 +1,4 @@
-"""`ttft serve` and `ttft bench` (and `ttft --version`).
+"""`ttft serve`, `ttft route` and `ttft bench` (and `ttft --version`).
 
 `ttft serve` checks before it starts anything: the flags' ranges (pipeline/flag_checks.py), then the
 model and the device (pipeline/model_checks.py), then it binds its address (pipeline/listen_socket.py);
@@ -39,6 +39,9 @@ class ServeOptions:
     ssl_ca_certs: str | None = option(None, "TLS: CA certificates that client certificates must chain to")
     ssl_cert_reqs: int = option(0, "TLS: client certificates 0 not asked for, 1 optional, 2 required "
                                    "(Python's ssl.CERT_* numbers)")
+    data_parallel_size: int = option(1, "N engines on this host (one per GPU group, or per share of the CPU "
+                                        "cores) behind a router (`ttft route`) on --host/--port",
+                                     aliases=("-dp",))
 
 
 def add_serve_arguments(p: argparse.ArgumentParser) -> None:
@@ -108,27 +111,46 @@ def build_parsers() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
     from bench.cli import add_bench_arguments
 
     add_bench_arguments(sub.add_parser("bench", help="load-test an OpenAI-compatible server"))
+    from router.cli import add_route_arguments
+
+    add_route_arguments(sub.add_parser("route", help="route requests across ttft replicas"))
     return parser, serve
 
 
 def main(argv: list[str] | None = None) -> int:
     parser, serve_parser = build_parsers()
+    argv = sys.argv[1:] if argv is None else argv
     args = parser.parse_args(argv)
     if args.command == "serve":
         try:
-            return run_serve(args, flag_names(serve_parser))
+            return run_serve(args, flag_names(serve_parser), argv[argv.index("serve") + 1:])
         except UsageError as exc:
             print(f"ttft serve: error: {exc}", file=sys.stderr)
+            return 2
+    if args.command == "route":
+        from router.cli import run_route
+
+        try:
+            return run_route(args)
+        except UsageError as exc:
+            print(f"ttft route: error: {exc}", file=sys.stderr)
             return 2
     from bench.cli import run_bench_command
 
     return run_bench_command(args)
 
 
-def run_serve(args: argparse.Namespace, flags: dict[str, str]) -> int:
-    """Check everything, bind, then serve; UsageError for what the user must change."""
+def run_serve(args: argparse.Namespace, flags: dict[str, str], serve_argv: list[str] | None = None) -> int:
+    """Check everything, bind, then serve; UsageError for what the user must change. `serve_argv`:
+    the flags as given, which --data-parallel-size passes on to each engine."""
     take_model_tag(args)
     check_flag_ranges(args, flags)
+    if args.data_parallel_size > 1:
+        from pipeline.data_parallel import serve_data_parallel
+
+        logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        return serve_data_parallel(serve_argv or [], args.data_parallel_size, serves_on_cpu(args.device),
+                                   args.tensor_parallel_size, args.host, args.port, args.log_level)
     set_cpu_openmp_env(args.device)
     # Tokenizing runs one text at a time in our own thread pool: no rayon pool beside it.
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

@@ -54,6 +54,7 @@ RULES = (
     Rule("uds_mode", lambda v: octal_mode(v) is not None, "must be octal permission bits, e.g. 0600 or 0660"),
     Rule("log_level", lambda v: v.lower() in LOG_LEVELS, f"must be one of {', '.join(LOG_LEVELS)}"),
     Rule("log_stats_interval_s", at_least(0), "must be >= 0 (0: no stats lines)"),
+    Rule("data_parallel_size", at_least(1), "must be >= 1"),
     # engine
     Rule("seed", at_least(0), "must be >= 0"),
     Rule("max_model_len", at_least(1), "must be >= 1"),

@@ -17,11 +17,9 @@ supervisor restarts it; a configuration that cannot work exits 2.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import logging
 import os
-import signal
 import time
 
 import uvicorn
@@ -33,6 +31,7 @@ from pipeline.engine import Engine
 from pipeline.http_head import ConnectionLimits
 from pipeline.http_protocol import TtftHttpProtocol
 from pipeline.listen_socket import Listener
+from pipeline.loop_signals import signals_on_loop
 from pipeline.load_progress import LoadProgress
 from pipeline.stats_logger import StatsLogger
 from stages.options import fill
@@ -70,18 +69,8 @@ class TtftServer(uvicorn.Server):
         if self.started:  # uvicorn names no address for sockets it was handed
             log.info("listening on %s (Press CTRL+C to quit)", self.url)
 
-    @contextlib.contextmanager
     def capture_signals(self):
-        # Through the loop (its wakeup fd), not signal.signal: the handler must run on the loop
-        # even while worker threads hold the interpreter, and must not re-raise the signal on exit.
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, self.handle_exit, sig, None)
-        try:
-            yield
-        finally:
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                loop.remove_signal_handler(sig)
+        return signals_on_loop(self.handle_exit)  # see pipeline/loop_signals.py
 
     def handle_exit(self, sig: int, frame) -> None:  # called on the loop
         if self._draining or self._loop is None:

@@ -16,7 +16,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("pipeline", "stages", "ingress", "protocol", "scheduler", "gpu_stage", "emitter", "bench", "observe",
-            "structured")
+            "structured", "router")
 TOP_LEVEL = PACKAGES + ("lab",)
 SCRIPT_SUFFIXES = (".py", ".sh", ".patch")
 

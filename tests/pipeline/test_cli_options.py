@@ -39,6 +39,7 @@ FLAGS += ["--grammar-compile-timeout-s", "--max-grammar-chars"]  # issue 44 (str
 FLAGS += ["--concurrent-lanes", "--no-concurrent-lanes", "--step-budget-ms"]  # issue 43
 FLAGS += ["--tool-call-parser", "--reasoning-parser", "--enable-auto-tool-choice", "--max-tools"]  # issue 44 (tools)
 FLAGS += ["--otlp-traces-endpoint"]  # issue 45
+FLAGS += ["--data-parallel-size", "-dp"]  # issue 48
 
 
 def parser() -> argparse.ArgumentParser:

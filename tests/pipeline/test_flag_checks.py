@@ -34,6 +34,7 @@ BAD = {
     "max_detokenize_tokens": (0, "--max-detokenize-tokens"),
     "max_tools": (-1, "--max-tools"),
     "grammar_compile_timeout_s": (0.0, "--grammar-compile-timeout-s"), "max_grammar_chars": (0, "--max-grammar-chars"),
+    "data_parallel_size": (0, "--data-parallel-size"),
 }
 
 

@@ -1,0 +1,104 @@
+"""`ttft route`: the router in front of replicas started by anyone (systemd, Kubernetes, `ttft serve`).
+
+Flags are checked before anything starts (a mistake is one line naming the flag, exit status 2),
+then the address is bound, then uvicorn serves RouterApp.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+from pipeline.flag_checks import UsageError
+from router.policies import POLICIES
+from stages.options import add_options, from_args, option
+
+
+@dataclass
+class RouteOptions:
+    host: str = option("127.0.0.1", "address to listen on")
+    port: int = option(8000, "TCP port to listen on (0: any free port, logged once bound)")
+    routing_policy: str = option("predicted-ttft", "how a replica is picked for each request",
+                                 choices=tuple(POLICIES))
+    health_interval_s: float = option(0.5, "seconds between health checks of each replica")
+    health_timeout_s: float = option(1.0, "a replica whose health check takes longer is taken out")
+    max_body_bytes: int = option(16 * 1024 * 1024, "largest request body the router reads (413 past it)")
+    log_level: str = option("info", "logging level: debug, info, warning, error")
+
+
+def add_route_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--replica", action="append", default=[], metavar="URL",
+                   help="a replica's base URL, http://HOST:PORT (repeat for each replica)")
+    add_options(p, RouteOptions)
+
+
+def check_replica_url(url: str) -> str:
+    parts = urlsplit(url)
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    if parts.scheme != "http" or not parts.hostname or port is None or parts.path not in ("", "/"):
+        raise UsageError(f"--replica {url}: must be http://HOST:PORT (https replicas are not supported)")
+    return url.rstrip("/")
+
+
+def check_route_options(urls: list[str], opts: RouteOptions) -> list[str]:
+    if not urls:
+        raise UsageError("--replica: give at least one replica URL")
+    checked = [check_replica_url(u) for u in urls]
+    if len(set(checked)) != len(checked):
+        raise UsageError("--replica: a replica is given twice")
+    if not opts.health_interval_s > 0:
+        raise UsageError(f"--health-interval-s {opts.health_interval_s}: must be > 0")
+    if not opts.health_timeout_s > 0:
+        raise UsageError(f"--health-timeout-s {opts.health_timeout_s}: must be > 0")
+    if opts.max_body_bytes < 1:
+        raise UsageError(f"--max-body-bytes {opts.max_body_bytes}: must be >= 1")
+    if opts.log_level.lower() not in ("debug", "info", "warning", "error"):
+        raise UsageError(f"--log-level {opts.log_level}: must be debug, info, warning or error")
+    return checked
+
+
+def run_route(args: argparse.Namespace) -> int:
+    """Check, bind, serve; UsageError for what the user must change."""
+    opts = from_args(RouteOptions, args)
+    urls = check_route_options(args.replica, opts)
+    from pipeline.listen_socket import bind_tcp
+
+    listener = bind_tcp(opts.host, opts.port)
+    return serve_router(urls, opts, listener)
+
+
+def serve_router(urls: list[str], opts: RouteOptions, listener) -> int:
+    import uvicorn
+
+    from pipeline.loop_signals import signals_on_loop
+
+    class RouterServer(uvicorn.Server):
+        """uvicorn re-raises SIGTERM once it has shut down, which would end the process with the
+        signal's status before `--data-parallel-size` stops its engines."""
+
+        def capture_signals(self):
+            return signals_on_loop(self.handle_exit)
+
+    from router.core import Router
+    from router.proxy import RouterApp
+
+    logging.basicConfig(level=opts.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    router = Router(urls, opts.routing_policy, opts.health_interval_s, opts.health_timeout_s)
+    app = RouterApp(router, opts.max_body_bytes, connect_timeout_s=opts.health_timeout_s)
+    # The replica's own `date` and `server` headers pass through, so uvicorn adds none; nothing sits in
+    # front of the router that it should trust X-Forwarded-* from (and that middleware costs every request).
+    config = uvicorn.Config(app, loop="uvloop", http="httptools", lifespan="on", log_level=opts.log_level.lower(),
+                            access_log=False, timeout_graceful_shutdown=5, proxy_headers=False,
+                            server_header=False, date_header=False)
+    server = RouterServer(config)
+    logging.getLogger("ttft.router").info("routing to %d replicas (%s) on %s", len(urls), opts.routing_policy,
+                                          listener.url)
+    try:
+        server.run(sockets=listener.sockets)
+    finally:
+        listener.close()
+    return 0

@@ -1,0 +1,34 @@
+"""PrefixIndex: leading blocks held per replica, LRU bound, forgetting a lost replica."""
+from __future__ import annotations
+
+from router.prefix_index import PrefixIndex
+
+
+def test_counts_only_the_leading_run_of_held_blocks() -> None:
+    index = PrefixIndex()
+    index.record(0, [b"a", b"b", b"c"])
+    assert index.num_cached_blocks(0, [b"a", b"b", b"c", b"d"]) == 3
+    assert index.num_cached_blocks(0, [b"a", b"x", b"c"]) == 1
+    assert index.num_cached_blocks(1, [b"a", b"b"]) == 0
+    index.record(1, [b"a"])
+    assert index.num_cached_blocks(1, [b"a", b"b"]) == 1 and index.num_cached_blocks(0, [b"a", b"b"]) == 2
+
+
+def test_least_recently_used_blocks_go_first_past_the_bound() -> None:
+    index = PrefixIndex(max_blocks=3)
+    index.record(0, [b"a", b"b", b"c"])
+    index.record(0, [b"a"])  # a is used again: b is now the oldest
+    index.record(0, [b"d"])
+    assert len(index) == 3
+    assert index.num_cached_blocks(0, [b"b"]) == 0 and index.num_cached_blocks(0, [b"a"]) == 1
+
+
+def test_a_forgotten_replica_holds_nothing_until_it_is_sent_blocks_again() -> None:
+    index = PrefixIndex()
+    index.record(0, [b"a", b"b"])
+    index.record(1, [b"a", b"b"])
+    index.forget(0)
+    assert index.num_cached_blocks(0, [b"a", b"b"]) == 0
+    assert index.num_cached_blocks(1, [b"a", b"b"]) == 2
+    index.record(0, [b"a"])
+    assert index.num_cached_blocks(0, [b"a", b"b"]) == 1
