@@ -92,7 +92,7 @@ class ReplayOnCpu(CudaGraphRunner):
 @pytest.mark.skipif(torch.cuda.is_available(), reason="simulates the graph path on CPU tensors (the GPU test runs it)")
 def test_a_draft_replaying_graphs_changes_nothing_and_replays_every_forward_after_the_prompts() -> None:
     pytest.importorskip("triton")
-    greedy = SamplingParams(max_tokens=14, temperature=0.0, ignore_eos=True)
+    greedy = SamplingParams(max_tokens=8, temperature=0.0, ignore_eos=True)
     prompts = REPEATING[:2]
     plain, _ = run(config(None, attention_backend="triton"), prompts, greedy)
 
