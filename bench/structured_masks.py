@@ -21,13 +21,13 @@ import statistics
 import time
 
 import llguidance
-import llguidance.torch
 import orjson
 import torch
 
 from bench.extra_body import PRESETS
 from ingress.dummy_tokenizer import DummyTokenizer
 from structured.llguidance_backend import LlguidanceBackend
+from structured.llguidance_masks import allocate_bitmask, fill_rows_parallel
 from structured.tokenizer_bridge import ll_tokenizer, warm
 
 SCHEMA = orjson.dumps(PRESETS["json_schema"]["response_format"]["json_schema"]["schema"]).decode()
@@ -44,7 +44,7 @@ def measure(backend: LlguidanceBackend, vocab: int, batch: int, steps: int, para
     rng = random.Random(seed)
     grammar = backend.compile("json_schema", SCHEMA)
     matchers = [grammar.matcher() for _ in range(batch)]
-    bits = llguidance.torch.allocate_token_bitmask(batch, vocab)
+    bits = allocate_bitmask(batch, vocab)
     executor = llguidance.LLExecutor() if parallel else None
     times: list[float] = []
     tokens: list[int | None] = [None] * batch
@@ -54,7 +54,7 @@ def measure(backend: LlguidanceBackend, vocab: int, batch: int, steps: int, para
             if token is not None:
                 m.accept(token)
         if executor is not None:
-            llguidance.torch.fill_next_token_bitmask_par(executor, [(m._m, i) for i, m in enumerate(matchers)], bits)
+            fill_rows_parallel(executor, [(m._m, i) for i, m in enumerate(matchers)], bits)
         else:
             for i, m in enumerate(matchers):
                 m.fill_bitmask(bits, i)

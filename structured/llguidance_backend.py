@@ -10,11 +10,11 @@ after).
 from __future__ import annotations
 
 import llguidance
-import llguidance.torch
 import torch
 
 from structured.backend import GrammarError
 from structured.grammar_text import grammar_text
+from structured.llguidance_masks import allocate_bitmask, fill_row
 
 
 class LlguidanceMatcher:
@@ -22,7 +22,7 @@ class LlguidanceMatcher:
         self._m = matcher
 
     def fill_bitmask(self, bitmask: torch.Tensor, row: int) -> None:
-        llguidance.torch.fill_next_token_bitmask(self._m, bitmask, row)
+        fill_row(self._m, bitmask, row)
 
     def accept(self, token_id: int) -> bool:
         return self._m.consume_token(token_id) and not self._m.is_error()
@@ -57,8 +57,8 @@ class LlguidanceBackend:
         matcher = llguidance.LLMatcher(self.tokenizer, text, log_level=0)
         if matcher.is_error():
             raise GrammarError(first_line(matcher.get_error()))
-        scratch = llguidance.torch.allocate_token_bitmask(1, self.tokenizer.vocab_size)
-        llguidance.torch.fill_next_token_bitmask(matcher.deep_copy(), scratch, 0)
+        scratch = allocate_bitmask(1, self.tokenizer.vocab_size)
+        fill_row(matcher.deep_copy(), scratch, 0)
         return LlguidanceGrammar(matcher)
 
 

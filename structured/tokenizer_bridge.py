@@ -12,9 +12,9 @@ from __future__ import annotations
 from typing import Sequence
 
 import llguidance
-import llguidance.torch
 
 from ingress.tokenizer import Tokenizer
+from structured.llguidance_masks import allocate_bitmask, fill_row
 
 
 class TokenizerWrapper:
@@ -48,5 +48,5 @@ def ll_tokenizer(tokenizer: Tokenizer, vocab_size: int | None = None) -> llguida
 def warm(tokenizer: llguidance.LLTokenizer) -> None:
     """Build llguidance's per-tokenizer tables with one mask of a trivial grammar."""
     matcher = llguidance.LLMatcher(tokenizer, llguidance.LLMatcher.grammar_from_regex("a"), log_level=0)
-    bitmask = llguidance.torch.allocate_token_bitmask(1, tokenizer.vocab_size)
-    llguidance.torch.fill_next_token_bitmask(matcher, bitmask, 0)
+    bitmask = allocate_bitmask(1, tokenizer.vocab_size)
+    fill_row(matcher, bitmask, 0)
