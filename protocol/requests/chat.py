@@ -75,6 +75,8 @@ def _with_forced_tools(params: SamplingParams, tools: ToolRequest | None) -> Sam
     forced = forced_output(tools) if tools is not None else None
     if forced is None:
         return params
+    if params.min_tokens:
+        raise bad_request("'min_tokens' cannot be combined with a required or named tool choice.", "min_tokens")
     if params.structured is not None:
         raise bad_request("'tool_choice' required or a named function cannot be combined with another output "
                           "format (response_format, structured_outputs).", "tool_choice")

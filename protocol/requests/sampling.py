@@ -167,4 +167,7 @@ def sampling_params(seen: Seen, logprobs: int | None, prompt_logprobs: int | Non
     )
     if seen[EFFECTIVE_MAX_TOKENS] is not None:
         kwargs["max_tokens"] = seen[EFFECTIVE_MAX_TOKENS]
+    if kwargs["structured"] is not None and kwargs["min_tokens"]:
+        # A grammar may be complete before min_tokens, leaving the sampler no token it may draw.
+        raise bad_request("'min_tokens' cannot be combined with a structured output.", "min_tokens")
     return SamplingParams(**kwargs)

@@ -133,3 +133,16 @@ async def test_a_timed_out_compile_goes_on_for_the_next_request():
         assert compiler.num_compiles == 1
     finally:
         compiler.close()
+
+
+@pytest.mark.parametrize("extra", [{"structured_outputs": {"choice": ["yes"]}},
+                                   {"response_format": {"type": "json_object"}}])
+def test_min_tokens_beside_a_grammar_is_a_400_naming_it(extra) -> None:
+    """A grammar complete before min_tokens would leave the sampler nothing to draw (a 500 before)."""
+    from protocol.errors import ApiError
+    from protocol.limits import IngressLimits
+    from protocol.requests.chat import parse_chat_request
+    body = {"messages": [{"role": "user", "content": "x"}], "min_tokens": 5, "max_tokens": 8, **extra}
+    with pytest.raises(ApiError) as err:
+        parse_chat_request(body, IngressLimits(), 1024)
+    assert err.value.status == 400 and err.value.param == "min_tokens"
