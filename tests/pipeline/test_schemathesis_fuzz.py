@@ -39,7 +39,8 @@ CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance,
 # A schema-valid body the server may still refuse with 400, for a rule JSON Schema cannot state.
 # Structured outputs: whether a schema, regex or grammar compiles is the compiler's to say.
 EXPECTED_REFUSALS = ("context length", "must not exceed max_tokens", "not valid UTF-8", "surrogate", "does not compile",
-                     "did not compile within", "both ask for structured output", "'min_tokens' cannot be combined", "is a string but not JSON text",
+                     "did not compile within", "both ask for structured output", "is a string but not JSON text",
+                     "'min_tokens' cannot be combined",
                      # tool rules JSON Schema cannot state (protocol/tool_calls/fields.py)
                      "not one of the request's tools", "given twice", "levels deep", "'tools' are too long")
 
