@@ -98,7 +98,11 @@ def heuristic_config(rows: int, n: int, k: int, silu_mul: bool = False) -> Skinn
     num_chunks = -(-k // width)
     out_cols = n // 2 if silu_mul else n
     programs = -(-rows // block_m) * -(-out_cols // block_n)
-    return SkinnyConfig(block_m, block_n, block_k, width, num_chunks > 1 and programs < target, warps, stages)
+    # The partials are written and read back once: worth it while that traffic stays below the
+    # weight's own bytes (2-byte weights; 4-byte partials, each moved twice).
+    partial_bytes_ok = num_chunks * rows * 8 <= 2 * k
+    split = num_chunks > 1 and programs < target and partial_bytes_ok
+    return SkinnyConfig(block_m, block_n, block_k, width, split, warps, stages)
 
 
 def config_for(rows: int, n: int, k: int, silu_mul: bool = False) -> SkinnyConfig:

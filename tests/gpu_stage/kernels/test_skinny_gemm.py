@@ -144,6 +144,7 @@ def test_gpu_heuristic_splits_only_what_leaves_sms_idle(monkeypatch) -> None:
     assert heuristic_config(8, 4096, 4096).split  # o at 8 rows: 64 N tiles
     assert not heuristic_config(8, 128256, 4096).split  # the lm_head: 2,004 N tiles, one chunk
     assert not heuristic_config(512, 28672, 4096, True).split  # gate_up at 512 rows: 448 programs
+    assert not heuristic_config(512, 4096, 4096).split  # o at 512 rows: its partials would outweigh it
 
 
 @pytest.mark.gpu
