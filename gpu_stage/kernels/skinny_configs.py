@@ -15,7 +15,7 @@ A configuration has two parts that answer different questions:
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from gpu_stage.kernels import interpreting
 
@@ -54,11 +54,13 @@ GPU_LAUNCH: dict[int, tuple[int, int, int, int]] = {
     512: (128, 128, 8, 3),
 }
 GPU_BLOCK_K = 64
-# Under the interpreter (CPU tests): small tiles so that tests exercise several tiles and chunks, and
-# taller row tiles past 32 rows (fewer programs to interpret; a row's bits then cross a BLOCK_M change).
-INTERPRETER_LAUNCH = (16, 16, 4, 1)
-INTERPRETER_TALL_LAUNCH = (64, 16, 4, 1)
+# Under the interpreter (CPU tests), which pays per program: few programs, taller row tiles past 32
+# rows (a row's bits then cross a BLOCK_M change), and chunks sized for N tiles of 16 so that small
+# shapes still have several (tests ask for narrower N tiles where they want several of them).
+INTERPRETER_LAUNCH = (16, 64, 4, 1)
+INTERPRETER_TALL_LAUNCH = (64, 64, 4, 1)
 INTERPRETER_BLOCK_K = 16
+INTERPRETER_LAYOUT_BLOCK_N = 16
 INTERPRETER_TARGET_PROGRAMS = 8
 
 TUNED: dict[tuple[int, int, int], SkinnyConfig] = {}  # (bucket, N, K) -> measured best, GPU only
@@ -93,7 +95,7 @@ def heuristic_config(rows: int, n: int, k: int, silu_mul: bool = False) -> Skinn
         block_m, block_n, warps, stages = GPU_LAUNCH[rows_bucket(rows)]
     block_k = INTERPRETER_BLOCK_K if interp else GPU_BLOCK_K
     target = INTERPRETER_TARGET_PROGRAMS if interp else TARGET_PROGRAMS
-    width = chunk_k(n, k, block_k, INTERPRETER_LAUNCH[1] if interp else LAYOUT_BLOCK_N, target,
+    width = chunk_k(n, k, block_k, INTERPRETER_LAYOUT_BLOCK_N if interp else LAYOUT_BLOCK_N, target,
                     2 if interp else MIN_CHUNK_STEPS)
     num_chunks = -(-k // width)
     out_cols = n // 2 if silu_mul else n
@@ -109,7 +111,3 @@ def config_for(rows: int, n: int, k: int, silu_mul: bool = False) -> SkinnyConfi
     """TUNED's entry for the rows' bucket and the shape if there is one (on a GPU), else the heuristic."""
     tuned = None if interpreting() else TUNED.get((rows_bucket(rows), n, k))
     return tuned if tuned is not None else heuristic_config(rows, n, k, silu_mul)
-
-
-def with_split(cfg: SkinnyConfig, split: bool) -> SkinnyConfig:
-    return replace(cfg, split=split)

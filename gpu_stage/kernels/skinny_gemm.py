@@ -70,7 +70,9 @@ def _finish(y, y_up, mask, out_ptrs, bias_ptrs, res_ptrs, HAS_BIAS: tl.constexpr
     tl.store(out_ptrs, y.to(dtype), mask=mask)
 
 
-@triton.jit
+# M (the rows) is not specialised on (equal to 1, divisible by 16): one variant per configuration
+# serves every row count of its bucket, so the graphs' captures compile what eager steps meet later.
+@triton.jit(do_not_specialize=["M"])
 def _skinny_kernel(x_ptr, w_ptr, out_ptr, ws_ptr, b_ptr, res_ptr, M, N, K, stride_xm, stride_wn, stride_om,
                    stride_rm, half_rows, CHUNK_K, SPLIT: tl.constexpr, HAS_BIAS: tl.constexpr,
                    HAS_RES: tl.constexpr, SILU_MUL: tl.constexpr, EVEN_K: tl.constexpr, BLOCK_M: tl.constexpr,
@@ -109,7 +111,7 @@ def _skinny_kernel(x_ptr, w_ptr, out_ptr, ws_ptr, b_ptr, res_ptr, M, N, K, strid
                 b_ptr + rn[None, :], res_ptr + rows64 * stride_rm + rn[None, :], HAS_BIAS, HAS_RES, SILU_MUL)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["M"])
 def _reduce_kernel(ws_ptr, out_ptr, b_ptr, res_ptr, M, N, N_WS, stride_om, stride_rm, half_rows, num_chunks,
                    HAS_BIAS: tl.constexpr, HAS_RES: tl.constexpr, SILU_MUL: tl.constexpr, BLOCK: tl.constexpr,
                    USE_PDL: tl.constexpr):
@@ -156,11 +158,12 @@ def skinny_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
     bias_arg = x if bias is None else bias
     res_arg, stride_rm = (x, 0) if residual is None else (residual, residual.stride(0))
     ws = torch.empty((num_chunks, rows, n_ws), dtype=torch.float32, device=x.device) if split else out
-    grid = (triton.cdiv(rows, cfg.block_m), triton.cdiv(n_ws if split else n, cfg.block_n), num_chunks if split else 1)
+    cols = n_ws if split else n  # the main kernel's N: W's rows when split, the output's otherwise
+    grid = (triton.cdiv(rows, cfg.block_m), triton.cdiv(cols, cfg.block_n), num_chunks if split else 1)
     _skinny_kernel[grid](
-        x, weight, out, ws, bias_arg, res_arg, rows, n_ws if split else n, k, x.stride(0), weight.stride(0),
-        out.stride(0), stride_rm, n, cfg.chunk_k, SPLIT=split, EVEN_K=k % cfg.block_k == 0,
-        BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, **dot_flags(x.dtype), **cfg.launch(), **main_flags,
+        x, weight, out, ws, bias_arg, res_arg, rows, cols, k, x.stride(0), weight.stride(0), out.stride(0),
+        stride_rm, n, cfg.chunk_k, SPLIT=split, EVEN_K=k % cfg.block_k == 0, BLOCK_M=cfg.block_m,
+        BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, **dot_flags(x.dtype), **cfg.launch(), **main_flags,
     )
     if split:
         _reduce_kernel[(rows, triton.cdiv(n, REDUCE_BLOCK))](

@@ -15,8 +15,8 @@ import torch.nn.functional as F
 pytest.importorskip("triton")
 
 from gpu_stage.kernels import skinny_configs  # noqa: E402
-from gpu_stage.kernels.skinny_configs import (MAX_ROWS, ROW_BUCKETS, config_for, heuristic_config,  # noqa: E402
-                                              rows_bucket)
+from gpu_stage.kernels.skinny_configs import (MAX_ROWS, ROW_BUCKETS, SkinnyConfig, config_for,  # noqa: E402
+                                              heuristic_config, rows_bucket)
 from gpu_stage.kernels.skinny_gemm import skinny_linear  # noqa: E402
 from gpu_stage.model.torch_ops import TorchOps  # noqa: E402
 
@@ -49,8 +49,10 @@ def _inputs(rows: int, n: int, k: int, dtype: torch.dtype, seed: int):
 
 
 def _both_ways(rows: int, n: int, k: int, silu_mul: bool = False) -> list:
-    """The shape's configuration with one program per chunk and with each program summing them all."""
-    cfg = config_for(rows, n, k, silu_mul)
+    """The shape's launch with one program per chunk and with each program summing them all, over
+    chunks of 48 in steps of 16 (K = 72: two chunks, the second partial, on either device) and N
+    tiles of 16 (N = 40: three, the last partial)."""
+    cfg = replace(config_for(rows, n, k, silu_mul), block_n=16, block_k=16, chunk_k=48)
     return [replace(cfg, split=True), replace(cfg, split=False)]
 
 
@@ -107,15 +109,19 @@ def test_the_sum_has_one_order_twice_split_or_not(dtype: torch.dtype) -> None:
 def test_a_row_has_the_same_bits_alone_and_in_a_batch() -> None:
     """Batch invariance: the layout depends on the weight's shape only, so row 37 of 200 (not the
     first of its row tile of 64, one program summing its chunks) equals that row alone (a row tile
-    of 16, a program per chunk, the reduction kernel adding them)."""
+    of 16, a program per chunk, the reduction kernel adding them); the same through the served
+    configurations, which differ so under the interpreter."""
     x, w, b = _inputs(200, N, K, torch.float32, 7)
-    batch = skinny_linear(x, w, b)
-    alone = skinny_linear(x[37:38].clone(), w, b)
-    alone_cfg, batch_cfg = config_for(1, N, K), config_for(200, N, K)
-    assert alone_cfg.split and not batch_cfg.split and alone_cfg.block_m != batch_cfg.block_m
+    layout = dict(block_n=16, block_k=16, chunk_k=48)
+    batch = skinny_linear(x, w, b, config=SkinnyConfig(block_m=64, split=False, **layout))
+    alone = skinny_linear(x[37:38].clone(), w, b, config=SkinnyConfig(block_m=16, split=True, **layout))
     assert torch.equal(alone[0], batch[37])
-    pair = skinny_linear(x[36:38].clone(), w, b)
-    assert torch.equal(pair, batch[36:38])
+    served = skinny_linear(x, w, b)
+    assert torch.equal(skinny_linear(x[37:38].clone(), w, b)[0], served[37])
+    assert torch.equal(skinny_linear(x[36:38].clone(), w, b), served[36:38])
+    if DEVICE == "cpu":
+        alone_cfg, batch_cfg = config_for(1, N, K), config_for(200, N, K)
+        assert alone_cfg.split and not batch_cfg.split and alone_cfg.block_m != batch_cfg.block_m
 
 
 def test_bucket_of_rows_and_refusal_past_the_largest() -> None:
