@@ -214,6 +214,11 @@ def markdown(result: dict) -> str:
     lines += ["", "Bits (row alone = in batch, split = not, twice the same): "
               + "; ".join(f"{p} {rows}: {'/'.join('yes' if v else 'NO' for v in c.values())}"
                           for p, checks in result["invariance"].items() for rows, c in checks.items())]
+    if result["tuned"]:  # ready to paste into gpu_stage/kernels/skinny_configs.py
+        lines += ["", "Faster than the served configuration (skinny_configs.TUNED entries):", "", "```python"]
+        lines += [f"({key}): SkinnyConfig({', '.join(f'{f}={v}' for f, v in cfg.items())}),"
+                  for key, cfg in result["tuned"].items()]
+        lines += ["```"]
     return "\n".join(lines) + "\n"
 
 
