@@ -40,6 +40,7 @@ from gpu_stage.model.cpu_ops import prepare_cpu_model
 from gpu_stage.model.config import ModelConfig
 from gpu_stage.model.interface import CausalLM
 from gpu_stage.model.registry import build_model
+from gpu_stage.model.skinny_products import attach_skinny_products, check_skinny_gemm
 from gpu_stage.parallel.tensor_parallel import TensorParallel
 from gpu_stage.sampling.penalties import PenaltyCache
 from gpu_stage.sampling.sampler import Sampler
@@ -88,7 +89,9 @@ def build_parts(
     parallel: TensorParallel | None = None,  # this rank's shard; None: the whole model
     graph_families: Sequence[FamilyFactory] = (),  # a feature's own graph shapes (graph_families.py)
     long_context_attention: str = "auto",  # --long-context-attention (attention/long_backend.py)
+    skinny_gemm: str = "off",  # --skinny-gemm (model/skinny_products.py)
 ) -> RunnerParts:
+    check_skinny_gemm(skinny_gemm, attention_backend)
     device = resolve_device(device)
     cuda = device.type == "cuda"
     config = shard_config(source, parallel)
@@ -101,6 +104,7 @@ def build_parts(
                                       dtype, device, attention_backend, max_model_len, max_num_batched_tokens)
     model = load_model(source, device, dtype, attention_backend, parallel, long_context,
                        row_invariant=kv_format.is_quantized and kv8_invariant())
+    attach_skinny_products(model.ops, skinny_gemm)  # before the profile, warm-up and captures run it
     # Penalised requests' histories on the device, advanced by each step's sampled ids; on CUDA
     # a slot for every running request now, so the memory profile below counts them.
     penalties = PenaltyCache(config.vocab_size, device, max_num_seqs + 1 if cuda else 0)

@@ -16,6 +16,7 @@ from gpu_stage.kv.cache import blocks_for_memory
 from gpu_stage.kv.format import check_kv_format, resolve_kv_format
 from gpu_stage.loaders import load_model_source
 from gpu_stage.loaders.model_source import ModelSource
+from gpu_stage.model.skinny_products import check_skinny_gemm
 from gpu_stage.model_runner import ModelRunner
 from gpu_stage.parallel import worker
 from gpu_stage.parallel.driver import TensorParallelDriver
@@ -149,6 +150,10 @@ def plan_runner(cfg: EngineConfig) -> tuple[ModelSource, torch.device, torch.dty
     if num_blocks is not None and num_blocks < 2:
         raise StartupError("the KV cache holds fewer than 2 blocks for this model")
     backend = cfg.attention_backend if cfg.attention_backend != "auto" else ("triton" if on_gpu else "torch")
+    try:
+        check_skinny_gemm(cfg.skinny_gemm, backend)
+    except ValueError as exc:
+        raise StartupError(str(exc)) from None
     runner_args = dict(
         num_blocks=num_blocks, block_size=cfg.block_size,
         max_num_batched_tokens=cfg.max_num_batched_tokens, max_num_seqs=cfg.max_num_seqs,
@@ -157,6 +162,7 @@ def plan_runner(cfg: EngineConfig) -> tuple[ModelSource, torch.device, torch.dty
         gpu_memory_utilization=cfg.gpu_memory_utilization,
         max_model_len=cfg.max_model_len or source.config.max_position_embeddings,
         kv_cache_dtype=cfg.kv_cache_dtype, long_context_attention=cfg.long_context_attention,
+        skinny_gemm=cfg.skinny_gemm,
     )
     return source, device, dtype, runner_args
 

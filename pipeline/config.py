@@ -58,6 +58,10 @@ class EngineConfig:
     long_context_attention: str = option(
         "auto", "chunks over a long cached context: auto (cuDNN, else flash, checked at start-up), flash, or "
                 "off (the Triton kernel)", choices=("auto", "flash", "off"))
+    # Products of 2-512 rows on the split-K Triton kernel (gpu_stage/model/skinny_products.py); off until
+    # a GPU A/B (lab/skinny_gemm_gpu.py, then the server) shows it faster than cuBLAS.
+    skinny_gemm: str = option("off", "products of 2-512 rows on the split-K Triton kernel that streams the "
+                                     "weights once (needs the Triton backend)", choices=("off", "on"))
     # Ranks the model is sharded over (gpu_stage/parallel): one process per GPU, this one rank 0.
     tensor_parallel_size: int = option(1, "shard the model over N GPUs (N processes; under torchrun, its ranks)",
                                        aliases=("-tp",))

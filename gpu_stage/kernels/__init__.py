@@ -8,6 +8,7 @@
     activation         F.silu(gate) * up
     sampling           the sampler's torch path (argmax; torch_draw.draw: inverse CDF of each uniform)
     truncation         its top_k / top_p thresholds (sampling/torch_draw.py truncation_mask), without a sort
+    skinny_gemm        F.linear at 2-512 rows (+ bias, + residual, or silu_and_mul), split over K (--skinny-gemm)
 
 Importing a kernel module needs triton; with TRITON_INTERPRET=1 set before that import the kernels
 run on CPU tensors (slowly: tests use tiny shapes). Elementwise kernels reproduce the reference's

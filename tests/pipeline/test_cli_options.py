@@ -40,6 +40,7 @@ FLAGS += ["--concurrent-lanes", "--no-concurrent-lanes", "--step-budget-ms"]  # 
 FLAGS += ["--tool-call-parser", "--reasoning-parser", "--enable-auto-tool-choice", "--max-tools"]  # issue 44 (tools)
 FLAGS += ["--otlp-traces-endpoint"]  # issue 45
 FLAGS += ["--data-parallel-size", "-dp"]  # issue 48
+FLAGS += ["--skinny-gemm"]  # issue 46
 
 
 def parser() -> argparse.ArgumentParser:
