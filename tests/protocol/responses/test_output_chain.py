@@ -176,3 +176,14 @@ def test_auto_without_parallel_tool_calls_streams_and_answers_one_call():
     chunks, streamed = stream(plan, [text[i:i + 4] for i in range(0, len(text), 4)])
     assert {p["index"] for c in chunks for p in c["choices"][0]["delta"].get("tool_calls", [])} == {0}
     _same_message(streamed, body_choice)
+
+
+def test_mistral_v11_calls_stream_and_answer_alike():
+    plan = plan_output(AUTO, OutputParsers("mistral"), "")
+    text = 'On it.[TOOL_CALLS]get_weather[ARGS]{"city": "Paris"}[TOOL_CALLS]get_weather[ARGS]{"city": "Rome"}'
+    body_choice = whole(plan, text)
+    assert body_choice["message"]["content"] == "On it."
+    assert [c["function"]["arguments"] for c in body_choice["message"]["tool_calls"]] == [
+        '{"city": "Paris"}', '{"city": "Rome"}']
+    _, streamed = stream(plan, [text[i:i + 5] for i in range(0, len(text), 5)])
+    _same_message(streamed, body_choice)
