@@ -83,7 +83,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=None, help="the executor's threads (default: llguidance's)")
     p.add_argument("--out", default=None, help="write structured_masks.json here")
     args = p.parse_args(argv)
-    if args.batch < 1 or args.steps < 2 or args.vocab_size < 300 or args.rounds < 1 or (args.threads or 1) < 1:
+    if args.batch < 1 or args.steps < 2 or args.vocab_size < 300 or args.rounds < 1 or (
+            args.threads is not None and args.threads < 1):
         p.error("--batch must be >= 1, --steps >= 2, --vocab-size >= 300, --rounds and --threads >= 1")
     if args.model:
         from gpu_stage.loaders import load_model_source
