@@ -8,8 +8,9 @@ The vocabulary is the dummy tokenizer's (ingress/dummy_tokenizer.py: 256 byte to
 " t<i>", which is what `ttft serve --model dummy:llama-3.1-8b` serves), or a model's tokenizer
 (`--model`: a .gguf file or a directory). Each row follows bench/extra_body.py's json_schema preset
 and samples a random allowed token each step (seeded), so the matchers walk real, varied states.
-It reports the median and p90 per-step time of the sequential fill (what the runner hook does) and
-of llguidance's thread-pool fill (LLExecutor) for comparison.
+It reports the median and p90 per-step time of the sequential fill and of llguidance's thread-pool
+fill (LLExecutor, `--threads` of them; its default: 80% of the CPUs, up to 32), run in alternating
+rounds (`--rounds`, the order swapped each round) so that a loaded machine's drift weighs on both.
 """
 from __future__ import annotations
 
@@ -39,13 +40,14 @@ def allowed_ids(bits: torch.Tensor, row: int, vocab: int) -> list[int]:
             if (word >> j) & 1 and 32 * w + j < vocab]
 
 
-def measure(backend: LlguidanceBackend, vocab: int, batch: int, steps: int, parallel: bool, seed: int) -> list[float]:
-    """Per-step seconds: consume the previous step's tokens, then fill every row's mask."""
+def measure(backend: LlguidanceBackend, vocab: int, batch: int, steps: int, executor: llguidance.LLExecutor | None,
+            seed: int) -> list[float]:
+    """Per-step seconds: consume the previous step's tokens, then fill every row's mask (on the
+    executor's threads when one is given)."""
     rng = random.Random(seed)
     grammar = backend.compile("json_schema", SCHEMA)
     matchers = [grammar.matcher() for _ in range(batch)]
     bits = allocate_bitmask(batch, vocab)
-    executor = llguidance.LLExecutor() if parallel else None
     times: list[float] = []
     tokens: list[int | None] = [None] * batch
     for _ in range(steps):
@@ -77,10 +79,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--steps", type=int, default=64)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--rounds", type=int, default=3, help="alternating rounds of both fills")
+    p.add_argument("--threads", type=int, default=None, help="the executor's threads (default: llguidance's)")
     p.add_argument("--out", default=None, help="write structured_masks.json here")
     args = p.parse_args(argv)
-    if args.batch < 1 or args.steps < 2 or args.vocab_size < 300:
-        p.error("--batch must be >= 1, --steps >= 2, --vocab-size >= 300")
+    if args.batch < 1 or args.steps < 2 or args.vocab_size < 300 or args.rounds < 1 or (
+            args.threads is not None and args.threads < 1):
+        p.error("--batch must be >= 1, --steps >= 2, --vocab-size >= 300, --rounds and --threads >= 1")
     if args.model:
         from gpu_stage.loaders import load_model_source
         source = load_model_source(args.model)
@@ -93,9 +98,22 @@ def main(argv: list[str] | None = None) -> int:
     bridge_s = time.perf_counter() - t0
     backend = LlguidanceBackend(ll)
     result = {"vocab_size": vocab, "model": args.model or f"dummy tokenizer ({vocab})", "batch": args.batch,
-              "steps": args.steps, "cpu_count": os.cpu_count(), "tokenizer_bridge_s": bridge_s}
-    for name, parallel in (("sequential", False), ("executor", True)):
-        result[name] = summary(measure(backend, vocab, args.batch, args.steps, parallel, args.seed)[1:])
+              "steps": args.steps, "rounds": args.rounds, "threads": args.threads, "cpu_count": os.cpu_count(),
+              "tokenizer_bridge_s": bridge_s}
+    fills = {"sequential": None, "executor": llguidance.LLExecutor(args.threads)}
+    times: dict[str, list[float]] = {name: [] for name in fills}
+    rounds: list[dict[str, float]] = []
+    for r in range(args.rounds):
+        order = list(fills) if r % 2 == 0 else list(fills)[::-1]
+        medians = {}
+        for name in order:
+            run = measure(backend, vocab, args.batch, args.steps, fills[name], args.seed)[1:]
+            times[name] += run
+            medians[name] = statistics.median(run) * 1e3
+        rounds.append(medians)
+    for name in fills:
+        result[name] = summary(times[name])
+    result["round_medians_ms"] = rounds
     print(json.dumps(result, indent=1))
     if args.out:
         os.makedirs(args.out, exist_ok=True)

@@ -39,12 +39,9 @@ class PromptCodec:
         return [self.tokenizer.encode(text, add_special_tokens=True) for text in texts]
 
     def encode_chat(self, req: ChatCompletionRequest) -> list[int]:
-        guard = self.guard
-        messages, kwargs = self.chat_inputs(req)
-        text = self.render(guard.escape(messages), req.add_generation_prompt, guard.escape(kwargs))
-        return guard.encode(self.tokenizer, text, add_special_tokens=False)  # the template wrote them
+        return self._encode_chat(req, add_special_tokens=False)  # the template wrote them
 
-    def chat_inputs(self, req: ChatCompletionRequest) -> tuple[list[dict], dict]:
+    def chat_inputs(self, req: ChatCompletionRequest | TokenizeRequest) -> tuple[list[dict], dict]:
         """The messages and template variables a chat renders from (unescaped)."""
         tools = req.tools
         if self.renders_tools:
@@ -61,10 +58,15 @@ class PromptCodec:
         return with_generic_tools(req.messages, tools, call_format, self.tool_format), req.chat_template_kwargs
 
     def encode_tokenize_chat(self, req: TokenizeRequest) -> list[int]:
-        """/tokenize's chat: the template's special tokens, and the model's too when asked."""
+        """/tokenize's chat, tools rendered as chat completions renders them: the template's special
+        tokens, and the model's too when asked."""
+        return self._encode_chat(req, add_special_tokens=req.add_special_tokens)
+
+    def _encode_chat(self, req: ChatCompletionRequest | TokenizeRequest, add_special_tokens: bool) -> list[int]:
         guard = self.guard
-        text = self.render(guard.escape(req.messages), req.add_generation_prompt, guard.escape(req.chat_template_kwargs))
-        return guard.encode(self.tokenizer, text, add_special_tokens=req.add_special_tokens)
+        messages, kwargs = self.chat_inputs(req)
+        text = self.render(guard.escape(messages), req.add_generation_prompt, guard.escape(kwargs))
+        return guard.encode(self.tokenizer, text, add_special_tokens=add_special_tokens)
 
     def encode_plain(self, req: TokenizeRequest) -> list[int]:
         return self.tokenizer.encode(req.prompt, add_special_tokens=req.add_special_tokens)

@@ -147,7 +147,8 @@ class IngressStage:
         """POST /tokenize: the prompt's ids, or the rendered chat's."""
         if req.messages is None:
             return await self.pool.run(None, len(req.prompt), self.codec.encode_plain, req)
-        return await self.pool.run(None, content_chars(req.messages), self.codec.encode_tokenize_chat, req)
+        num_chars = content_chars(req.messages) + (req.tools.num_chars if req.tools is not None else 0)
+        return await self.pool.run(None, num_chars, self.codec.encode_tokenize_chat, req)
 
     async def detokenize(self, req: DetokenizeRequest) -> str:
         """POST /detokenize: the ids' text, special tokens included (as vLLM decodes them)."""

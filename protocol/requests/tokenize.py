@@ -3,8 +3,9 @@
 
 /tokenize takes a `prompt` (text, with the model's special tokens unless add_special_tokens is
 false) or chat `messages` (rendered by the chat template, add_generation_prompt as on chat
-completions; the template writes its own special tokens, so add_special_tokens defaults to false),
-never both: two shapes (vLLM's TokenizeCompletionRequest and TokenizeChatRequest), the schema's
+completions; the template writes its own special tokens, so add_special_tokens defaults to false;
+`tools` and `tool_choice` as chat completions reads them, so that the count is the prompt a chat with
+those tools runs), never both: two shapes (vLLM's TokenizeCompletionRequest and TokenizeChatRequest), the schema's
 `oneOf`. /detokenize takes `tokens`, ids of the vocabulary. The limits are the generation routes'
 (characters, messages, ids), checked before any tokenizing.
 """
@@ -19,16 +20,21 @@ from protocol.requests.fields import NULL_ONLY, Bool, Context, Field, ModelName,
 from protocol.requests.messages import Messages, TemplateKwargs
 from protocol.requests.spec import RequestSpec
 from protocol.requests.unsupported import Unsupported, UnsupportedTable
+from protocol.tool_calls.definitions import ToolRequest
+from protocol.tool_calls.fields import tool_fields
 
 # vLLM fields that would change the answer if honoured; accepted only with their inert value.
 TOKENIZE_UNSUPPORTED = UnsupportedTable((
     Unsupported("return_token_strs", False, " (only false: token strings are not returned)"),
     Unsupported("continue_final_message", False, " (only false)"),
     Unsupported("chat_template", hint=" (the server's template is used)"),
-    Unsupported("tools", []),
     Unsupported("documents", []),
     Unsupported("mm_processor_kwargs", {}),
 ))
+# A text prompt renders no tools.
+_TEXT_UNSUPPORTED = TOKENIZE_UNSUPPORTED.extended(
+    Unsupported("tools", [], " with a 'prompt' (tools are rendered with 'messages')"),
+    Unsupported("tool_choice", hint=" with a 'prompt' (tools are rendered with 'messages')"))
 _MODEL = ModelName("The served model; any other name: 404.")
 
 
@@ -40,6 +46,7 @@ class TokenizeRequest:
     add_special_tokens: bool
     add_generation_prompt: bool = True
     chat_template_kwargs: dict = field(default_factory=dict)
+    tools: ToolRequest | None = None  # None: no tools (absent, empty)
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,7 +129,7 @@ def _max_tokens(limits: IngressLimits) -> tuple[int, str]:
 
 
 TEXT_SHAPE = RequestSpec((
-    _MODEL, TOKENIZE_UNSUPPORTED, NotBoth(), Text(), Absent("messages"),
+    _MODEL, _TEXT_UNSUPPORTED, NotBoth(), Text(), Absent("messages"),
     Bool("add_special_tokens", True, "Add the model's special tokens (BOS). Default true."),
 ), lambda seen: TokenizeRequest(seen["model"], seen["prompt"], None, seen["add_special_tokens"]),
     allow_unknown=False)
@@ -131,9 +138,9 @@ CHAT_SHAPE = RequestSpec((
     _MODEL, TOKENIZE_UNSUPPORTED, NotBoth(), Messages(), Absent("prompt"),
     Bool("add_special_tokens", False, "Add special tokens besides the template's. Default false."),
     Bool("add_generation_prompt", True, "As on chat completions. Default true."),
-    TemplateKwargs(),
+    TemplateKwargs(), *tool_fields(),
 ), lambda seen: TokenizeRequest(seen["model"], None, seen["messages"], seen["add_special_tokens"],
-                                seen["add_generation_prompt"], seen["chat_template_kwargs"]),
+                                seen["add_generation_prompt"], seen["chat_template_kwargs"], seen["tools"]),
     allow_unknown=False)
 
 DETOKENIZE = RequestSpec((_MODEL, Tokens()), lambda seen: DetokenizeRequest(seen["model"], seen["tokens"]),

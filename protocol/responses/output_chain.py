@@ -15,6 +15,7 @@ from protocol.tool_calls.definitions import ToolRequest
 from protocol.tool_calls.deltas import OutputDelta
 from protocol.tool_calls.parser import ToolCallParser
 from protocol.tool_calls.registry import TOOL_CALL_PARSERS, new_parser, parser_class
+from protocol.tool_calls.single_call import SingleCall
 from stages.sampling import SamplingParams
 
 
@@ -44,7 +45,7 @@ class OutputChain:
 
     __slots__ = ("reasoning", "tools")
 
-    def __init__(self, reasoning: ThinkParser | None, tools: ToolCallParser | None) -> None:
+    def __init__(self, reasoning: ThinkParser | None, tools: ToolCallParser | SingleCall | None) -> None:
         self.reasoning = reasoning
         self.tools = tools
 

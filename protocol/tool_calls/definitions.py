@@ -2,10 +2,11 @@
 
 `tools` is OpenAI's list of `{"type": "function", "function": {name, description, parameters,
 strict}}`; `tool_choice` is "none", "auto", "required" or `{"type": "function", "function":
-{"name"}}`; `parallel_tool_calls` lets a `required` answer hold several calls. Each broken rule is
-a 400 naming the field. The tools are bounded before anything renders them: a count cap, their
-JSON size counted with the prompt's characters, and a nesting depth for each `parameters` schema
-(a schema a thousand levels deep costs the template, the grammar and jsonschema alike).
+{"name"}}`; `parallel_tool_calls` lets an answer hold several calls (false: `required`'s grammar
+allows one, auto's parser keeps the first). Each broken rule is a 400 naming the field. The tools
+are bounded before anything renders them: a count cap, their JSON size counted with the prompt's
+characters, and a nesting depth for each `parameters` schema (a schema a thousand levels deep costs
+the template, the grammar and jsonschema alike).
 """
 from __future__ import annotations
 

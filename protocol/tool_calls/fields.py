@@ -85,6 +85,6 @@ class ToolChoice(Field):
 
 def tool_fields() -> tuple[Field, ...]:
     """The chat declaration's tool fields, in reading order."""
-    return (Bool("parallel_tool_calls", True, "With tool_choice required: whether the answer may hold several "
-                                              "calls."),
+    return (Bool("parallel_tool_calls", True, "Whether the answer may hold several calls; false: one (required's "
+                                              "grammar allows one, auto keeps the first call written)."),
             Tools(), ToolChoice())

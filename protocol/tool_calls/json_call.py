@@ -14,6 +14,8 @@ from typing import Callable
 
 import orjson
 
+from protocol.tool_calls.json_nesting import JsonNesting
+
 ARGUMENT_KEYS = ("arguments", "parameters")
 _PRIMITIVE = frozenset("0123456789+-.eEtrufalsn")
 _WHITESPACE = " \t\r\n"
@@ -23,7 +25,7 @@ START, KEY_OR_END, KEY, COLON, VALUE, AFTER_VALUE, DONE, FAILED = range(8)
 
 
 class CallScanner:
-    __slots__ = ("state", "raw", "_on_start", "_on_args", "_key", "_key_chars", "_depth", "_in_str", "_esc",
+    __slots__ = ("state", "raw", "_on_start", "_on_args", "_key", "_key_chars", "_nesting", "_esc",
                  "_value", "_begun", "_primitive", "name", "_pending", "_saw_args", "_args_begun")
 
     def __init__(self, on_start: Callable[[str], None], on_args: Callable[[str], None]) -> None:
@@ -34,9 +36,8 @@ class CallScanner:
         self._on_args = on_args
         self._key: str | None = None
         self._key_chars: list[str] = []
-        self._depth = 0
-        self._in_str = False
-        self._esc = False
+        self._nesting = JsonNesting()  # where a string, object or array value ends
+        self._esc = False  # in a key
         self._value: list[str] = []  # the value's text (arguments go out instead)
         self._begun = False  # the value's first character was read
         self._primitive = False
@@ -109,7 +110,7 @@ class CallScanner:
         elif state == COLON:
             if char != ":":
                 return self._fail()
-            self.state, self._value, self._depth, self._in_str, self._esc = VALUE, [], 0, False, False
+            self.state, self._value, self._nesting = VALUE, [], JsonNesting()
             self._begun = self._primitive = False
         return True
 
@@ -119,40 +120,23 @@ class CallScanner:
             if char in _WHITESPACE:
                 return True
             self._begun = True
-            if char in "{[":
-                self._depth = 1
-            elif char == '"':
-                self._in_str = True
+            if char in '{["':
+                self._nesting.step(char)
             elif char in _PRIMITIVE:
                 self._primitive = True
             else:
                 return self._fail()
             self._take(char)
             return True
-        if self._primitive and not self._depth and not self._in_str:
+        if self._primitive:
             if char in _PRIMITIVE:
                 self._take(char)
                 return True
             self._value_end()
             return self._step(char)  # the character after the value, read in AFTER_VALUE
         self._take(char)
-        if self._in_str:
-            if self._esc:
-                self._esc = False
-            elif char == "\\":
-                self._esc = True
-            elif char == '"':
-                self._in_str = False
-                if not self._depth:
-                    self._value_end()
-        elif char == '"':
-            self._in_str = True
-        elif char in "{[":
-            self._depth += 1
-        elif char in "}]":
-            self._depth -= 1
-            if not self._depth:
-                self._value_end()
+        if self._nesting.step(char):
+            self._value_end()
         return True
 
     def _take(self, char: str) -> None:

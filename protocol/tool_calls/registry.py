@@ -11,6 +11,7 @@ from protocol.tool_calls.llama3_json import Llama3JsonParser
 from protocol.tool_calls.mistral import MistralParser
 from protocol.tool_calls.parser import ToolCallParser
 from protocol.tool_calls.pythonic import PythonicParser
+from protocol.tool_calls.single_call import SingleCall
 
 TOOL_CALL_PARSERS: dict[str, type[ToolCallParser]] = {
     cls.name: cls for cls in (Llama3JsonParser, HermesParser, MistralParser, PythonicParser)
@@ -31,11 +32,15 @@ def parser_class(tools: ToolRequest, auto_parser: str | None) -> type[ToolCallPa
 
 
 def new_parser(tools: ToolRequest, auto_parser: str | None,
-               new_id: Callable[[], str] = new_call_id) -> ToolCallParser | None:
+               new_id: Callable[[], str] = new_call_id) -> ToolCallParser | SingleCall | None:
+    """The parser of one reply; auto's keeps only the first call without parallel_tool_calls (the
+    forced choices' grammars hold them to one call already)."""
     cls = parser_class(tools, auto_parser)
     if cls is None:
         return None
     if cls is NamedCallParser:
         assert tools.named is not None
         return NamedCallParser(tools.named, new_id)
+    if tools.choice == "auto" and not tools.parallel:
+        return SingleCall(cls(new_id))
     return cls(new_id)

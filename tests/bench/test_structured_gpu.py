@@ -49,14 +49,17 @@ def test_a_tiny_run_against_a_server_writes_its_ratios(tmp_path):
 
 
 def test_the_masks_probe_runs_and_reports_both_fills(tmp_path, capsys):
-    assert structured_masks.main(["--vocab-size", "512", "--batch", "4", "--steps", "4", "--out", str(tmp_path)]) == 0
+    assert structured_masks.main(["--vocab-size", "512", "--batch", "4", "--steps", "4", "--rounds", "2", "--threads",
+                                  "1", "--out", str(tmp_path)]) == 0
     result = json.loads((tmp_path / "structured_masks.json").read_text())
     assert result["batch"] == 4 and result["sequential"]["median_ms"] > 0 and result["executor"]["median_ms"] > 0
+    assert [list(r) for r in result["round_medians_ms"]] == [["sequential", "executor"], ["executor", "sequential"]]
 
 
-def test_the_masks_probe_refuses_bad_sizes():
+@pytest.mark.parametrize("argv", [["--batch", "0"], ["--rounds", "0"], ["--threads", "0"]])
+def test_the_masks_probe_refuses_bad_sizes(argv):
     with pytest.raises(SystemExit) as info:
-        structured_masks.main(["--batch", "0"])
+        structured_masks.main(argv)
     assert info.value.code == 2
 
 

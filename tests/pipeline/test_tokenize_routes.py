@@ -66,7 +66,28 @@ def test_tokenize_and_detokenize(servers):
     assert bare["tokens"] == tokens["tokens"][:-len("assistant:")]
 
 
+WEATHER = {"type": "function", "function": {"name": "get_weather", "description": "The weather in a city.",
+                                            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}
+
+
+@pytest.mark.parametrize("choice", ["required", {"type": "function", "function": {"name": "get_weather"}}])
+def test_tokenize_with_tools_counts_the_prompt_chat_runs(servers, choice):
+    """The tools reach the prompt (dummy:tiny's template ignores them: a system message describes
+    them), and /tokenize renders them the same way."""
+    server, _ = servers
+    body = {"messages": [USER], "tools": [WEATHER], "tool_choice": choice}
+    tokens = post(server, "/tokenize", body).json()
+    chat = post(server, "/v1/chat/completions", {**body, "max_tokens": 1}).json()
+    assert tokens["count"] == chat["usage"]["prompt_tokens"] == len(tokens["tokens"]), chat
+    assert tokens["count"] > post(server, "/tokenize", {"messages": [USER]}).json()["count"]
+    assert "get_weather" in post(server, "/detokenize", {"tokens": tokens["tokens"]}).json()["prompt"]
+
+
 @pytest.mark.parametrize("path, body, status, param", [
+    ("/tokenize", {"prompt": "a", "tools": [WEATHER]}, 400, "tools"),
+    ("/tokenize", {"messages": [USER], "tools": [WEATHER]}, 400, "tool_choice"),  # auto needs the flag
+    ("/tokenize", {"messages": [USER], "tools": [{"function": {"name": "a b"}}], "tool_choice": "required"}, 400,
+     "tools[0].function.name"),
     ("/tokenize", {}, 400, "prompt"),
     ("/tokenize", {"prompt": "a", "messages": [USER]}, 400, "prompt"),
     ("/tokenize", {"prompt": ["a"]}, 400, "prompt"),

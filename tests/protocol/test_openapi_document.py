@@ -219,7 +219,7 @@ def known_gap(body: dict, limits: IngressLimits) -> str | None:
         lengths = [len(p) for p in prompt]
         if sum(lengths) > limits.max_prompt_chars >= max(lengths):
             return "the character limit is over all the prompts of a batch together"
-    gap = _tools_gap(body)
+    gap = _tools_gap(body, limits)
     if gap is not None:
         return gap
     if any(body.get(key) is not None for key in STRUCTURED_KEYS) and body.get("response_format") != {"type": "text"}:
@@ -232,11 +232,13 @@ def known_gap(body: dict, limits: IngressLimits) -> str | None:
     return None
 
 
-def _tools_gap(body: dict) -> str | None:
+def _tools_gap(body: dict, limits: IngressLimits) -> str | None:
     """The tool rules JSON Schema cannot state (protocol/tool_calls/fields.py)."""
     tools = body.get("tools")
     if type(tools) is not list:
         return None
+    if len(json.dumps(tools, separators=(",", ":"))) > limits.max_prompt_chars:
+        return "the tools' JSON size counts against the character limit"
     names = [t["function"].get("name") for t in tools if type(t) is dict and type(t.get("function")) is dict]
     if len(names) != len(set(map(str, names))):
         return "tool names must be unique"

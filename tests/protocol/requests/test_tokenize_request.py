@@ -16,6 +16,7 @@ from protocol.requests.tokenize import (
 VOCAB = 1000
 LIMITS = IngressLimits(max_prompt_chars=50, max_messages=3)
 USER = {"role": "user", "content": "hi"}
+WEATHER = {"type": "function", "function": {"name": "w"}}  # its JSON within LIMITS' 50 characters
 
 
 def test_prompt_defaults_add_special_tokens_and_messages_do_not():
@@ -32,6 +33,19 @@ def test_prompt_defaults_add_special_tokens_and_messages_do_not():
     assert req.chat_template_kwargs == {"enable_thinking": False}
 
 
+def test_messages_take_tools_and_tool_choice_as_chat_completions_reads_them():
+    req = parse_tokenize_request({"messages": [USER], "tools": [WEATHER], "tool_choice": "required"}, LIMITS)
+    assert req.tools.choice == "required" and [f.name for f in req.tools.functions] == ["w"]
+    named = {"type": "function", "function": {"name": "w"}}
+    assert parse_tokenize_request({"messages": [USER], "tools": [WEATHER], "tool_choice": named},
+                                  LIMITS).tools.named == "w"
+    auto = parse_tokenize_request({"messages": [USER], "tools": [WEATHER]}, IngressLimits(enable_auto_tool_choice=True))
+    assert auto.tools.choice == "auto"
+    for empty in ({"tools": []}, {"tools": None}, {"tool_choice": "none"}, {}):
+        assert parse_tokenize_request({"messages": [USER], **empty}, LIMITS).tools is None
+    assert parse_tokenize_request({"prompt": "x", "tools": [], "tool_choice": None}, LIMITS).tools is None
+
+
 BAD_TOKENIZE = [
     ({}, "prompt", "'prompt' (a text) or 'messages' (a chat) is required"),
     ({"prompt": "a", "messages": [USER]}, "prompt", "not both"),
@@ -43,7 +57,18 @@ BAD_TOKENIZE = [
     ({"prompt": "x", "return_token_strs": True}, "return_token_strs", "not supported"),
     ({"messages": [USER], "continue_final_message": True}, "continue_final_message", "not supported"),
     ({"messages": [USER], "chat_template": "{{ x }}"}, "chat_template", "not supported"),
-    ({"messages": [USER], "tools": [{"type": "function"}]}, "tools", "not supported"),
+    ({"messages": [USER], "tools": [{"type": "function"}], "tool_choice": "required"}, "tools[0].function",
+     "an object with a 'name'"),
+    ({"messages": [USER], "tools": [WEATHER, WEATHER], "tool_choice": "required"}, "tools[1].function.name", "twice"),
+    ({"messages": [USER], "tools": WEATHER, "tool_choice": "required"}, "tools", "an array"),
+    ({"messages": [USER], "tools": [WEATHER]}, "tool_choice", "--enable-auto-tool-choice"),  # auto, as on chat
+    ({"messages": [USER], "tool_choice": "required"}, "tool_choice", "no 'tools'"),
+    ({"messages": [USER], "tools": [WEATHER], "tool_choice": {"type": "function", "function": {"name": "x"}}},
+     "tool_choice.function.name", "not one of the request's tools"),
+    ({"messages": [USER], "tools": [{"function": {"name": "w", "description": "x" * 40}}], "tool_choice": "required"},
+     "tools", "too long"),  # counted with the prompt's characters, as on chat
+    ({"prompt": "x", "tools": [WEATHER]}, "tools", "with a 'prompt'"),
+    ({"prompt": "x", "tool_choice": "none"}, "tool_choice", "with a 'prompt'"),
     ({"messages": []}, "messages", "must not be empty"),
     ({"messages": "hi"}, "messages", "an array"),
     ({"messages": [USER] * 4}, "messages", "the limit is 3"),

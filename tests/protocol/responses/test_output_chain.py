@@ -165,3 +165,25 @@ def test_a_stream_frames_nothing_for_a_held_back_step_and_the_role_goes_first():
     rest = writer.frame(out('{"name": "get_weather"}</tool_call>', "stop"))
     assert b'"name":"get_weather"' in rest and b'"finish_reason":"tool_calls"' in rest and rest.endswith(
         b"data: [DONE]\n\n")
+
+
+def test_auto_without_parallel_tool_calls_streams_and_answers_one_call():
+    plan = hermes_plan(ToolRequest((WEATHER,), "auto", parallel=False))
+    text = CALL_TEXT + '\n<tool_call>{"name": "get_weather", "arguments": {"city": "Rome"}}</tool_call>'
+    body_choice = whole(plan, text)
+    assert [c["function"]["arguments"] for c in body_choice["message"]["tool_calls"]] == ['{"city": "Paris"}']
+    assert body_choice["finish_reason"] == "tool_calls"
+    chunks, streamed = stream(plan, [text[i:i + 4] for i in range(0, len(text), 4)])
+    assert {p["index"] for c in chunks for p in c["choices"][0]["delta"].get("tool_calls", [])} == {0}
+    _same_message(streamed, body_choice)
+
+
+def test_mistral_v11_calls_stream_and_answer_alike():
+    plan = plan_output(AUTO, OutputParsers("mistral"), "")
+    text = 'On it.[TOOL_CALLS]get_weather[ARGS]{"city": "Paris"}[TOOL_CALLS]get_weather[ARGS]{"city": "Rome"}'
+    body_choice = whole(plan, text)
+    assert body_choice["message"]["content"] == "On it."
+    assert [c["function"]["arguments"] for c in body_choice["message"]["tool_calls"]] == [
+        '{"city": "Paris"}', '{"city": "Rome"}']
+    _, streamed = stream(plan, [text[i:i + 5] for i in range(0, len(text), 5)])
+    _same_message(streamed, body_choice)

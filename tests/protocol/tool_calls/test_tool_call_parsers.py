@@ -64,6 +64,19 @@ CASES = [
      "Sure.", [call(0, "f", '{"a": "x"}'), call(1, "g", '{"b": 2}')]),
     (MistralParser, "[TOOL_CALLS] nope", "[TOOL_CALLS] nope", []),
     (MistralParser, "no marker at all [TOOL", "no marker at all [TOOL", []),
+    # mistral, v11+ tokenizers (Mistral Small 3.1+, Magistral): name[ARGS]{...}, a marker per call
+    (MistralParser, 'Sure.[TOOL_CALLS]get_weather[ARGS]{"city": "Paris"}[TOOL_CALLS]add[ARGS]{"a": {"b": "}"}}',
+     "Sure.", [call(0, "get_weather", '{"city": "Paris"}'), call(1, "add", '{"a": {"b": "}"}}')]),
+    (MistralParser, '[TOOL_CALLS]f[CALL_ID]a1B2c3D4e[ARGS]{"x": [1, 2]} then words', "then words",
+     [call(0, "f", '{"x": [1, 2]}')]),
+    (MistralParser, '[TOOL_CALLS]f{"s": "a\\"}b"}', "", [call(0, "f", '{"s": "a\\"}b"}')]),  # [ARGS] dropped
+    (MistralParser, "[TOOL_CALLS]f[ARGS]", "", [call(0, "f", "{}")]),
+    (MistralParser, '[TOOL_CALLS]f[ARGS]{"q": "cut sh', "", [call(0, "f", '{"q": "cut sh')]),
+    (MistralParser, "[TOOL_CALLS]not a name[ARGS]{}", "[TOOL_CALLS]not a name[ARGS]{}", []),
+    (MistralParser, "[TOOL_CALLS][ARGS]{}", "[TOOL_CALLS][ARGS]{}", []),
+    (MistralParser, "[TOOL_CALLS]f[ARG", "[TOOL_CALLS]f[ARG", []),
+    (MistralParser, '[TOOL_CALLS]f[ARGS]{"a": 1} and [TOOL_CALLS] nope', "and [TOOL_CALLS] nope",
+     [call(0, "f", '{"a": 1}')]),
     # pythonic
     (PythonicParser, '[get_weather(city="Paris"), add(a=1, b=2.5, c=[1, "]"], d=None)]', "",
      [call(0, "get_weather", '{"city":"Paris"}'), call(1, "add", '{"a":1,"b":2.5,"c":[1,"]"],"d":null}')]),
@@ -128,3 +141,15 @@ def test_each_format_reads_the_calls_it_renders(cls):
     whole = parse(cls, [written])
     assert [(c["function"]["name"], orjson.loads(c["function"]["arguments"])) for c in whole.calls] == [
         ("get_weather", {"city": "Paris"}), ("add", {"a": 1})]
+
+
+def test_mistral_v11_call_announces_its_name_at_args_then_streams_the_arguments():
+    parser = MistralParser(_ids())
+    assert not parser.feed("[TOOL_CALLS]get_wea").tool_calls  # the name may go on
+    assert not parser.feed("ther[AR").tool_calls  # [ARGS] may be coming
+    first = parser.feed("GS]")
+    assert [p.as_dict() for p in first.tool_calls] == [
+        {"index": 0, "id": "call_0", "type": "function", "function": {"name": "get_weather", "arguments": ""}}]
+    assert [p.arguments for p in parser.feed('{"city": ').tool_calls] == ['{"city": ']
+    assert [p.arguments for p in parser.feed('"Paris"}').tool_calls] == ['"Paris"}']
+    assert parser.finish().content == "" and parser.num_calls == 1
