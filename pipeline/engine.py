@@ -28,6 +28,7 @@ from pipeline.profiler import TorchProfiler
 from pipeline.live_requests import LiveRequests
 from observe.otlp_export import OtlpTraceExport, server_span_attributes
 from observe.otlp_settings import resolve_traces_endpoint
+from observe.traceparent import valid_traceparent
 from pipeline.wiring import PipelineStages, wire_stages
 from protocol.errors import bad_request, overloaded
 from protocol.request_id import new_request_id
@@ -154,15 +155,24 @@ class Engine:
 
     async def generate(
         self, prompt: str | list[int], params: SamplingParams, request_id: str | None = None, n: int = 1,
+        traceparent: str | None = None,
     ) -> AsyncIterator[RequestOutput]:
         """The embedding API: yields one RequestOutput per step and choice until the reply ends.
         With n > 1 the n choices' outputs interleave, each with its `index`; the iteration ends
-        when every choice has finished."""
+        when every choice has finished. `traceparent` is the caller's W3C trace context (the
+        header's value, e.g. from `opentelemetry.propagate.inject`): the request's exported spans
+        join the caller's trace under that span, as an HTTP caller's do. A value that is not a
+        valid traceparent is ignored, as the recommendation asks, and the request starts a trace
+        of its own."""
         if self.pipeline is None:
             raise RuntimeError("the engine is not started: use `async with Engine(config) as engine:` "
                                "or `await engine.start()` first")
+        if traceparent is not None and not isinstance(traceparent, str):
+            raise TypeError(f"traceparent is the header's text (str), not {type(traceparent).__name__}")
         rid = request_id or self.new_request_id()
         trace = RequestTrace(rid)
+        if (caller := valid_traceparent(traceparent)) is not None:
+            trace.info["traceparent"] = caller
         trace.mark("received")
         trace.mark("parsed")
         if n < 1:
