@@ -22,6 +22,7 @@ from ingress.prepared import PreparedRequest
 from pipeline.build import BuiltModel, build_model
 from pipeline.config import EngineConfig
 from pipeline.health import EngineHealth
+from pipeline.kv_event_log import KvEventLog, attach_kv_event_log
 from pipeline.metrics import EngineMetrics
 from pipeline.own_thread import run_in_own_thread
 from pipeline.profiler import TorchProfiler
@@ -55,6 +56,7 @@ class Engine:
         self._housekeeping: asyncio.Task[None] | None = None
         self.start_error: BaseException | None = None
         self.trace_export: OtlpTraceExport | None = None  # OpenTelemetry spans, when a collector is named
+        self.kv_events: KvEventLog | None = None  # what the KV cache holds, for routers (once started)
 
     # ---- life cycle -------------------------------------------------------------------------
     async def start(self) -> None:
@@ -74,7 +76,10 @@ class Engine:
         self.gpu_stage, self.emitter_stage = self.pipeline.gpu, self.pipeline.emitter
         if otlp_endpoint is not None:
             self.trace_export = OtlpTraceExport(otlp_endpoint, server_span_attributes(built, self.model_name))
-        sinks = (self.trace_export.submit,) if self.trace_export is not None else ()
+        self.kv_events = attach_kv_event_log(built.scheduler.kv.pool, cfg.block_size)
+        sinks = (lambda trace: self.kv_events.finished(trace.request_id),)
+        if self.trace_export is not None:
+            sinks += (self.trace_export.submit,)
         self.requests = LiveRequests(cfg, built.tokenizer, self.scheduler_stage.inbox, self.metrics, self.traces,
                                      sinks)
         for stage in self.stages:
