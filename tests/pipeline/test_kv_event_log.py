@@ -91,3 +91,16 @@ def test_what_waits_for_a_router_is_bounded() -> None:
     assert list(log._admitted) == ["r7", "r8", "r9"]
     log.finished("r0")  # forgotten: nothing
     assert len(log._finished) == 0
+
+
+def test_each_ask_publishes_within_its_time_and_leaves_the_rest_for_the_next() -> None:
+    pool = BlockPool(40, BLOCK, enable_caching=True)
+    log = subscribed_log(pool)
+    cache_prompt(pool, TOKENS, 16)
+    log.max_publish_s = 0.0  # no time: nothing is published, nothing is lost
+    for i in range(3):
+        log.admitted(f"r{i}", BODY, TOKENS, None)
+        log.finished(f"r{i}")
+    assert log.read(log.epoch, 0) == [] and len(log._finished) == 3
+    log.max_publish_s = 1.0
+    assert [kind for _, kind, _ in log.read(log.epoch, 0)] == ["stored"] and not log._finished
