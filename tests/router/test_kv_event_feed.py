@@ -3,7 +3,7 @@ the PrefixIndex and asks from where it left off; a body it cannot read changes n
 scripted replicas behind HealthWatch: the one whose events say it holds a conversation's prefix
 gets its next turn (the router never sent it that prefix), unless its published queue makes it the
 slower one; once it evicts the prefix it has no claim left; a replica without the route is not
-asked again."""
+asked again, and one that never answers the events route stays ready and costs one timeout."""
 from __future__ import annotations
 
 import asyncio
@@ -61,6 +61,8 @@ class ScriptedReplica:
                 path = head.split(b" ", 2)[1].split(b"?")[0]
                 if path == b"/replica/kv_events":
                     self.num_event_asks += 1
+                    if self.events == b"hang":
+                        await asyncio.sleep(3600)
                     body, status = (self.events, b"200 OK") if self.events else (b"{}", b"404 Not Found")
                 else:
                     body, status = orjson.dumps(self.state), b"200 OK"
@@ -109,3 +111,19 @@ async def test_the_replica_holding_the_prefix_wins_unless_it_is_busy() -> None:
     a.server.close()
     b.server.close()
 
+
+
+async def test_a_replica_silent_on_events_stays_ready_and_the_check_ends_at_its_timeout() -> None:
+    import time
+
+    a = ScriptedReplica()
+    a.events = b"hang"
+    router = Router([await a.start()], "predicted-ttft", health_timeout_s=0.3)
+    t0 = time.monotonic()
+    await router.health.check_all()
+    assert router.replicas[0].state == READY and time.monotonic() - t0 < 1.0
+    a.events = answer("ep", 1, (0, "all_cleared", []), (1, "stored", H[:2]))
+    await router.health.check_all()  # a new connection: the hung one was dropped
+    assert router.replicas[0].state == READY and router.index.num_cached_blocks(0, H) == 2
+    await router.health.stop()
+    a.server.close()
