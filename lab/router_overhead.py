@@ -6,7 +6,13 @@ event). Requests alternate so that drift in the machine's load hits both sides a
 difference (router minus the direct request just before it) is reported beside each side's
 percentiles. Starts its own `dummy:tiny` replica and router unless given their URLs.
 
+With `--baseline-root` (another checkout, e.g. main) a second router runs that checkout's code in
+front of the same replica, and each round sends direct, baseline, this tree's router, in an order
+that rotates per round: an A/B of two versions of the router in one run, on the same load. The run
+is cut into `--repeats` blocks whose medians are reported, with the median of those medians.
+
     python -m lab.router_overhead --num-requests 2000 --out bench/results/<date>-cpu/router/overhead.json
+    python -m lab.router_overhead --baseline-root /work/main --num-requests 3000 --repeats 6
 """
 from __future__ import annotations
 
@@ -33,11 +39,15 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start(cmd: list[str], url: str, timeout_s: float = 180.0, log_path: str | None = None) -> subprocess.Popen:
+def start(cmd: list[str], url: str, timeout_s: float = 180.0, log_path: str | None = None,
+          root: str | None = None) -> subprocess.Popen:
+    """`ttft <cmd>` from this tree, or from the checkout at `root` (its own modules first)."""
     import urllib.request
 
     log = open(log_path, "wb") if log_path else subprocess.DEVNULL
-    proc = subprocess.Popen([sys.executable, "-m", "pipeline.cli", *cmd], stdout=log, stderr=subprocess.STDOUT)
+    env = None if root is None else {**os.environ, "PYTHONPATH": root}
+    proc = subprocess.Popen([sys.executable, "-m", "pipeline.cli", *cmd], stdout=log, stderr=subprocess.STDOUT,
+                            cwd=root, env=env)
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         try:
@@ -108,12 +118,61 @@ async def measure(direct_url: str, router_url: str, num: int, prompt_chars: int,
     }
 
 
+async def measure_ab(direct_url: str, router_urls: dict[str, str], num: int, repeats: int,
+                     prompt_chars: int, pids: dict[str, int]) -> dict:
+    """Direct and each router in turn, the order rotating every round; per block of num/repeats
+    rounds, each router's median TTFT and median paired difference against the direct request of
+    the same round."""
+    body = orjson.dumps({"model": "dummy:tiny", "prompt": "x " * (prompt_chars // 2), "max_tokens": 1,
+                         "stream": True})
+    sides = {}
+    for name, url in (("direct", direct_url), *router_urls.items()):
+        target = Target.from_url(url)
+        pool = ConnectionPool(target, 2)
+        await pool.prewarm(1)
+        sides[name] = (pool, build_request(target, "POST", "/v1/completions", body,
+                                           {"Content-Type": "application/json"}))
+    names = list(sides)
+    for _ in range(50):
+        for side in sides.values():
+            await ttft_s(*side)
+    blocks = []
+    per_block = max(1, num // repeats)
+    for _ in range(repeats):
+        times: dict[str, list[float]] = {name: [] for name in names}
+        cpu0 = {name: cpu_s(pid) for name, pid in pids.items()}
+        for r in range(per_block):
+            k = r % len(names)
+            for name in names[k:] + names[:k]:
+                times[name].append(await ttft_s(*sides[name]))
+        block = {"direct_p50_ms": round(statistics.median(times["direct"]) * 1e3, 4)}
+        for name in router_urls:
+            diffs = [a - d for a, d in zip(times[name], times["direct"])]
+            block[name] = {"p50_ms": round(statistics.median(times[name]) * 1e3, 4),
+                           "paired_difference_p50_ms": round(statistics.median(diffs) * 1e3, 4)}
+            if name in pids:  # the router's own CPU (user + system) per request, whatever the waits
+                (u0, s0), (u1, s1) = cpu0[name], cpu_s(pids[name])
+                block[name]["cpu_us_per_request"] = round((u1 - u0 + s1 - s0) / per_block * 1e6, 1)
+        blocks.append(block)
+    summary = {name: {"median_of_block_p50_ms": round(statistics.median(b[name]["p50_ms"] for b in blocks), 4),
+                      "median_of_block_paired_difference_ms": round(
+                          statistics.median(b[name]["paired_difference_p50_ms"] for b in blocks), 4),
+                      **({"median_cpu_us_per_request": statistics.median(b[name]["cpu_us_per_request"] for b in blocks)}
+                         if name in pids else {})}
+               for name in router_urls}
+    summary["direct"] = {"median_of_block_p50_ms": round(statistics.median(b["direct_p50_ms"] for b in blocks), 4)}
+    return {"num_rounds": per_block * repeats, "repeats": repeats, "prompt_chars": prompt_chars,
+            "summary": summary, "blocks": blocks}
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--replica-url")
     p.add_argument("--router-url")
     p.add_argument("--num-requests", type=int, default=1000)
     p.add_argument("--prompt-chars", type=int, default=200)
+    p.add_argument("--baseline-root", help="a checkout whose router runs beside this tree's (A/B)")
+    p.add_argument("--repeats", type=int, default=5, help="blocks of an A/B run, each with its medians")
     p.add_argument("--out")
     a = p.parse_args()
     procs = []
@@ -127,8 +186,18 @@ def main() -> None:
             port = free_port()
             a.router_url = f"http://127.0.0.1:{port}"
             procs.append(start(["route", "--replica", a.replica_url, "--port", str(port)], a.router_url))
-        pids = dict(zip(["replica", "router"], [p.pid for p in procs])) if len(procs) == 2 else {}
-        result = asyncio.run(measure(a.replica_url, a.router_url, a.num_requests, a.prompt_chars, pids))
+        if a.baseline_root is not None:
+            port = free_port()
+            baseline_url = f"http://127.0.0.1:{port}"
+            procs.append(start(["route", "--replica", a.replica_url, "--port", str(port)], baseline_url,
+                               root=a.baseline_root))
+            pids = {"new": procs[-2].pid, "baseline": procs[-1].pid} if len(procs) == 3 else {}
+            result = asyncio.run(measure_ab(a.replica_url, {"baseline": baseline_url, "new": a.router_url},
+                                            a.num_requests, a.repeats, a.prompt_chars, pids))
+            result["baseline_root"] = a.baseline_root
+        else:
+            pids = dict(zip(["replica", "router"], [p.pid for p in procs])) if len(procs) == 2 else {}
+            result = asyncio.run(measure(a.replica_url, a.router_url, a.num_requests, a.prompt_chars, pids))
     finally:
         for proc in procs:
             proc.terminate()

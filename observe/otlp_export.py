@@ -14,8 +14,9 @@ every span) costs several times more CPU for spans whose times are all known alr
 A full queue (a collector far behind, or down and retried) drops the trace and counts it; a collector
 that is down costs this thread its retries and the log one line a minute (observe/log_limit.py),
 never a request. A request that came with a W3C `traceparent` (observe/traceparent.py) gets its root
-span as a child of the caller's span, in the caller's trace, and keeps the caller's sampling decision:
-a caller that does not sample gets no spans. Every other request is exported.
+span as a child of the caller's span, in the caller's trace. Which requests are exported is the
+sampler's word (OTEL_TRACES_SAMPLER, observe/trace_sampling.py; by default the caller's sampled
+flag, and every request that came without one), asked on this thread, never on the event loop.
 """
 from __future__ import annotations
 
@@ -28,7 +29,9 @@ import time
 from typing import TYPE_CHECKING
 
 from observe.log_limit import limit_loggers
+from observe.otlp_settings import sampler_choice
 from observe.span_plan import PlannedSpan, plan_spans
+from observe.trace_sampling import TraceSampling
 from observe.traceparent import parse_traceparent
 from stages.trace import RequestTrace
 
@@ -67,12 +70,14 @@ class OtlpTraceExport:
         self.max_batch_spans = _env_int("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", 512)
         self.num_submitted = 0
         self.num_done = 0  # traces exported, skipped (unsampled) or failed
+        self.num_unsampled = 0  # traces the sampler left out
         self.num_dropped = 0  # traces the full queue turned away
         self.num_exported_traces = 0
         self._queue: queue.Queue = queue.Queue(maxsize=max_pending)
         self._wake_at = max(1, max_pending // 4)  # queued traces that wake the thread before its time
         self._wake = threading.Event()
         self._stopping = False
+        self.sampling = TraceSampling(sampler_choice())
         self._resource = _resource()
         self._scope = InstrumentationScope("ttft")
         self._exporter = OTLPSpanExporter(endpoint=endpoint)
@@ -144,25 +149,27 @@ class OtlpTraceExport:
     def _spans(self, trace: RequestTrace) -> list[ReadableSpan]:
         """The trace's spans, finished; [] when there is nothing to show or the caller does not sample."""
         try:
+            parent = parse_traceparent(trace.info.get("traceparent"))  # type: ignore[arg-type]
+            trace_id = parent.trace_id if parent is not None else random.getrandbits(128)
+            if not self.sampling.sampled(trace_id, parent):  # before planning: a dropped trace costs little
+                self.num_unsampled += 1
+                return []
             plans = plan_spans(trace, self.server_attributes)
             if not plans:
                 return []
-            parent = parse_traceparent(trace.info.get("traceparent"))  # type: ignore[arg-type]
-            if parent is not None and not parent.sampled:
-                return []
-            return self._build(trace, plans, parent)
+            return self._build(trace, plans, trace_id, parent)
         except Exception:  # a trace that cannot be turned into spans must not end the thread
             log.exception("OpenTelemetry: a request's spans could not be built")
             return []
 
-    def _build(self, trace: RequestTrace, plans: list[PlannedSpan], parent) -> list[ReadableSpan]:
+    def _build(self, trace: RequestTrace, plans: list[PlannedSpan], trace_id: int, parent) -> list[ReadableSpan]:
         from opentelemetry.sdk.trace import ReadableSpan
         from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
         to_wall_ns = time.time_ns() - time.perf_counter_ns()  # the trace's clock to the epoch
-        trace_id = parent.trace_id if parent is not None else random.getrandbits(128)
-        flags = TraceFlags(TraceFlags.SAMPLED)
-        caller = None if parent is None else SpanContext(parent.trace_id, parent.span_id, True, flags)
+        flags = TraceFlags(TraceFlags.SAMPLED)  # ours: the sampler said yes (always_on may overrule the caller)
+        caller = None if parent is None else SpanContext(
+            parent.trace_id, parent.span_id, True, TraceFlags(TraceFlags.SAMPLED if parent.sampled else TraceFlags.DEFAULT))
         root_plan, children = plans[0], plans[1:]
         root_ctx = SpanContext(trace_id, random.getrandbits(64), False, flags)
         failed = trace.info.get("error") is not None or trace.info.get("finish_reason") == "error"

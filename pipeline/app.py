@@ -34,7 +34,7 @@ from observe.dashboard_routes import dashboard, dashboard_data
 from observe.trace_query import checked_request_id, traces_of
 from pipeline.tokenize_routes import detokenize, tokenize
 from pipeline.profiler import ProfilerError
-from pipeline.replica_state import replica_state
+from pipeline.replica_state import replica_kv_events, replica_state
 
 log = logging.getLogger("ttft.app")
 
@@ -132,6 +132,7 @@ def create_app(engine: Engine, api_key: str | None = None, protect_metrics: bool
         Route("/health", health, methods=["GET"]),
         Route("/live", live, methods=["GET"]),
         Route("/replica/state", replica_state, methods=["GET"]),
+        Route("/replica/kv_events", replica_kv_events, methods=["GET"]),
         Route("/openapi.json", openapi_json, methods=["GET"]),
         Route("/metrics", metrics, methods=["GET"]),
         Route("/debug/traces", debug_traces, methods=["GET"]),

@@ -22,12 +22,14 @@ from ingress.prepared import PreparedRequest
 from pipeline.build import BuiltModel, build_model
 from pipeline.config import EngineConfig
 from pipeline.health import EngineHealth
+from pipeline.kv_event_log import KvEventLog, attach_kv_event_log
 from pipeline.metrics import EngineMetrics
 from pipeline.own_thread import run_in_own_thread
 from pipeline.profiler import TorchProfiler
 from pipeline.live_requests import LiveRequests
 from observe.otlp_export import OtlpTraceExport, server_span_attributes
 from observe.otlp_settings import resolve_traces_endpoint
+from observe.traceparent import valid_traceparent
 from pipeline.wiring import PipelineStages, wire_stages
 from protocol.errors import bad_request, overloaded
 from protocol.request_id import new_request_id
@@ -54,6 +56,7 @@ class Engine:
         self._housekeeping: asyncio.Task[None] | None = None
         self.start_error: BaseException | None = None
         self.trace_export: OtlpTraceExport | None = None  # OpenTelemetry spans, when a collector is named
+        self.kv_events: KvEventLog | None = None  # what the KV cache holds, for routers (once started)
 
     # ---- life cycle -------------------------------------------------------------------------
     async def start(self) -> None:
@@ -73,7 +76,10 @@ class Engine:
         self.gpu_stage, self.emitter_stage = self.pipeline.gpu, self.pipeline.emitter
         if otlp_endpoint is not None:
             self.trace_export = OtlpTraceExport(otlp_endpoint, server_span_attributes(built, self.model_name))
-        sinks = (self.trace_export.submit,) if self.trace_export is not None else ()
+        self.kv_events = attach_kv_event_log(built.scheduler.kv.pool, cfg.block_size)
+        sinks = (lambda trace: self.kv_events.finished(trace.request_id),)
+        if self.trace_export is not None:
+            sinks += (self.trace_export.submit,)
         self.requests = LiveRequests(cfg, built.tokenizer, self.scheduler_stage.inbox, self.metrics, self.traces,
                                      sinks)
         for stage in self.stages:
@@ -154,15 +160,24 @@ class Engine:
 
     async def generate(
         self, prompt: str | list[int], params: SamplingParams, request_id: str | None = None, n: int = 1,
+        traceparent: str | None = None,
     ) -> AsyncIterator[RequestOutput]:
         """The embedding API: yields one RequestOutput per step and choice until the reply ends.
         With n > 1 the n choices' outputs interleave, each with its `index`; the iteration ends
-        when every choice has finished."""
+        when every choice has finished. `traceparent` is the caller's W3C trace context (the
+        header's value, e.g. from `opentelemetry.propagate.inject`): the request's exported spans
+        join the caller's trace under that span, as an HTTP caller's do. A value that is not a
+        valid traceparent is ignored, as the recommendation asks, and the request starts a trace
+        of its own."""
         if self.pipeline is None:
             raise RuntimeError("the engine is not started: use `async with Engine(config) as engine:` "
                                "or `await engine.start()` first")
+        if traceparent is not None and not isinstance(traceparent, str):
+            raise TypeError(f"traceparent is the header's text (str), not {type(traceparent).__name__}")
         rid = request_id or self.new_request_id()
         trace = RequestTrace(rid)
+        if (caller := valid_traceparent(traceparent)) is not None:
+            trace.info["traceparent"] = caller
         trace.mark("received")
         trace.mark("parsed")
         if n < 1:

@@ -64,6 +64,8 @@ async def _generate(request: Request, chat: bool) -> Response:
         prepared = await prepare(body, trace)
         check_model(prepared.api.model, engine.model_name)
         reply = engine.submit(prepared)
+        if engine.kv_events is not None and engine.kv_events.subscribed:  # a router reads what the cache holds
+            engine.kv_events.admitted(request_id, body, prepared.prompts_token_ids[0], prepared.cache_salt)
     except ApiError as err:
         return error_response(err, headers)
     except ClientDisconnect:

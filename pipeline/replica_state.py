@@ -1,18 +1,28 @@
-"""GET /replica/state: what a router in front of this server reads to route (issue 48).
+"""GET /replica/state and /replica/kv_events: what a router in front of this server reads to route.
 
-One small JSON body, polled by each router every half second or so instead of /health: the same
+/replica/state is one small JSON body, polled by each router every half second or so instead of /health: the same
 health state (and the same status code: 200 only when ready, 503 while loading, draining or
 broken), plus the queue the router's TTFT prediction starts from. Read from the scheduler's
 counters, as the Prometheus gauges are, so the hot path does nothing for it.
+
+/replica/kv_events?epoch=E&after=N answers JSON lines (pipeline/kv_event_log.py): first
+`{"type": "log", "epoch": ..., "seq": ...}`, the place to ask from next time, then one line per
+event after N, `{"seq": ..., "type": "stored" | "removed" | "all_cleared", "block_hashes": [hex, ...]}`.
+A router asks after each /replica/state answer, on the same connection.
 """
 from __future__ import annotations
 
 from typing import Iterable
 
+import orjson
+
 from starlette.requests import Request
 from starlette.responses import Response
 
-from pipeline.json_response import json_response
+from pipeline.json_response import error_response, json_response
+from protocol.errors import bad_request
+
+MAX_EPOCH_CHARS = 64
 
 
 def queued_prefill_tokens(waiting: Iterable, running: Iterable) -> int:
@@ -35,3 +45,22 @@ async def replica_state(request: Request) -> Response:
                     num_free_blocks=st.num_free_blocks + st.num_cached_blocks,
                     block_size=engine.config.block_size)
     return json_response(body, 200 if engine.health.ready else 503)
+
+
+async def replica_kv_events(request: Request) -> Response:
+    engine = request.app.state.engine
+    log = engine.kv_events
+    if log is None:
+        return json_response({"status": engine.health.state}, 503)
+    epoch = request.query_params.get("epoch")
+    raw_after = request.query_params.get("after", "0")
+    if epoch is not None and len(epoch) > MAX_EPOCH_CHARS:
+        return error_response(bad_request(f"'epoch' is at most {MAX_EPOCH_CHARS} characters", "epoch"))
+    if not raw_after.isascii() or not raw_after.isdigit() or len(raw_after) > 19:
+        return error_response(bad_request(f"'after' must be a whole number from 0, got {raw_after[:40]!r}",
+                                          "after"))
+    events = log.read(epoch, int(raw_after))
+    lines = [orjson.dumps({"type": "log", "epoch": log.epoch, "seq": log.seq})]
+    lines += [orjson.dumps({"seq": seq, "type": kind, "block_hashes": [h.hex() for h in hashes]})
+              for seq, kind, hashes in events]
+    return Response(b"\n".join(lines) + b"\n", media_type="application/x-ndjson")

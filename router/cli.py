@@ -84,6 +84,7 @@ def serve_router(urls: list[str], opts: RouteOptions, listener) -> int:
             return signals_on_loop(self.handle_exit)
 
     from router.core import Router
+    from router.front_protocol import RouterHttpProtocol
     from router.proxy import RouterApp
 
     logging.basicConfig(level=opts.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -91,7 +92,7 @@ def serve_router(urls: list[str], opts: RouteOptions, listener) -> int:
     app = RouterApp(router, opts.max_body_bytes, connect_timeout_s=opts.health_timeout_s)
     # The replica's own `date` and `server` headers pass through, so uvicorn adds none; nothing sits in
     # front of the router that it should trust X-Forwarded-* from (and that middleware costs every request).
-    config = uvicorn.Config(app, loop="uvloop", http="httptools", lifespan="on", log_level=opts.log_level.lower(),
+    config = uvicorn.Config(app, loop="uvloop", http=RouterHttpProtocol, lifespan="on", log_level=opts.log_level.lower(),
                             access_log=False, timeout_graceful_shutdown=5, proxy_headers=False,
                             server_header=False, date_header=False)
     server = RouterServer(config)

@@ -6,6 +6,7 @@ import time
 from dataclasses import dataclass, field
 
 from router.health_watch import HealthWatch
+from router.kv_event_feed import KvEventFeed
 from router.policies import POLICIES
 from router.prefix_index import PrefixIndex
 from router.replica import DOWN, Replica
@@ -32,7 +33,8 @@ class Router:
         self.predictor = predictor or TtftPredictor()
         self.policy_name = policy
         self.policy = POLICIES[policy](self.index, self.predictor)
-        self.health = HealthWatch(self.replicas, health_interval_s, health_timeout_s)
+        self.events = KvEventFeed(self.index)  # the replicas' own word on what they hold
+        self.health = HealthWatch(self.replicas, health_interval_s, health_timeout_s, self.events)
         self._seen_down = [False] * len(self.replicas)
 
     def ready(self, exclude: set[int] = frozenset()) -> list[tuple[int, Replica]]:

@@ -6,6 +6,9 @@ route (or that keeps it behind its API key) is asked `/health` instead. No answe
 and never answers), a refused or reset connection: down. 503 with `draining` or `stopped`:
 draining. 200: ready, and its published load is recorded. So a dead or hung replica is out within
 `interval_s + timeout_s`, and one that comes back is in again at its next check.
+After a ready answer the same connection asks for the replica's block events
+(router/kv_event_feed.py); a replica without that route is not asked again, and a failed ask
+changes nothing (the state check alone decides health).
 """
 from __future__ import annotations
 
@@ -14,6 +17,7 @@ import time
 
 import orjson
 
+from router.kv_event_feed import KvEventFeed
 from router.replica import DOWN, DRAINING, READY, Replica
 from router.upstream import UpstreamConnection, UpstreamError
 
@@ -21,8 +25,11 @@ STATE_PATH, HEALTH_PATH = b"/replica/state", b"/health"
 
 
 class HealthWatch:
-    def __init__(self, replicas: list[Replica], interval_s: float = 0.5, timeout_s: float = 1.0) -> None:
+    def __init__(self, replicas: list[Replica], interval_s: float = 0.5, timeout_s: float = 1.0,
+                 feed: KvEventFeed | None = None) -> None:
         self.replicas = replicas
+        self.feed = feed
+        self._no_events: set[int] = set()  # replicas that answered the events route 404 or 401
         self.interval_s = interval_s
         self.timeout_s = timeout_s
         self._conns: dict[int, UpstreamConnection] = {}
@@ -61,6 +68,25 @@ class HealthWatch:
                 replica.set_state(DOWN, str(exc))
             return
         self.apply(replica, status, body)
+        if (status == 200 and self.feed is not None and index not in self._no_events
+                and self._paths.get(index, STATE_PATH) == STATE_PATH):  # one asked /health predates events
+            await self._read_events(index)
+
+    async def _read_events(self, index: int) -> None:
+        conn = self._conns.get(index)
+        if conn is None:
+            return
+        replica = self.replicas[index]
+        try:
+            conn.send(b"GET", self.feed.path(index), replica.host_header, [], b"")
+            status, body = await asyncio.wait_for(self._answer(index, conn), self.timeout_s)
+        except (UpstreamError, asyncio.TimeoutError):
+            self._drop(index)
+            return
+        if status in (401, 404):
+            self._no_events.add(index)
+        elif status == 200:
+            self.feed.apply(index, body)
 
     @staticmethod
     def apply(replica: Replica, status: int, body: bytes) -> None:
@@ -95,13 +121,17 @@ class HealthWatch:
             conn = self._conns[index] = await UpstreamConnection.open(replica.host, replica.port, self.timeout_s)
         path = self._paths.get(index, STATE_PATH)
         conn.send(b"GET", path, replica.host_header, [], b"")
+        status, body = await self._answer(index, conn)
+        if status in (401, 404) and path == STATE_PATH:  # a replica without the route, or with it behind a key
+            self._paths[index] = HEALTH_PATH
+            return await self._ask(index)
+        return status, body
+
+    async def _answer(self, index: int, conn: UpstreamConnection) -> tuple[int, bytes]:
         status, _ = await conn.read_head()
         body = b"".join([chunk async for chunk in conn.body_chunks()])
         if not conn.reusable:
             self._drop(index)
-        if status in (401, 404) and path == STATE_PATH:  # a replica without the route, or with it behind a key
-            self._paths[index] = HEALTH_PATH
-            return await self._ask(index)
         return status, body
 
     def _drop(self, index: int) -> None:

@@ -161,10 +161,13 @@ class RouterApp:
             return await send({"type": "http.response.body", "body": data})
         await send({"type": "http.response.start", "status": status, "headers": headers})
         try:
-            async for chunk in conn.body_chunks():
+            # One write per read from the replica: the last part goes with the stream's end.
+            async for part, last in conn.body_parts():
                 if not d.started:
                     self.router.first_token(d)
-                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                if last:
+                    return await send({"type": "http.response.body", "body": part})
+                await send({"type": "http.response.body", "body": part, "more_body": True})
         except UpstreamError as exc:
             if client.gone:
                 return

@@ -81,25 +81,65 @@ class UpstreamConnection:
         return int(parts[1]), headers
 
     async def body_chunks(self) -> AsyncIterator[bytes]:
-        """The body as it arrives: each chunk of a chunked body the moment it is whole."""
+        """The body as it arrives (see `body_parts`), without the empty parts."""
+        async for part, _ in self.body_parts():
+            if part:
+                yield part
+
+    async def body_parts(self) -> AsyncIterator[tuple[bytes, bool]]:
+        """The body as it arrives, one part per read from the socket: every chunk whole by then,
+        joined, so that what the replica wrote at once is passed on in one write; True with the
+        last part. A chunk is never held back for the next: a part is yielded as soon as it holds
+        one whole chunk."""
+        reader = self.reader
         try:
             if not self._chunked:
                 while self._remaining > 0:
-                    data = await self.reader.read(min(self._remaining, 65536))
+                    data = await reader.read(min(self._remaining, 65536))
                     if not data:
                         raise asyncio.IncompleteReadError(b"", self._remaining)
                     self._remaining -= len(data)
-                    yield data
+                    self.active_at = time.monotonic()
+                    yield data, self._remaining == 0
                 return
+            buf = b""
             while True:
-                size_line = await self.reader.readuntil(b"\r\n")
-                size = int(size_line.split(b";", 1)[0], 16)
-                if size == 0:
-                    await self.reader.readuntil(b"\r\n")  # no trailers from a ttft replica
-                    return
-                data = await self.reader.readexactly(size + 2)
+                data = await reader.read(65536)
+                if not data:
+                    raise asyncio.IncompleteReadError(b"", None)
                 self.active_at = time.monotonic()
-                yield data[:-2]
+                buf += data
+                parts, buf, done = _whole_chunks(buf)
+                if done:
+                    if buf:  # bytes past the end: not a response a replica sends; never reuse this
+                        self.reusable = False
+                    yield b"".join(parts), True
+                    return
+                if parts:
+                    yield b"".join(parts), False
         except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, OSError, ValueError) as exc:
             self.reusable = False
             raise UpstreamError(f"the replica's response ended early: {type(exc).__name__}") from None
+
+
+def _whole_chunks(buf: bytes) -> tuple[list[bytes], bytes, bool]:
+    """The payloads of the whole chunks at the start of `buf`, what is left, and whether the last
+    chunk (size 0, no trailers from a ttft replica) was among them. ValueError for a size that is
+    not hex."""
+    parts, pos = [], 0
+    while True:
+        eol = buf.find(b"\r\n", pos)
+        if eol < 0:
+            return parts, buf[pos:], False
+        size = int(buf[pos:eol].split(b";", 1)[0], 16)
+        if size == 0:
+            if len(buf) < eol + 4:  # the empty line after the last chunk is still to come
+                return parts, buf[pos:], False
+            if buf[eol + 2:eol + 4] != b"\r\n":
+                raise ValueError("trailers after the last chunk")
+            return parts, buf[eol + 4:], True
+        end = eol + 2 + size
+        if len(buf) < end + 2:
+            return parts, buf[pos:], False
+        parts.append(buf[eol + 2:end])
+        pos = end + 2

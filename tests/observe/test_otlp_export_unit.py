@@ -1,6 +1,7 @@
 """OtlpTraceExport on its own, against a real OTLP/HTTP receiver: every submitted trace arrives once
-flushed; a full queue drops and counts instead of blocking; an unsampled caller gets nothing; a dead
-collector neither blocks `submit` nor holds `close` past its timeout."""
+flushed; a full queue drops and counts instead of blocking; an unsampled caller gets nothing unless
+OTEL_TRACES_SAMPLER says always_on, and always_off sends nothing; a dead collector neither blocks
+`submit` nor holds `close` past its timeout."""
 from __future__ import annotations
 
 import time
@@ -17,6 +18,7 @@ from observe.otlp_export import OtlpTraceExport  # noqa: E402
 from stages.trace import RequestTrace  # noqa: E402
 
 PARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00"  # not sampled
+SAMPLED_PARENT = PARENT[:-2] + "01"
 
 
 def finished(rid: str, traceparent: str | None = None) -> RequestTrace:
@@ -84,3 +86,25 @@ def test_a_dead_collector_blocks_neither_submit_nor_close() -> None:
     t0 = time.perf_counter()
     export.close(timeout_s=1.0)
     assert time.perf_counter() - t0 < 3.0
+
+
+def test_the_sampler_variables_decide_which_traces_go(receiver, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OTEL_TRACES_SAMPLER", "always_off")
+    export = OtlpTraceExport(f"{receiver.url}/v1/traces")
+    try:
+        for i in range(5):
+            export.submit(finished(f"off-{i}", SAMPLED_PARENT if i == 0 else None))
+        assert export.flush(10.0)
+        assert receiver.spans == [] and export.num_unsampled == 5 and export.num_exported_traces == 0
+    finally:
+        export.close()
+    monkeypatch.setenv("OTEL_TRACES_SAMPLER", "always_on")  # overrules a caller that does not sample
+    export = OtlpTraceExport(f"{receiver.url}/v1/traces")
+    try:
+        export.submit(finished("on-0", PARENT))
+        assert export.flush(10.0)
+        root = receiver.request_spans("on-0")[0]
+        assert root.trace_id == PARENT.split("-")[1] and root.parent_span_id == PARENT.split("-")[2]
+        assert export.num_unsampled == 0 and export.num_exported_traces == 1
+    finally:
+        export.close()

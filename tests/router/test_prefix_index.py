@@ -32,3 +32,15 @@ def test_a_forgotten_replica_holds_nothing_until_it_is_sent_blocks_again() -> No
     assert index.num_cached_blocks(1, [b"a", b"b"]) == 2
     index.record(0, [b"a"])
     assert index.num_cached_blocks(0, [b"a", b"b"]) == 1
+
+
+def test_removed_blocks_end_the_run_there_for_that_replica_only() -> None:
+    index = PrefixIndex()
+    index.record(0, [b"a", b"b", b"c"])
+    index.record(1, [b"a", b"b"])
+    index.remove(0, [b"b", b"never-held"])
+    assert index.num_cached_blocks(0, [b"a", b"b", b"c"]) == 1
+    assert index.num_cached_blocks(1, [b"a", b"b"]) == 2
+    index.remove(1, [b"a", b"b"])
+    index.remove(0, [b"a", b"c"])
+    assert len(index) == 0  # a hash nobody holds is dropped, not kept empty

@@ -73,7 +73,8 @@ async def test_no_or_a_broken_status_line_is_an_upstream_error(reply: bytes) -> 
     server.close()
 
 
-@pytest.mark.parametrize("body", [b"5\r\nabc", b"zz\r\n", b"3\r\nabc\r\n"])
+@pytest.mark.parametrize("body", [b"5\r\nabc", b"zz\r\n", b"3\r\nabc\r\n", b"0\r\nx-trailer: 1\r\n\r\n",
+                                  b"2;ext=1\r\nab\r\n0\r\n"])
 async def test_a_body_cut_short_or_malformed_is_an_upstream_error(body: bytes) -> None:
     async def script(reader, writer):
         await reader.readuntil(b"\r\n\r\n")
@@ -96,3 +97,32 @@ async def test_a_refused_connection_is_an_upstream_error() -> None:
     await server.wait_closed()
     with pytest.raises(UpstreamError, match="cannot connect"):
         await UpstreamConnection.open("127.0.0.1", port, 1.0)
+
+
+async def test_what_arrives_together_comes_out_as_one_part_and_the_end_is_flagged() -> None:
+    go_on = asyncio.Event()
+
+    async def script(reader, writer):
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5\r\nfirst\r\n6\r\nsecond\r\n")
+        await go_on.wait()
+        writer.write(b"5\r\nthird\r\n4\r\nlast\r\n0\r\n\r\n")
+        await reader.readuntil(b"\r\n\r\n")  # the next request, on the same connection
+        writer.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n0\r\n\r\nHTTP/1.1 200 OK\r\n")
+
+    server, port = await serve(script)
+    conn = await UpstreamConnection.open("127.0.0.1", port, 1.0)
+    conn.send(b"GET", b"/", b"h", [], b"")
+    await conn.read_head()
+    parts = conn.body_parts()
+    assert await asyncio.wait_for(parts.__anext__(), 1) == (b"firstsecond", False)
+    go_on.set()
+    assert [p async for p in parts] == [(b"thirdlast", True)]
+    assert conn.reusable
+    conn.send(b"GET", b"/", b"h", [], b"")
+    await conn.read_head()
+    assert [p async for p in conn.body_parts()] == [(b"", True)]
+    assert not conn.reusable  # bytes past the end of a response: never reused
+    conn.close()
+    server.close()
+

@@ -1,0 +1,106 @@
+"""KvEventLog against a real BlockPool: a finished prompt whose blocks are cached is published as
+`stored` in the router's key (the same hashes router/request_key.py computes), only as far as the
+cache's leading run goes; evicting a token block publishes `removed` for the text block over it;
+a router of another epoch or too far behind gets `all_cleared` and a snapshot; nothing is kept for
+routers until one asks, and what waits is bounded."""
+from __future__ import annotations
+
+import orjson
+
+from pipeline.kv_event_log import attach_kv_event_log, prompt_blocks
+from router.request_key import chained_block_hashes, routed_request
+from scheduler.block_pool import BlockPool
+from scheduler.prefix_cache import extend_block_hashes
+
+BLOCK = 4  # tokens per KV block
+TEXT = "".join(chr(ord("a") + i % 26) for i in range(256))  # 4 router blocks of 64 bytes
+BODY = orjson.dumps({"model": "m", "prompt": TEXT})
+TOKENS = list(range(100, 164))  # 64 tokens: 4 characters each, 16 KV blocks
+
+
+def cache_prompt(pool: BlockPool, tokens: list[int], num_blocks: int) -> list[int]:
+    """The prompt's first `num_blocks` blocks computed, cached and released (as a finished request leaves them)."""
+    hashes: list[bytes] = []
+    extend_block_hashes(hashes, tokens, BLOCK)
+    ids = pool.allocate(num_blocks)
+    pool.cache_blocks(ids, hashes[:num_blocks])
+    pool.free(reversed(ids))
+    return ids
+
+
+def subscribed_log(pool: BlockPool, **kw):
+    log = attach_kv_event_log(pool, BLOCK)
+    first = log.read(None, 0)  # a router's first ask: start over, nothing held
+    assert first == [(0, "all_cleared", ()), (0, "stored", ())] and log.subscribed
+    return log
+
+
+def test_the_router_key_is_the_routers_own() -> None:
+    hashes, num_bytes = prompt_blocks(BODY)
+    assert hashes == routed_request(BODY).block_hashes == chained_block_hashes(TEXT) and num_bytes == 256
+    assert prompt_blocks(b"not json") == ((), 0) and prompt_blocks(b"[1, 2]") == ((), 0)
+
+
+def test_a_finished_prompt_is_stored_as_far_as_the_cache_holds_it_then_removed_when_evicted() -> None:
+    pool = BlockPool(40, BLOCK, enable_caching=True)
+    log = subscribed_log(pool)
+    text_hashes = chained_block_hashes(TEXT)
+    cache_prompt(pool, TOKENS, 10)  # 40 of 64 tokens cached: text blocks 0 and 1 (tokens up to 16, 32)
+    log.admitted("r1", BODY, TOKENS, None)
+    assert log.read(log.epoch, 0) == []  # not finished yet: nothing to say
+    log.finished("r1")
+    assert log.read(log.epoch, 0) == [(1, "stored", text_hashes[:2])]
+    # the same prompt again, now wholly cached: only the blocks not published before
+    cache_prompt(pool, TOKENS, 16)
+    log.admitted("r2", BODY, TOKENS, None)
+    log.finished("r2")
+    assert log.read(log.epoch, 1) == [(2, "stored", text_hashes[2:])]
+    # fill the pool with other blocks: every cached block is evicted, each text block removed once
+    pool.allocate(pool.num_allocatable)
+    removed = [h for seq, kind, hashes in log.read(log.epoch, 2) if kind == "removed" for h in hashes]
+    assert sorted(removed) == sorted(text_hashes) and log.read(log.epoch, log.seq) == []
+    pool.check()
+
+
+def test_another_epoch_or_a_place_older_than_the_kept_events_gets_a_snapshot() -> None:
+    pool = BlockPool(40, BLOCK, enable_caching=True)
+    log = subscribed_log(pool)
+    log.events = type(log.events)(maxlen=1)
+    cache_prompt(pool, TOKENS, 16)
+    log.admitted("r1", BODY, TOKENS, None)
+    log.finished("r1")
+    log.read(log.epoch, 0)
+    log.evicted(b"no such block")  # nothing tied to it: no event
+    assert log.seq == 1
+    held = set(chained_block_hashes(TEXT))
+    for epoch, after in (("old-epoch", 1), (log.epoch, 5)):  # a restarted replica; a place never reached
+        cleared, snapshot = log.read(epoch, after)
+        assert cleared == (1, "all_cleared", ()) and snapshot[1] == "stored" and set(snapshot[2]) == held
+    # with one event kept, a router at 0 still reaches event 1
+    assert log.read(log.epoch, 0) == [(1, "stored", tuple(chained_block_hashes(TEXT)))]
+    log._emit("removed", ())
+    assert log.read(log.epoch, 0)[0][1] == "all_cleared"  # event 1 is gone: start over
+
+
+def test_what_waits_for_a_router_is_bounded() -> None:
+    pool = BlockPool(8, BLOCK, enable_caching=True)
+    log = attach_kv_event_log(pool, BLOCK)
+    log.max_unread = 3
+    for i in range(10):  # requests that never finish (their abort lost): the oldest are forgotten
+        log.admitted(f"r{i}", BODY, TOKENS, None)
+    assert list(log._admitted) == ["r7", "r8", "r9"]
+    log.finished("r0")  # forgotten: nothing
+    assert len(log._finished) == 0
+
+
+def test_each_ask_publishes_within_its_time_and_leaves_the_rest_for_the_next() -> None:
+    pool = BlockPool(40, BLOCK, enable_caching=True)
+    log = subscribed_log(pool)
+    cache_prompt(pool, TOKENS, 16)
+    log.max_publish_s = 0.0  # no time: nothing is published, nothing is lost
+    for i in range(3):
+        log.admitted(f"r{i}", BODY, TOKENS, None)
+        log.finished(f"r{i}")
+    assert log.read(log.epoch, 0) == [] and len(log._finished) == 3
+    log.max_publish_s = 1.0
+    assert [kind for _, kind, _ in log.read(log.epoch, 0)] == ["stored"] and not log._finished
