@@ -15,6 +15,15 @@ prompt beside two streams took 4x its solo TTFT); and never below MIN_CHUNK toke
 prompt alone, or beside other long ones) chunks are the policy's: the budget costs a long prompt
 nothing when it has the device to itself.
 
+The budget grows with the long lane's backlog: it is budget x (1 + the long prompts pending besides
+this one, waiting or prefilling). Each cut step pays what does not shrink with its chunk (the fixed
+cost, on a GPU the prefill path's own set-up outside the decode graphs, the chunk's context read
+again); a cost the model misses there makes every cut step slower than predicted, and the learned
+coefficients then blame the chunk's attention pairs, cut smaller, pay it more often: on the H100
+the long prompts fell behind their arrivals and piled up (lab/gpu_interference_sim.py reproduces
+it). Pending long prompts are the sign that the lane fell behind, whatever the model believes: the
+larger budget lets it catch up, and with one long prompt at a time the budget is as set.
+
 Cut chunks take more steps; a cut prefill's age (lanes' aging) counts only the steps it waits, as
 with context-aware chunks, or it would be promoted for progressing and head every step.
 
@@ -70,8 +79,11 @@ class StepTimeBudget:
             return num_new
         tokens, kpairs = step_features((len(c.token_ids), c.start_pos) for c in step.chunks)
         # Never below half the step: a chunk that costs less than the rest of its step (the decode
-        # rows, the fixed cost) would prefill the prompt at under half speed.
-        limit_s = max(self.budget_s, 2.0 * self.cost.predict_s(tokens, kpairs))
+        # rows, the fixed cost) would prefill the prompt at under half speed. And the budget grows
+        # with the long prompts queued behind this one (see the module's docstring): the lane
+        # keeps up with its arrivals whatever the cost model gets wrong.
+        budget_s = self.budget_s * (1 + _long_backlog(req, table))
+        limit_s = max(budget_s, 2.0 * self.cost.predict_s(tokens, kpairs))
         fit = self.cost.max_tokens(limit_s, tokens, kpairs, context)
         if fit >= num_new:
             return num_new
@@ -90,6 +102,17 @@ class StepTimeBudget:
         else:
             num_tokens, kpairs = step_features((len(c.token_ids), c.start_pos) for c in chunks)
         self.cost.observe(num_tokens, kpairs, duration_ns / 1e9)
+
+
+def _long_backlog(req: RequestState, table: RequestTable) -> int:
+    """How many long prompts besides `req` have yet to finish their prefill (waiting, or running
+    before their first token)."""
+    pending = 0
+    for queue in (table.waiting, table.running):
+        for other in queue:
+            if other is not req and other.is_long and other.num_computed_tokens < other.num_prompt_tokens:
+                pending += 1
+    return pending
 
 
 def _latency_bound(req: RequestState, table: RequestTable) -> bool:

@@ -140,3 +140,24 @@ def test_a_cut_prefill_ages_only_while_it_waits() -> None:
     for _ in range(10):
         run(s)
     assert not s.requests["L"].promoted  # ten steps of progress, none of waiting
+
+
+def test_the_budget_grows_with_the_long_prompts_queued_behind() -> None:
+    """A long lane that falls behind its arrivals (a cost the model misses makes every cut step
+    slower than predicted) gets a budget per long prompt pending, so it catches up, not piles up."""
+    s = sched()
+    start_decoding(s)
+    s.add_request(make_req("L", 3000))
+    alone = run(s)
+    assert [n for rid, _, n, _ in shape(alone) if rid == "L"] == [expected_cut(s.budget.cost, alone, "L")]
+    for k, rid in enumerate(("L2", "L3"), start=1):
+        s.add_request(make_req(rid, 3000, base=9000 * k))
+        batch = run(s)
+        (n,) = [n for r, _, n, _ in shape(batch) if r == "L"]
+        assert n == expected_cut(s.budget.cost, batch, "L", budget_s=BUDGET_MS / 1000 * (1 + k))
+        assert n > expected_cut(s.budget.cost, batch, "L")  # more than the plain budget's chunk
+    while s.requests["L"].num_computed_tokens < 3000:  # L's prefill done: one long pending less
+        run(s)
+    batch = run(s)
+    (n,) = [n for r, _, n, _ in shape(batch) if r == "L2"] or [0]
+    assert n == 0 or n == expected_cut(s.budget.cost, batch, "L2", budget_s=BUDGET_MS / 1000 * 2)
