@@ -189,5 +189,13 @@ def run_serve(args: argparse.Namespace, flags: dict[str, str], serve_argv: list[
         return 2
 
 
+def console_main() -> None:
+    """The `ttft` command: main(), then the process ends without the interpreter's teardown
+    (pipeline/process_exit.py)."""
+    from pipeline.process_exit import end_process
+
+    end_process(main())
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    console_main()
