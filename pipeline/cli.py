@@ -191,8 +191,8 @@ def run_serve(args: argparse.Namespace, flags: dict[str, str], serve_argv: list[
 
 def console_main() -> None:
     """The `ttft` command: main(), then the process ends without the interpreter's teardown
-    (pipeline/process_exit.py)."""
-    from pipeline.process_exit import end_process
+    (stages/process_exit.py)."""
+    from stages.process_exit import end_process
 
     end_process(main())
 

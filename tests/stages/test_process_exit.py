@@ -1,4 +1,4 @@
-"""pipeline/process_exit.py: the process ends with its status after its non-daemon threads, the
+"""stages/process_exit.py: the process ends with its status after its non-daemon threads, the
 threading exit hooks and the atexit functions, with what it printed flushed, and without the
 interpreter's teardown (an object's __del__ at module teardown never runs)."""
 from __future__ import annotations
@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PROGRAM = r"""
 import atexit, sys, threading, time
 from pathlib import Path
-from pipeline.process_exit import end_process
+from stages.process_exit import end_process
 
 out = Path(sys.argv[1])
 order = []
