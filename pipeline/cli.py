@@ -100,26 +100,42 @@ def ttft_version() -> str:
         return "unknown (not installed)"
 
 
-def build_parsers() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
-    """`ttft`'s parser, and its `serve` subparser (whose flags name the checks' messages)."""
+COMMANDS = ("serve", "bench", "route")
+
+
+def command_of(argv: list[str]) -> str | None:
+    """The subcommand `argv` names: its first word that is not an option (`ttft`'s own options,
+    --version and --help, take no value); None when there is none or it is no command."""
+    word = next((a for a in argv if not a.startswith("-")), None)
+    return word if word in COMMANDS else None
+
+
+def build_parsers(command: str | None = None) -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
+    """`ttft`'s parser, and its `serve` subparser (whose flags name the checks' messages). With a
+    `command`, only that subcommand gets its arguments: the bench's pull in numpy and its report
+    modules, which every `ttft serve` start would pay for (the others still parse as commands)."""
     parser = argparse.ArgumentParser(prog="ttft", description="An LLM server obsessed with time to first token")
     parser.add_argument("--version", action="version", version=f"ttft {ttft_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="serve a model over an OpenAI-compatible API")
     add_model_argument(serve)
     add_serve_arguments(serve)
-    from bench.cli import add_bench_arguments
+    bench = sub.add_parser("bench", help="load-test an OpenAI-compatible server")
+    if command in (None, "bench"):
+        from bench.cli import add_bench_arguments
 
-    add_bench_arguments(sub.add_parser("bench", help="load-test an OpenAI-compatible server"))
-    from router.cli import add_route_arguments
+        add_bench_arguments(bench)
+    route = sub.add_parser("route", help="route requests across ttft replicas")
+    if command in (None, "route"):
+        from router.cli import add_route_arguments
 
-    add_route_arguments(sub.add_parser("route", help="route requests across ttft replicas"))
+        add_route_arguments(route)
     return parser, serve
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser, serve_parser = build_parsers()
     argv = sys.argv[1:] if argv is None else argv
+    parser, serve_parser = build_parsers(command_of(argv))
     args = parser.parse_args(argv)
     if args.command == "serve":
         try:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.cli import build_parsers, config_from_args, take_model_tag, ttft_version
+from pipeline.cli import build_parsers, command_of, config_from_args, take_model_tag, ttft_version
 from pipeline.flag_checks import UsageError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -46,3 +46,16 @@ def test_serve_help_shows_the_positional():
     _, serve = build_parsers()
     usage = serve.format_usage()
     assert "[MODEL]" in usage and "the same as --model MODEL" in serve.format_help()
+
+
+def test_the_command_is_the_first_word_that_is_no_option():
+    assert command_of(["serve", "--model", "bench"]) == "serve"
+    assert command_of(["--version"]) is None and command_of([]) is None
+    assert command_of(["bench", "--ablate"]) == "bench" and command_of(["nope", "serve"]) is None
+
+
+def test_serve_builds_no_bench_parser_and_refuses_a_flag_without_torch():
+    code = ("import sys; from pipeline.cli import main; code = main(['serve', '--max-n', '0']); "
+            "print(code, sorted(m for m in ('bench.cli', 'router.cli', 'numpy', 'torch') if m in sys.modules))")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert proc.stdout.split("\n")[0] == "2 []", proc.stdout + proc.stderr
