@@ -54,8 +54,17 @@ def test_the_command_is_the_first_word_that_is_no_option():
     assert command_of(["bench", "--ablate"]) == "bench" and command_of(["nope", "serve"]) is None
 
 
-def test_serve_builds_no_bench_parser_and_refuses_a_flag_without_torch():
-    code = ("import sys; from pipeline.cli import main; code = main(['serve', '--max-n', '0']); "
-            "print(code, sorted(m for m in ('bench.cli', 'router.cli', 'numpy', 'torch') if m in sys.modules))")
+MISTAKES_FOUND_WITHOUT_TORCH = [
+    ["--max-n", "0"],
+    ["--model", "dummy:nope"],
+    ["--model", "dummy:tiny", "--speculative-config", "{nope"],
+    ["--model", "dummy:tiny", "--uds", "/nonexistent/dir/x.sock"],
+]
+
+
+def test_serve_refuses_its_mistakes_before_torch_or_the_bench_parser_load():
+    code = ("import sys; from pipeline.cli import main\n"
+            f"for argv in {MISTAKES_FOUND_WITHOUT_TORCH!r}:\n"
+            "    print(main(['serve', *argv]), sorted(m for m in ('bench.cli', 'numpy', 'torch') if m in sys.modules))")
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
-    assert proc.stdout.split("\n")[0] == "2 []", proc.stdout + proc.stderr
+    assert proc.stdout.splitlines() == ["2 []"] * len(MISTAKES_FOUND_WITHOUT_TORCH), proc.stdout + proc.stderr
