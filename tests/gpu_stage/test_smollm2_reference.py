@@ -6,6 +6,7 @@ continuations agree under the exactness rule; decoded text equals transformers' 
 from __future__ import annotations
 
 import asyncio
+import functools
 
 import pytest
 import torch
@@ -29,10 +30,18 @@ NUM_NEW = 32
 @pytest.fixture(scope="module")
 def hf():
     transformers = pytest.importorskip("transformers")
+    import gguf
+
     path = default_model_path()
-    tok = transformers.AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
-    model = transformers.AutoModelForCausalLM.from_pretrained(
-        path.parent, gguf_file=path.name, dtype=torch.float32)
+    # transformers parses the GGUF file (a 49,152-token vocabulary, in Python) for the tokenizer,
+    # again for the config and again for the weights, and builds the same tensor-name map once per
+    # module of the model: each is made once here and handed back the same, read-only.
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(gguf, "GGUFReader", functools.lru_cache(maxsize=1)(gguf.GGUFReader))
+        patch.setattr(gguf, "get_tensor_name_map", functools.lru_cache(maxsize=1)(gguf.get_tensor_name_map))
+        tok = transformers.AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+        model = transformers.AutoModelForCausalLM.from_pretrained(
+            path.parent, gguf_file=path.name, dtype=torch.float32)
     model.eval()
     return tok, model
 
