@@ -6,12 +6,12 @@ continuations agree under the exactness rule; decoded text equals transformers' 
 from __future__ import annotations
 
 import asyncio
-import functools
 
 import pytest
 import torch
 
 from exactness import ExactnessReport, compare_runs
+from gguf_once import gguf_parsed_once
 from gpu_stage.attention.metadata import build_metadata
 from gpu_stage.loaders import default_model_path
 from pipeline import Engine, EngineConfig
@@ -30,15 +30,8 @@ NUM_NEW = 32
 @pytest.fixture(scope="module")
 def hf():
     transformers = pytest.importorskip("transformers")
-    import gguf
-
     path = default_model_path()
-    # transformers parses the GGUF file (a 49,152-token vocabulary, in Python) for the tokenizer,
-    # again for the config and again for the weights, and builds the same tensor-name map once per
-    # module of the model: each is made once here and handed back the same, read-only.
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(gguf, "GGUFReader", functools.lru_cache(maxsize=1)(gguf.GGUFReader))
-        patch.setattr(gguf, "get_tensor_name_map", functools.lru_cache(maxsize=1)(gguf.get_tensor_name_map))
+    with gguf_parsed_once():
         tok = transformers.AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
         model = transformers.AutoModelForCausalLM.from_pretrained(
             path.parent, gguf_file=path.name, dtype=torch.float32)

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import torch
 from gguf import GGUFWriter
+from gguf_once import gguf_parsed_once
 
 from gpu_stage.loaders import default_model_path, load_model_source
 from gpu_stage.loaders.gguf_loader import (FastGGUFReader, gguf_model_config, gguf_to_hf_name, iter_gguf_tensors,
@@ -139,8 +140,9 @@ def smollm2_three_layers(tmp_path_factory):
 def test_smollm2_weights_equal_transformers_gguf_loader(smollm2_three_layers):
     transformers = pytest.importorskip("transformers")
     path = smollm2_three_layers
-    model = transformers.AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name,
-                                                              dtype=torch.float32)
+    with gguf_parsed_once():
+        model = transformers.AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name,
+                                                                  dtype=torch.float32)
     reference = model.state_dict()
     reader = FastGGUFReader(str(path))
     config = gguf_model_config(read_gguf_metadata(reader), {t.name: t for t in reader.tensors})
