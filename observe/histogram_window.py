@@ -2,9 +2,10 @@
 
 The histograms (TTFT, inter-token latency) are already observed as requests run; this only reads
 their cumulative bucket counts when the dashboard asks, keeps one snapshot per `every_s` for the
-window, and answers with the difference between now and the oldest snapshot inside the window: the
-observations of the last minutes, with no work per token and a bounded history. Quantiles are
-interpolated within their bucket, as Prometheus's `histogram_quantile` does.
+window, and answers with the difference between now and the oldest snapshot inside the window (after
+a pause longer than the window, the last one before it): the observations of the last minutes, with
+no work per token and a bounded history. Quantiles are interpolated within their bucket, as
+Prometheus's `histogram_quantile` does.
 """
 from __future__ import annotations
 
@@ -65,9 +66,12 @@ class HistogramWindow:
         """`count` in the window, `p50_ms`... for each quantile (None when there was nothing)."""
         now = self._clock()
         bounds, counts = cumulative_buckets(self.histogram)
+        # The oldest earlier snapshot inside the window; when none is (the first read after a pause
+        # longer than the window), the last one before it: what came since cannot be told apart,
+        # and counting it beats a window that would read as empty.
+        base = next((c for t, c in self._snapshots if t >= now - self.window_s), self._snapshots[-1][1])
         if now - self._snapshots[-1][0] >= self.every_s:
             self._snapshots.append((now, counts))
-        base = next((c for t, c in self._snapshots if t >= now - self.window_s), self._snapshots[-1][1])
         if len(base) != len(counts):  # the series appeared since the start snapshot
             base = [0.0] * len(counts)
         delta = [c - b for c, b in zip(counts, base)]

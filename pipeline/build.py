@@ -24,11 +24,13 @@ from ingress.chat_template import ChatTemplate, load_chat_template
 from ingress.tokenizer import Tokenizer
 from pipeline.build_parallel import (ParallelStartupError, cpu_threads_per_rank, kv_shard_config, runner_spec,
                                      start_tensor_parallel)
-from pipeline.build_spec import attach_speculation, resolve_speculative, spec_graph_families
+from pipeline.build_spec import attach_speculation, spec_graph_families
 from pipeline.build_structured import attach_structured
 from pipeline.build_tiers import BuiltTiers, build_tiers
 from pipeline.config import EngineConfig
 from pipeline.faults import install_faults
+from pipeline.flag_checks import StartupError
+from pipeline.spec_flags import resolve_speculative
 from scheduler.config import SchedulerConfig
 from scheduler.scheduler import Scheduler
 from scheduler.step_budget import StepBudgetConfig
@@ -42,10 +44,6 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 DEFAULT_CPU_KV_GB = 1.0
 # SchedulerConfig's fields that EngineConfig spells otherwise; the others of the same name are copied.
 SCHEDULER_RENAMES = {"policy": "scheduler_policy", "chunked_prefill": "enable_chunked_prefill"}
-
-
-class StartupError(Exception):
-    """A configuration that cannot work: the server refuses to start with this message."""
 
 
 @dataclass

@@ -1,9 +1,8 @@
-"""Speculative decoding at start-up: --speculative-config parsed and checked against the other
-flags, the target's verification CUDA graphs (spec_graph_families), and the runner's verification
-hook attached, for the draft_model method with the draft loaded beside the target (its vocabulary
-must be the target's). (The scheduler attaches its own hook from SchedulerConfig.speculative.) A
-config that cannot work raises ValueError naming the field; pipeline/build.py turns it into a
-refusal to start."""
+"""Speculative decoding at start-up, its config resolved (pipeline/spec_flags.py): the target's
+verification CUDA graphs (spec_graph_families), and the runner's verification hook attached, for
+the draft_model method with the draft loaded beside the target (its vocabulary must be the
+target's). (The scheduler attaches its own hook from SchedulerConfig.speculative.) A config that
+cannot work raises ValueError naming the field; pipeline/build.py turns it into a refusal to start."""
 from __future__ import annotations
 
 import torch
@@ -17,24 +16,6 @@ from gpu_stage.spec.graph_shapes import verify_graphs
 from gpu_stage.spec.verifier import Verifier
 from pipeline.config import EngineConfig
 from stages.speculative import SpeculativeConfig
-
-
-def resolve_speculative(cfg: EngineConfig) -> SpeculativeConfig | None:
-    """The parsed config, or None. A verifying row's next step needs its accepted tokens on the
-    host, so speculation turns the default async scheduling off (and refuses it asked for)."""
-    if cfg.speculative_config is None:
-        return None
-    try:
-        spec = SpeculativeConfig.parse(cfg.speculative_config)
-    except ValueError as exc:
-        raise ValueError(f"--speculative-config: {exc}") from None
-    if cfg.async_scheduling:
-        raise ValueError("--speculative-config needs --no-async-scheduling: a verifying row's next step "
-                         "needs the tokens it accepted")
-    if cfg.tensor_parallel_size > 1:
-        raise ValueError("--speculative-config is not supported with --tensor-parallel-size > 1 yet")
-    cfg.async_scheduling = False
-    return spec
 
 
 def spec_graph_families(spec: SpeculativeConfig | None) -> list[FamilyFactory]:

@@ -1,9 +1,9 @@
 """`ttft serve`, `ttft route` and `ttft bench` (and `ttft --version`).
 
 `ttft serve` checks before it starts anything: the flags' ranges (pipeline/flag_checks.py), then the
-model and the device (pipeline/model_checks.py), then it binds its address (pipeline/listen_socket.py);
-a mistake is one line naming the flag, and exit status 2. Only then does the server start and the
-model load. `ttft serve MODEL` is `ttft serve --model MODEL`, as vLLM spells it."""
+model and the flags that need a look at the disk (pipeline/model_checks.py), then it binds its address
+(pipeline/listen_socket.py), all before torch loads; then the device. A mistake is one line naming the
+flag, and exit status 2. Only then does the server start and the model load. `ttft serve MODEL` is `ttft serve --model MODEL`, as vLLM spells it."""
 from __future__ import annotations
 
 import argparse
@@ -14,7 +14,7 @@ import sys
 from dataclasses import dataclass
 
 from pipeline.config import EngineConfig
-from pipeline.flag_checks import UsageError, check_flag_ranges, flag_names
+from pipeline.flag_checks import StartupError, UsageError, check_flag_ranges, flag_names
 from stages.options import add_options, from_args, option
 
 
@@ -100,26 +100,42 @@ def ttft_version() -> str:
         return "unknown (not installed)"
 
 
-def build_parsers() -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
-    """`ttft`'s parser, and its `serve` subparser (whose flags name the checks' messages)."""
+COMMANDS = ("serve", "bench", "route")
+
+
+def command_of(argv: list[str]) -> str | None:
+    """The subcommand `argv` names: its first word that is not an option (`ttft`'s own options,
+    --version and --help, take no value); None when there is none or it is no command."""
+    word = next((a for a in argv if not a.startswith("-")), None)
+    return word if word in COMMANDS else None
+
+
+def build_parsers(command: str | None = None) -> tuple[argparse.ArgumentParser, argparse.ArgumentParser]:
+    """`ttft`'s parser, and its `serve` subparser (whose flags name the checks' messages). With a
+    `command`, only that subcommand gets its arguments: the bench's pull in numpy and its report
+    modules, which every `ttft serve` start would pay for (the others still parse as commands)."""
     parser = argparse.ArgumentParser(prog="ttft", description="An LLM server obsessed with time to first token")
     parser.add_argument("--version", action="version", version=f"ttft {ttft_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="serve a model over an OpenAI-compatible API")
     add_model_argument(serve)
     add_serve_arguments(serve)
-    from bench.cli import add_bench_arguments
+    bench = sub.add_parser("bench", help="load-test an OpenAI-compatible server")
+    if command in (None, "bench"):
+        from bench.cli import add_bench_arguments
 
-    add_bench_arguments(sub.add_parser("bench", help="load-test an OpenAI-compatible server"))
-    from router.cli import add_route_arguments
+        add_bench_arguments(bench)
+    route = sub.add_parser("route", help="route requests across ttft replicas")
+    if command in (None, "route"):
+        from router.cli import add_route_arguments
 
-    add_route_arguments(sub.add_parser("route", help="route requests across ttft replicas"))
+        add_route_arguments(route)
     return parser, serve
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser, serve_parser = build_parsers()
     argv = sys.argv[1:] if argv is None else argv
+    parser, serve_parser = build_parsers(command_of(argv))
     args = parser.parse_args(argv)
     if args.command == "serve":
         try:
@@ -156,20 +172,18 @@ def run_serve(args: argparse.Namespace, flags: dict[str, str], serve_argv: list[
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from pipeline.auth import check_api_key, resolve_api_key
-    from pipeline.build import StartupError, run_worker_rank
-    from pipeline.build_parallel import is_worker_rank
     from pipeline.listen_socket import bind_tcp, bind_uds
-    from pipeline.model_checks import check_model_and_device
-    from pipeline.server import serve
+    from pipeline.model_checks import check_device_and_kv, check_model_and_flags
     from pipeline.tls import tls_settings
     from observe.otlp_settings import resolve_traces_endpoint
 
+    # Everything up to the bind runs without torch, whose import is most of a refusal's time.
     try:
         config = config_from_args(args)
         resolve_traces_endpoint(config.otlp_traces_endpoint)  # before anything starts: a bad URL, no [otel]
-        check_model_and_device(config)
-        if is_worker_rank(config):  # torchrun's other ranks
-            return run_worker_rank(config)
+        check_model_and_flags(config)
+        if config.tensor_parallel_size > 1 and (code := run_if_worker_rank(config)) is not None:
+            return code
         opts = from_args(ServeOptions, args)
         tls = tls_settings(opts.ssl_keyfile, opts.ssl_certfile, opts.ssl_ca_certs, opts.ssl_cert_reqs)
         api_key = resolve_api_key(opts.api_key)
@@ -180,6 +194,12 @@ def run_serve(args: argparse.Namespace, flags: dict[str, str], serve_argv: list[
             listener = bind_uds(opts.uds, int(opts.uds_mode, 8), opts.uds_group)
         else:
             listener = bind_tcp(opts.host, opts.port, "https" if tls else "http")
+        try:
+            check_device_and_kv(config)
+            from pipeline.server import serve
+        except BaseException:
+            listener.close()  # refused after all: nothing keeps the address (or its socket file)
+            raise
         return serve(config, listener, opts.log_level.lower(), api_key=api_key, protect_metrics=opts.protect_metrics,
                      tls=tls, access_log=opts.access_log, log_stats_interval_s=opts.log_stats_interval_s)
     except UsageError:
@@ -189,5 +209,27 @@ def run_serve(args: argparse.Namespace, flags: dict[str, str], serve_argv: list[
         return 2
 
 
+def run_if_worker_rank(config: EngineConfig) -> int | None:
+    """Under torchrun, a rank other than 0 of `ttft serve -tp N` runs the worker loop, not a server
+    (it binds nothing): its exit status; None on rank 0 and outside torchrun."""
+    from pipeline.build_parallel import is_worker_rank
+    from pipeline.model_checks import check_device_and_kv
+
+    if not is_worker_rank(config):
+        return None
+    check_device_and_kv(config)
+    from pipeline.build import run_worker_rank
+
+    return run_worker_rank(config)
+
+
+def console_main() -> None:
+    """The `ttft` command: main(), then the process ends without the interpreter's teardown
+    (stages/process_exit.py)."""
+    from stages.process_exit import end_process
+
+    end_process(main())
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    console_main()

@@ -22,6 +22,12 @@ class UsageError(ValueError):
     """A flag's value that cannot work: `ttft serve` prints it on one line and exits 2."""
 
 
+class StartupError(Exception):
+    """A configuration that cannot work, found while the engine is built (pipeline/build.py): the
+    server refuses to start with this message. Defined here, beside UsageError, so that `ttft serve`
+    can catch it without importing the build (and torch) before its checks."""
+
+
 @dataclass(frozen=True)
 class Rule:
     dest: str

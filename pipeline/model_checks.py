@@ -1,11 +1,13 @@
 """What `ttft serve` checks of the model and the device before it listens or loads any weight.
 
 The flags' ranges come first (pipeline/flag_checks.py); then, on the built EngineConfig, what needs
-a look at the disk or at torch: that `--model` names something loadable (an existing `.gguf` file,
-a directory with a `config.json`, a known dummy preset, or the installed default), that `--device
-cuda` has a device, that the KV format runs on it, and that `--speculative-config` and
-`--chat-template` parse, and that `--kv-disk-path` is no regular file. Each failure is a one-line `UsageError` naming the flag. Loading the
-weights can still refuse a model (a field it cannot run): that is a start-up error, exit 2 too.
+a look at the disk: that `--model` names something loadable (an existing `.gguf` file, a directory
+with a `config.json`, a known dummy preset, or the installed default), that `--speculative-config`
+and `--chat-template` parse, and that `--kv-disk-path` is no regular file. These run before torch
+loads (its import is most of a refusal's time); `check_device_and_kv` then asks torch whether
+`--device cuda` has a device and whether the KV format runs on it. Each failure is a one-line
+`UsageError` naming the flag. Loading the weights can still refuse a model (a field it cannot run):
+that is a start-up error, exit 2 too.
 """
 from __future__ import annotations
 
@@ -19,19 +21,24 @@ from pipeline.flag_checks import UsageError
 MODEL_KINDS = "a .gguf file, a Hugging Face model directory or dummy:<preset>"
 
 
-def check_model_and_device(cfg: EngineConfig) -> None:
-    """Raise UsageError for the first of these that cannot work (imports torch: call it after the
-    OpenMP environment is set)."""
-    check_model(cfg.model, cfg.seed)
-    check_device(cfg)
-    check_kv_cache_dtype(cfg)
+def check_model_and_flags(cfg: EngineConfig) -> None:
+    """Raise UsageError for the first of these that cannot work; imports no torch."""
+    check_model(cfg.model)
     check_speculative(cfg)
     check_chat_template(cfg.chat_template)
     check_kv_disk_path(cfg.kv_disk_path)
 
 
-def check_model(spec: str | None, seed: int = 0) -> None:
-    from gpu_stage.loaders import DUMMY_PREFIX, default_model_path, load_model_source
+def check_device_and_kv(cfg: EngineConfig) -> None:
+    """Raise UsageError when the device or its KV format cannot work (imports torch: call it after
+    the OpenMP environment is set)."""
+    check_device(cfg)
+    check_kv_cache_dtype(cfg)
+
+
+def check_model(spec: str | None) -> None:
+    from gpu_stage.loaders import DUMMY_PREFIX, default_model_path
+    from gpu_stage.loaders.dummy_presets import dummy_preset
 
     if spec is None:
         try:
@@ -41,7 +48,7 @@ def check_model(spec: str | None, seed: int = 0) -> None:
         return
     if spec.startswith(DUMMY_PREFIX):
         try:
-            load_model_source(spec, seed=seed)  # a preset's config and tokenizer: no weights yet
+            dummy_preset(spec[len(DUMMY_PREFIX):])  # its shape; its weights are drawn at start-up
         except ValueError as exc:
             raise UsageError(f"--model {spec}: {exc}") from None
         return
@@ -80,7 +87,7 @@ def check_kv_cache_dtype(cfg: EngineConfig) -> None:
 
 
 def check_speculative(cfg: EngineConfig) -> None:
-    from pipeline.build_spec import resolve_speculative
+    from pipeline.spec_flags import resolve_speculative
 
     try:
         resolve_speculative(dataclasses.replace(cfg))  # on a copy: it settles async scheduling in place

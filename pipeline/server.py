@@ -25,9 +25,9 @@ import time
 import uvicorn
 
 from pipeline.app import create_app
-from pipeline.build import StartupError
 from pipeline.config import EngineConfig
 from pipeline.engine import Engine
+from pipeline.flag_checks import StartupError
 from pipeline.http_head import ConnectionLimits
 from pipeline.http_protocol import TtftHttpProtocol
 from pipeline.listen_socket import Listener

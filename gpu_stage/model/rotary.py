@@ -15,7 +15,8 @@ from __future__ import annotations
 import torch
 
 from gpu_stage.model.config import ModelConfig
-from gpu_stage.model.rope_scaling import dynamic_inv_freq, rope_type, scaled_inv_freq
+from gpu_stage.model.rope_checks import rope_type
+from gpu_stage.model.rope_scaling import dynamic_inv_freq, scaled_inv_freq
 
 
 def rope_inv_freq(config: ModelConfig) -> torch.Tensor:

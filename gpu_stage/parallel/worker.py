@@ -19,7 +19,6 @@ from __future__ import annotations
 import logging
 import os
 import signal
-import sys
 import threading
 
 import torch
@@ -34,6 +33,7 @@ from gpu_stage.parallel.step_broadcast import StepBroadcast
 from gpu_stage.parallel.tensor_parallel import TensorParallel
 from gpu_stage.step_inputs import forward_step
 from stages.messages import KvTransferOps
+from stages.process_exit import end_process
 
 log = logging.getLogger("ttft.parallel")
 
@@ -111,4 +111,4 @@ def main(spec: RunnerSpec | None = None, source: ModelSource | None = None) -> i
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    end_process(main())  # the driver's stop waits for this exit: no interpreter teardown (stages/process_exit.py)

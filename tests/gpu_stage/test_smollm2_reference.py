@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from exactness import ExactnessReport, compare_runs
+from gguf_once import gguf_parsed_once
 from gpu_stage.attention.metadata import build_metadata
 from gpu_stage.loaders import default_model_path
 from pipeline import Engine, EngineConfig
@@ -30,9 +31,10 @@ NUM_NEW = 32
 def hf():
     transformers = pytest.importorskip("transformers")
     path = default_model_path()
-    tok = transformers.AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
-    model = transformers.AutoModelForCausalLM.from_pretrained(
-        path.parent, gguf_file=path.name, dtype=torch.float32)
+    with gguf_parsed_once():
+        tok = transformers.AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+        model = transformers.AutoModelForCausalLM.from_pretrained(
+            path.parent, gguf_file=path.name, dtype=torch.float32)
     model.eval()
     return tok, model
 

@@ -8,6 +8,7 @@ import json
 
 import pytest
 from headless_browser import HeadlessBrowser, find_browser
+from live_server import tiny_server  # noqa: F401  (its own server: the page counts the server's whole life)
 
 BROWSER = find_browser()
 pytestmark = pytest.mark.skipif(BROWSER is None, reason="no headless browser (chromium) is installed")

@@ -37,3 +37,16 @@ def test_the_window_counts_only_its_own_observations() -> None:
     assert window.summary()["count"] == 2
     now[0] = 200.0
     assert window.summary() == {"count": 0, "p50_ms": None, "p90_ms": None, "p99_ms": None}
+
+
+def test_a_first_read_after_a_pause_longer_than_the_window_counts_what_came_since_the_last_snapshot() -> None:
+    now = [0.0]
+    hist = Histogram("h_seconds", "h", buckets=(0.01, 0.1, 1.0), registry=CollectorRegistry())
+    window = HistogramWindow(hist, window_s=60.0, every_s=5.0, clock=lambda: now[0])
+    for _ in range(3):
+        hist.observe(0.05)
+    now[0] = 400.0  # nobody read the window meanwhile: no snapshot between the start and now
+    assert window.summary()["count"] == 3  # not an empty window
+    hist.observe(0.05)
+    now[0] = 401.0
+    assert window.summary()["count"] == 1  # from the snapshot taken at 400 s, inside the window

@@ -51,7 +51,9 @@ def table(tmp: Path, busy_port: int) -> list[tuple[tuple[str, ...], str]]:
         ((*TINY, "--port", str(busy_port)), f"--port {busy_port}: 127.0.0.1:{busy_port} is in use"),
     ]
     if not torch.cuda.is_available():
-        rows.append(((*TINY, "--device", "cuda"), "--device cuda: torch sees no CUDA device here"))
+        # found after the bind (torch is asked): the socket file goes with the refusal
+        rows.append(((*TINY, "--device", "cuda", "--uds", str(tmp / "cuda.sock")),
+                     "--device cuda: torch sees no CUDA device here"))
     return rows
 
 

@@ -5,10 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from gguf import GGUFWriter
+from gguf import GGMLQuantizationType, GGUFWriter
+from gguf.quants import dequantize, quant_shape_to_byte_shape, quantize
+from gguf_once import gguf_parsed_once
 
 from gpu_stage.loaders import default_model_path, load_model_source
-from gpu_stage.loaders.gguf_loader import (FastGGUFReader, gguf_model_config, gguf_to_hf_name, iter_gguf_tensors,
+from gpu_stage.loaders import gguf_loader
+from gpu_stage.loaders.gguf_loader import (FastGGUFReader, dequantize_tensor, gguf_model_config, gguf_to_hf_name, iter_gguf_tensors,
                                            llama3_rope_scaling, read_gguf_metadata, unpermute_rows)
 from tiny_gguf import FFN, HEAD_DIM, HEADS, HIDDEN, KV_HEADS, VOCAB, llama_cpp_permute, write_tiny_gguf
 
@@ -139,8 +142,9 @@ def smollm2_three_layers(tmp_path_factory):
 def test_smollm2_weights_equal_transformers_gguf_loader(smollm2_three_layers):
     transformers = pytest.importorskip("transformers")
     path = smollm2_three_layers
-    model = transformers.AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name,
-                                                              dtype=torch.float32)
+    with gguf_parsed_once():
+        model = transformers.AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name,
+                                                                  dtype=torch.float32)
     reference = model.state_dict()
     reader = FastGGUFReader(str(path))
     config = gguf_model_config(read_gguf_metadata(reader), {t.name: t for t in reader.tensors})
@@ -189,3 +193,18 @@ def test_gguf_yarn_keys_map_to_rope_scaling():
 def test_gguf_bad_long_context_keys_name_the_field(keys, message):
     with pytest.raises(ValueError, match=message):
         gguf_model_config(_meta(**keys), _EMBD)
+
+
+@pytest.mark.parametrize("qtype", [GGMLQuantizationType.Q4_1, GGMLQuantizationType.Q8_0, GGMLQuantizationType.Q4_K,
+                                   GGMLQuantizationType.Q6_K, GGMLQuantizationType.F16])
+def test_dequantizing_in_chunks_equals_gguf_bit_for_bit(qtype, monkeypatch):
+    rng = np.random.default_rng(0)
+    if qtype in (GGMLQuantizationType.Q4_K, GGMLQuantizationType.Q6_K):  # gguf-py cannot write these: any bytes
+        data = rng.integers(0, 256, quant_shape_to_byte_shape((40, 512), qtype), dtype=np.uint8)
+    else:
+        data = quantize(rng.standard_normal((40, 512)).astype(np.float32), qtype)
+    monkeypatch.setattr(gguf_loader, "DEQUANT_CHUNK_VALUES", 3 * 512)  # chunks of 3 rows, the last one short
+    ours = dequantize_tensor(data, qtype)
+    reference = dequantize(data, qtype).astype(np.float32)
+    assert ours.dtype == np.float32 and ours.shape == (40, 512)
+    assert np.array_equal(ours, reference, equal_nan=True)
