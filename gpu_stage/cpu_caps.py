@@ -1,8 +1,8 @@
 """What the CPU can do, read once at start-up, and the CPU path chosen for it.
 
 The CPU path's choices hang on the instruction sets and the cores this process may use:
-- float32 products run through MKL / oneDNN on any x86 with AVX2; the lm_head (and, under an 8-bit
-  KV pool, every layer) is kept in oneDNN's blocked layout (model/cpu_ops.py) where oneDNN is built in;
+- float32 products run through MKL / oneDNN on any x86 with AVX2; the lm_head and the layer weights
+  are kept in oneDNN's blocked layout too (model/cpu_ops.py) where oneDNN is built in;
 - bf16 dot products (AVX512_BF16, or AMX tiles) would make bf16 weights with float32 accumulation pay;
   without them oneDNN emulates bf16 in float32 and a bf16 product is slower than float32's, so the
   path reports them as available or not but serves float32 either way (the comparison serves float32);
@@ -63,25 +63,26 @@ class CpuCaps:
 class CpuPath:
     caps: CpuCaps
     threads: int  # OpenMP threads a step runs on (at most)
-    packed: bool  # oneDNN's blocked weight layout in use (model/cpu_ops.py)
+    packed: str  # which weights oneDNN's blocked layout holds (model/cpu_ops.py): none, head, head+layers
     bf16_products: bool  # bf16 weights with float32 accumulation would pay on this CPU
 
     def line(self) -> str:
         flags = ",".join(f for f in KNOWN_FLAGS if f in self.caps.flags) or "none"
         return (f"CPU: {self.caps.model}; {self.caps.num_usable_cores} usable cores; flags {flags}; "
-                f"path: float32 products ({'oneDNN-packed head' if self.packed else 'MKL F.linear'}), "
+                f"path: float32 products (oneDNN-packed: {self.packed}), "
                 f"{self.threads} threads, bf16 dot products {'available' if self.bf16_products else 'absent'}")
 
     def labels(self) -> dict[str, str]:
         """The path as Prometheus label values (ttft_cpu_info)."""
         return {"cpu_model": self.caps.model, "isa": self.caps.isa, "usable_cores": str(self.caps.num_usable_cores),
-                "threads": str(self.threads), "packed": str(self.packed).lower(),
+                "threads": str(self.threads), "packed": self.packed,
                 "bf16_dot": str(self.caps.bf16_dot).lower()}
 
 
-def choose_path(caps: CpuCaps, torch_threads: int, onednn: bool) -> CpuPath:
-    """The path for these caps: threads capped at the usable cores; oneDNN packing where built in."""
-    return CpuPath(caps, max(1, min(torch_threads, caps.num_usable_cores)), onednn, caps.bf16_dot)
+def choose_path(caps: CpuCaps, torch_threads: int, packed: str) -> CpuPath:
+    """The path for these caps: threads capped at the usable cores; `packed`: what the model's
+    preparation packed for oneDNN (none where torch lacks it or the model is not float32)."""
+    return CpuPath(caps, max(1, min(torch_threads, caps.num_usable_cores)), packed, caps.bf16_dot)
 
 
 def usable_cores() -> int:

@@ -124,7 +124,9 @@ class GpuStage(Stage[StepBatch | KvTransferOps]):
         """Read the CPU once and log what it has and what the steps will use; never more threads than
         the cores this process may run on (more would spin against each other at every barrier)."""
         ops = getattr(self.runner.model, "ops", None)
-        packed = isinstance(ops, CpuOps) and ops.head_weight is not None
+        packed = "none"
+        if isinstance(ops, CpuOps) and ops.head_weight is not None:
+            packed = "head+layers" if ops.num_packed_layers else "head"
         self.cpu_path = choose_path(detect(), torch.get_num_threads(), packed)
         if torch.get_num_threads() > self.cpu_path.threads:
             torch.set_num_threads(self.cpu_path.threads)

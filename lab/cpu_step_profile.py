@@ -3,6 +3,10 @@
     python -m lab.cpu_step_profile [--threads 2] [--reps 5] [--cases decode4,mixed256,...] [--out PATH]
                                    [--ab cpu-ops]
 
+With `--ab packed-layers` model a keeps its layer products on F.linear (prepare_cpu_model with
+pack_layers=False) and b, as the runner prepares it now, runs them from oneDNN-packed copies at 2-64
+rows; the reps alternate as below.
+
 With `--ab cpu-ops` a second copy of the model is prepared as the runner prepares it on CPU
 (gpu_stage/model/cpu_ops.py: layer weights [in, out], the head packed for oneDNN), and each case's
 reps alternate between the two models (A, B, A, B...), so a shared machine's load hits both alike.
@@ -159,7 +163,7 @@ def main() -> None:
     p.add_argument("--cases", default=",".join(CASES))
     p.add_argument("--no-profile", action="store_true")
     p.add_argument("--out", default=None)
-    p.add_argument("--ab", choices=("cpu-ops",), default=None, help="compare against a prepared copy")
+    p.add_argument("--ab", choices=("cpu-ops", "packed-layers"), default=None, help="compare against a prepared copy")
     a = p.parse_args()
     if a.threads:
         torch.set_num_threads(a.threads)
@@ -169,6 +173,9 @@ def main() -> None:
     if a.ab == "cpu-ops":
         models["b"] = load_model(source, torch.device("cpu"), torch.float32, "torch")
         prepare_cpu_model(models["b"])
+    elif a.ab == "packed-layers":
+        prepare_cpu_model(models["a"], pack_layers=False)
+        models["b"] = load_model(source, torch.device("cpu"), torch.float32, "torch")
     kv = KvCache(models["a"].config, 2048, BLOCK, "cpu", torch.float32)
     results = {"threads": torch.get_num_threads(), "ab": a.ab, "cases": {}}
     for name in a.cases.split(","):

@@ -25,32 +25,32 @@ def test_an_avx2_epyc() -> None:
     assert caps.model == "AMD EPYC 7B13"  # the first processor's, not the second's
     assert caps.flags == {"fma", "avx2"}
     assert (caps.isa, caps.bf16_dot, caps.num_usable_cores) == ("avx2", False, 2)
-    path = choose_path(caps, torch_threads=2, onednn=True)
-    assert (path.threads, path.packed, path.bf16_products) == (2, True, False)
+    path = choose_path(caps, torch_threads=2, packed="head+layers")
+    assert (path.threads, path.packed, path.bf16_products) == (2, "head+layers", False)
     line = path.line()
-    assert "AMD EPYC 7B13" in line and "flags avx2,fma" in line and "bf16 dot products absent" in line
+    assert "AMD EPYC 7B13" in line and "flags avx2,fma" in line and "oneDNN-packed: head+layers" in line and "bf16 dot products absent" in line
 
 
 def test_a_xeon_with_amx_and_bf16() -> None:
     caps = CpuCaps.from_text(SAPPHIRE, 56)
     assert caps.flags == {"avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile", "amx_bf16", "amx_int8"}
     assert (caps.isa, caps.bf16_dot) == ("amx", True)
-    path = choose_path(caps, torch_threads=56, onednn=False)
-    assert path.bf16_products and not path.packed and "MKL F.linear" in path.line()
+    path = choose_path(caps, torch_threads=56, packed="none")
+    assert path.bf16_products and "oneDNN-packed: none" in path.line()
     assert path.labels() == {"cpu_model": "Intel(R) Xeon(R) Platinum 8480+", "isa": "amx", "usable_cores": "56",
-                             "threads": "56", "packed": "false", "bf16_dot": "true"}
+                             "threads": "56", "packed": "none", "bf16_dot": "true"}
 
 
 def test_threads_never_exceed_the_usable_cores() -> None:
     caps = CpuCaps.from_text(EPYC, 1)  # e.g. `taskset -c 0`
-    assert choose_path(caps, torch_threads=8, onednn=True).threads == 1
-    assert choose_path(CpuCaps.from_text(EPYC, 4), torch_threads=2, onednn=True).threads == 2
+    assert choose_path(caps, torch_threads=8, packed="head").threads == 1
+    assert choose_path(CpuCaps.from_text(EPYC, 4), torch_threads=2, packed="head").threads == 2
 
 
 def test_no_cpuinfo_is_a_baseline_cpu() -> None:
     caps = CpuCaps.from_text("", 0)
     assert (caps.model, caps.flags, caps.isa, caps.num_usable_cores) == ("unknown", frozenset(), "baseline", 1)
-    assert "flags none" in choose_path(caps, 1, False).line()
+    assert "flags none" in choose_path(caps, 1, "none").line()
     assert CpuCaps.from_text("garbage without colons\nmodel name:\n", 2).model == "unknown"
 
 
