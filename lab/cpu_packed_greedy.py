@@ -24,11 +24,11 @@ from gpu_stage.runner_builder import load_model
 BLOCK = 16
 BLOCKS_PER_SEQ = 16
 PROMPTS = [
-    "The capital of France is",
-    "def fibonacci(n):\n    if n < 2:\n        return n\n",
-    "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n",
-    "Once upon a time, in a small village by the sea, there lived an old fisherman who",
-    "Les chats sont des animaux",
+    "The tallest mountain in Europe is",
+    "import math\n\ndef area(r):\n",
+    "<|im_start|>user\nName a red fruit.<|im_end|>\n<|im_start|>assistant\n",
+    "In the winter of 1812, the army",
+    "Der Hund ist",
     "List three prime numbers:",
     "<|im_start|>user\nWrite a haiku about the sea.<|im_end|>\n<|im_start|>assistant\n",
     "The quick brown fox",
