@@ -75,7 +75,7 @@ CASES: dict[str, list[tuple[int, int]]] = {
 }
 
 CATEGORIES = (
-    ("linear", ("aten::linear", "aten::addmm", "aten::mm", "aten::matmul")),
+    ("linear", ("aten::linear", "aten::addmm", "aten::mm", "aten::matmul", "mkldnn::_linear_pointwise")),
     ("attn_gather", ("aten::index_select",)),
     ("attn_sdpa", ("aten::scaled_dot_product_attention", "aten::_scaled_dot_product_flash_attention_for_cpu")),
     ("kv_store", ("aten::index_copy_",)),
