@@ -1,6 +1,9 @@
 """Do SmolLM2's float32 greedy outputs change when the layer products run from oneDNN-packed copies?
 
-    python -m lab.cpu_packed_greedy [--new-tokens 48] [--threads 2]
+    python -m lab.cpu_packed_greedy [--new-tokens 48] [--threads 2] [--ab decode-kernel]
+
+`--ab decode-kernel`: one model (packed layers), a without and b with the C++ decode kernel
+(gpu_stage/attention/cpu_decode_kernel.py).
 
 Two copies of the packaged SmolLM2 (runner_builder.load_model, as `ttft serve` loads it): a with
 prepare_cpu_model(pack_layers=False), b as the runner prepares it now (layer products from packed
@@ -15,6 +18,7 @@ import argparse
 
 import torch
 
+from gpu_stage.attention import cpu_decode_kernel
 from gpu_stage.attention.metadata import build_metadata
 from gpu_stage.kv.cache import KvCache
 from gpu_stage.loaders import load_model_source
@@ -61,15 +65,21 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--new-tokens", type=int, default=48)
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--ab", choices=("packed-layers", "decode-kernel"), default="packed-layers")
     a = p.parse_args()
     torch.set_num_threads(a.threads)
     source = load_model_source(None)
     prompts = [source.tokenizer.encode(text) for text in PROMPTS]
     old = load_model(source, torch.device("cpu"), torch.float32, "torch")
-    prepare_cpu_model(old, pack_layers=False)
-    new = load_model(source, torch.device("cpu"), torch.float32, "torch")
+    if a.ab == "packed-layers":
+        prepare_cpu_model(old, pack_layers=False)
+        new = load_model(source, torch.device("cpu"), torch.float32, "torch")
+    else:
+        new = old
     kv = KvCache(old.config, 1 + len(prompts) * BLOCKS_PER_SEQ, BLOCK, "cpu", torch.float32)
     ref, ref_gaps = generate(old, kv, prompts, a.new_tokens)
+    if a.ab == "decode-kernel":
+        assert cpu_decode_kernel.enable(), "the decode kernel did not build"
     got, _ = generate(new, kv, prompts, a.new_tokens)
     identical = excused = differ = 0
     for i, (r, g) in enumerate(zip(ref, got)):
