@@ -7,7 +7,9 @@ The CPU path's choices hang on the instruction sets and the cores this process m
   without them oneDNN emulates bf16 in float32 and a bf16 product is slower than float32's, so the
   path reports them as available or not but serves float32 either way (the comparison serves float32);
 - the step's OpenMP threads: never more than the cores in this process's affinity mask (a container
-  or `taskset` may give it fewer than the host has; more threads than cores spin against each other).
+  or `taskset` may give it fewer than the host has; more threads than cores spin against each other);
+- decode attention: the torch path's gather and SDPA, or the C++ kernel that reads the pool in place
+  (attention/cpu_decode_kernel.py) where `--cpu-decode-kernel` built it.
 
 `detect()` reads /proc/cpuinfo and os.sched_getaffinity; `CpuCaps.from_text` parses any cpuinfo text
 (tests feed it fakes). `CpuPath.line()` is the one line the server logs at start-up and /metrics carries.
@@ -65,24 +67,28 @@ class CpuPath:
     threads: int  # OpenMP threads a step runs on (at most)
     packed: str  # which weights oneDNN's blocked layout holds (model/cpu_ops.py): none, head, head+layers
     bf16_products: bool  # bf16 weights with float32 accumulation would pay on this CPU
+    decode_kernel: bool = False  # decodes read the KV pool in place (attention/cpu_decode_kernel.py)
 
     def line(self) -> str:
         flags = ",".join(f for f in KNOWN_FLAGS if f in self.caps.flags) or "none"
         return (f"CPU: {self.caps.model}; {self.caps.num_usable_cores} usable cores; flags {flags}; "
                 f"path: float32 products (oneDNN-packed: {self.packed}), "
-                f"{self.threads} threads, bf16 dot products {'available' if self.bf16_products else 'absent'}")
+                f"{self.threads} threads, decode attention "
+                f"{'in place (C++ kernel)' if self.decode_kernel else 'gather + SDPA'}, "
+                f"bf16 dot products {'available' if self.bf16_products else 'absent'}")
 
     def labels(self) -> dict[str, str]:
         """The path as Prometheus label values (ttft_cpu_info)."""
         return {"cpu_model": self.caps.model, "isa": self.caps.isa, "usable_cores": str(self.caps.num_usable_cores),
                 "threads": str(self.threads), "packed": self.packed,
-                "bf16_dot": str(self.caps.bf16_dot).lower()}
+                "bf16_dot": str(self.caps.bf16_dot).lower(), "decode_kernel": str(self.decode_kernel).lower()}
 
 
-def choose_path(caps: CpuCaps, torch_threads: int, packed: str) -> CpuPath:
+def choose_path(caps: CpuCaps, torch_threads: int, packed: str, decode_kernel: bool = False) -> CpuPath:
     """The path for these caps: threads capped at the usable cores; `packed`: what the model's
-    preparation packed for oneDNN (none where torch lacks it or the model is not float32)."""
-    return CpuPath(caps, max(1, min(torch_threads, caps.num_usable_cores)), packed, caps.bf16_dot)
+    preparation packed for oneDNN (none where torch lacks it or the model is not float32);
+    `decode_kernel`: whether the in-place decode kernel was built (--cpu-decode-kernel)."""
+    return CpuPath(caps, max(1, min(torch_threads, caps.num_usable_cores)), packed, caps.bf16_dot, decode_kernel)
 
 
 def usable_cores() -> int:

@@ -30,6 +30,7 @@ import traceback
 
 import torch
 
+from gpu_stage.attention.cpu_decode_kernel import kernel as decode_kernel
 from gpu_stage.cpu_caps import CpuPath, choose_path, detect
 from gpu_stage.cpu_threads import CpuThreadPolicy, HostCpuLoad
 from gpu_stage.model.cpu_ops import CpuOps
@@ -127,7 +128,7 @@ class GpuStage(Stage[StepBatch | KvTransferOps]):
         packed = "none"
         if isinstance(ops, CpuOps) and ops.head_weight is not None:
             packed = "head+layers" if ops.num_packed_layers else "head"
-        self.cpu_path = choose_path(detect(), torch.get_num_threads(), packed)
+        self.cpu_path = choose_path(detect(), torch.get_num_threads(), packed, decode_kernel() is not None)
         if torch.get_num_threads() > self.cpu_path.threads:
             torch.set_num_threads(self.cpu_path.threads)
         log.info("%s", self.cpu_path.line())
