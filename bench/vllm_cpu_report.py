@@ -69,6 +69,8 @@ def markdown(summary: dict, table: dict) -> str:
             ratios = "".join(f" | {_ratio(entry['ratios'][s][key])}" for s in ratio_cols)
             lines.append(f"| {row} | {cells}{ratios} |")
         lines.append("")
+    lines += vllm_client_lines(summary)
+    lines += floor_lines(summary)
     loads = [r["load_before"] for r in summary["records"]]
     lines.append(f"Load average before the servers: {min(loads):.1f}-{max(loads):.1f} "
                  f"({summary['machine'].get('cpu_count')} CPUs).")
@@ -76,6 +78,47 @@ def markdown(summary: dict, table: dict) -> str:
     for r in errors:
         lines.append(f"- {r['server']} repeat {r['repeat']} {r['row']}: {r['error'].splitlines()[0][:200]}")
     return "\n".join(lines) + "\n"
+
+
+CLIENT_METRICS = (("median_ttft_ms", "TTFT P50"), ("p95_ttft_ms", "TTFT P95"), ("median_tpot_ms", "TPOT P50"),
+                  ("median_itl_ms", "ITL P50"), ("p95_itl_ms", "ITL P95"), ("output_throughput", "output tok/s"))
+
+
+def vllm_client_lines(summary: dict) -> list[str]:
+    """The rows vLLM's own client ran: every figure it reports, each server's median over repeats."""
+    rows = [r["name"] for r in summary["rows"] if r.get("client") == "vllm"]
+    lines = []
+    for row in rows:
+        lines += [f"## {row}: vLLM's own client (`vllm bench serve`)", "",
+                  "| server | " + " | ".join(label for _, label in CLIENT_METRICS) + " |",
+                  "|---|" + "---|" * len(CLIENT_METRICS)]
+        for server in summary["servers"]:
+            cells = [_values(summary["records"], server, row, key) for key, _ in CLIENT_METRICS]
+            if all(cells):
+                lines.append(f"| {server} | " + " | ".join(f"{statistics.median(c.values()):.1f}" for c in cells) + " |")
+        lines.append("")
+    return lines
+
+
+def floor_lines(summary: dict) -> list[str]:
+    """The processor, its ceilings, and each server's median ITL and TTFT P50 over the CPU's floors."""
+    floors = summary.get("cpu_floors")
+    if not floors:
+        return []
+    lines = ["## Against the CPU's floor (bench/cpu_floors.py)", "",
+             f"{floors['cpu_model']}, flags {','.join(floors['cpu_flags']) or 'none'}, {floors['usable_cores']} usable "
+             f"cores: read {floors['read_gbps']:.1f} GB/s, float32 products {floors['matmul_gflops_f32']:.0f} GFLOP/s "
+             f"(bf16 {floors['matmul_gflops_bf16']:.1f}). Decode floor: weights and KV read per step / read "
+             f"bandwidth; prefill floor: the prompt's FLOPs / float32 rate.", "",
+             "| row | server | ITL P50 / decode floor | TTFT P50 / prefill floor |", "|---|---|---|---|"]
+    for row in (r["name"] for r in summary["rows"]):
+        for server in summary["servers"]:
+            itl = _values(summary["records"], server, row, "itl_to_floor")
+            ttft = _values(summary["records"], server, row, "ttft_to_floor")
+            if itl and ttft:
+                lines.append(f"| {row} | {server} | {statistics.median(itl.values()):.2f}x | "
+                             f"{statistics.median(ttft.values()):.2f}x |")
+    return [*lines, ""]
 
 
 def write_compare(out: Path, summary: dict) -> None:

@@ -30,7 +30,10 @@ import traceback
 
 import torch
 
+from gpu_stage.attention.cpu_decode_kernel import kernel as decode_kernel
+from gpu_stage.cpu_caps import CpuPath, choose_path, detect
 from gpu_stage.cpu_threads import CpuThreadPolicy, HostCpuLoad
+from gpu_stage.model.cpu_ops import CpuOps
 from gpu_stage.model_runner import LaunchedStep, ModelRunner
 from stages.channel import Channel, ChannelClosed
 from stages.messages import KvTransferOps, StepBatch, StepResult
@@ -53,6 +56,7 @@ class GpuStage(Stage[StepBatch | KvTransferOps]):
         self.busy_ns = 0  # device-side time of the steps, overlaps not counted twice
         self._cpu_threads = cpu_threads
         self.thread_policy: CpuThreadPolicy | None = None  # CPU: made on the launch thread
+        self.cpu_path: CpuPath | None = None  # CPU: what the CPU has and the path chosen for it
         self._launches: queue.SimpleQueue[StepBatch | KvTransferOps | None] = queue.SimpleQueue()
         self._completions: queue.SimpleQueue[LaunchedStep | StepResult | None] = queue.SimpleQueue()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -90,7 +94,9 @@ class GpuStage(Stage[StepBatch | KvTransferOps]):
             torch.set_num_threads(self._cpu_threads)
         if self.runner.device.type == "cuda":
             torch.cuda.set_device(self.runner.device)
-        elif HOST_LOAD_READABLE:
+        else:
+            self._choose_cpu_path()
+        if self.runner.device.type != "cuda" and HOST_LOAD_READABLE:
             self.thread_policy = CpuThreadPolicy(torch.get_num_threads(), HostCpuLoad())
         try:
             self.runner.warm_thread()  # per-thread caches, on the thread that launches the steps
@@ -114,6 +120,18 @@ class GpuStage(Stage[StepBatch | KvTransferOps]):
                 log.error("model step %d failed:\n%s", batch.step_id, traceback.format_exc())
                 self._completions.put(StepResult(batch.step_id, [], error=f"{type(exc).__name__}: {exc}"))
         self._completions.put(_STOP)
+
+    def _choose_cpu_path(self) -> None:
+        """Read the CPU once and log what it has and what the steps will use; never more threads than
+        the cores this process may run on (more would spin against each other at every barrier)."""
+        ops = getattr(self.runner.model, "ops", None)
+        packed = "none"
+        if isinstance(ops, CpuOps) and ops.head_weight is not None:
+            packed = "head+layers" if ops.num_packed_layers else "head"
+        self.cpu_path = choose_path(detect(), torch.get_num_threads(), packed, decode_kernel() is not None)
+        if torch.get_num_threads() > self.cpu_path.threads:
+            torch.set_num_threads(self.cpu_path.threads)
+        log.info("%s", self.cpu_path.line())
 
     @staticmethod
     def _set_threads(policy: CpuThreadPolicy) -> None:

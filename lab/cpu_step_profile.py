@@ -3,6 +3,13 @@
     python -m lab.cpu_step_profile [--threads 2] [--reps 5] [--cases decode4,mixed256,...] [--out PATH]
                                    [--ab cpu-ops]
 
+With `--ab packed-layers` model a keeps its layer products on F.linear (prepare_cpu_model with
+pack_layers=False) and b, as the runner prepares it now, runs them from oneDNN-packed copies at 2-64
+rows; the reps alternate as below.
+
+With `--ab decode-kernel` a and b are the same model, b's steps with the C++ decode kernel
+(gpu_stage/attention/cpu_decode_kernel.py, built first) and a's without it.
+
 With `--ab cpu-ops` a second copy of the model is prepared as the runner prepares it on CPU
 (gpu_stage/model/cpu_ops.py: layer weights [in, out], the head packed for oneDNN), and each case's
 reps alternate between the two models (A, B, A, B...), so a shared machine's load hits both alike.
@@ -24,6 +31,7 @@ Cases (decodes at a 1,200-token context unless named):
     decode1, decode2, decode4  pure decode steps of 1, 2 and 4 sequences
     decode1_short            1 decode at a 60-token context
     decode4_short, decode8_short  4 and 8 decodes at a 40-token context
+    decode4_288              4 decodes at a 288-token context
     prefill40                a 40-token prompt
     prefill256, prefill512   a fresh prompt's first chunk
     chunk256_at768           a 256-token chunk starting at position 768 (a mask over 1,024 keys)
@@ -40,6 +48,7 @@ from collections import defaultdict
 
 import torch
 
+from gpu_stage.attention import cpu_decode_kernel
 from gpu_stage.attention.metadata import build_metadata
 from gpu_stage.cpu_malloc import keep_freed_memory
 from gpu_stage.kv.cache import KvCache
@@ -61,6 +70,7 @@ CASES: dict[str, list[tuple[int, int]]] = {
     "decode1_short": [(1, 60)],
     "decode4_short": [(1, 40)] * 4,
     "decode8_short": [(1, 40)] * 8,
+    "decode4_288": [(1, 288)] * 4,  # vllm bench serve's row: 256-token prompts, 32 outputs
     "prefill40": [(40, 40)],
     "prefill256": [(256, 256)],
     "prefill512": [(512, 512)],
@@ -71,7 +81,7 @@ CASES: dict[str, list[tuple[int, int]]] = {
 }
 
 CATEGORIES = (
-    ("linear", ("aten::linear", "aten::addmm", "aten::mm", "aten::matmul")),
+    ("linear", ("aten::linear", "aten::addmm", "aten::mm", "aten::matmul", "mkldnn::_linear_pointwise")),
     ("attn_gather", ("aten::index_select",)),
     ("attn_sdpa", ("aten::scaled_dot_product_attention", "aten::_scaled_dot_product_flash_attention_for_cpu")),
     ("kv_store", ("aten::index_copy_",)),
@@ -152,6 +162,17 @@ def sampler_ms(vocab: int, batch: int, reps: int) -> float:
     return round(statistics.median(times), 3)
 
 
+class KernelToggle:
+    """The model, called with the decode kernel switched on (the built module) or off (None)."""
+
+    def __init__(self, model, built) -> None:
+        self.model, self.built, self.config = model, built, model.config
+
+    def __call__(self, *args):
+        cpu_decode_kernel._state["kernel"] = self.built
+        return self.model(*args)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--threads", type=int, default=None)
@@ -159,7 +180,7 @@ def main() -> None:
     p.add_argument("--cases", default=",".join(CASES))
     p.add_argument("--no-profile", action="store_true")
     p.add_argument("--out", default=None)
-    p.add_argument("--ab", choices=("cpu-ops",), default=None, help="compare against a prepared copy")
+    p.add_argument("--ab", choices=("cpu-ops", "packed-layers", "decode-kernel"), default=None, help="compare against a prepared copy")
     a = p.parse_args()
     if a.threads:
         torch.set_num_threads(a.threads)
@@ -169,6 +190,13 @@ def main() -> None:
     if a.ab == "cpu-ops":
         models["b"] = load_model(source, torch.device("cpu"), torch.float32, "torch")
         prepare_cpu_model(models["b"])
+    elif a.ab == "decode-kernel":
+        assert cpu_decode_kernel.enable(), "the decode kernel did not build"
+        built = cpu_decode_kernel.kernel()
+        models = {"a": KernelToggle(models["a"], None), "b": KernelToggle(models["a"], built)}
+    elif a.ab == "packed-layers":
+        prepare_cpu_model(models["a"], pack_layers=False)
+        models["b"] = load_model(source, torch.device("cpu"), torch.float32, "torch")
     kv = KvCache(models["a"].config, 2048, BLOCK, "cpu", torch.float32)
     results = {"threads": torch.get_num_threads(), "ab": a.ab, "cases": {}}
     for name in a.cases.split(","):

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from gpu_stage.attention.cpu_decode_kernel import enable as enable_decode_kernel
 from gpu_stage.cuda_graphs import MIXED_TOKEN_BUCKETS
 from gpu_stage.kv.cache import blocks_for_memory
 from gpu_stage.kv.format import check_kv_format, resolve_kv_format
@@ -123,6 +124,8 @@ def plan_runner(cfg: EngineConfig) -> tuple[ModelSource, torch.device, torch.dty
     device = torch.device(cfg.resolved_device())
     if (threads := cpu_threads_per_rank(cfg, device.type)) is not None:
         torch.set_num_threads(threads)
+    if cfg.cpu_decode_kernel and device.type == "cpu":
+        enable_decode_kernel()  # compiled before the weights load; a failure leaves the torch path
     dtype = DTYPES[cfg.resolved_dtype()]
     try:  # before the weights load: a format this device cannot run refuses at once
         kv_format = resolve_kv_format(cfg.kv_cache_dtype, dtype)

@@ -16,7 +16,7 @@ from prometheus_client.core import Metric
 
 from pipeline.health import EngineHealth
 from pipeline.metric_families import ModelFamilies
-from pipeline.metrics_cpu import cpu_thread_metrics
+from pipeline.metrics_cpu import cpu_path_metrics, cpu_thread_metrics
 from pipeline.metrics_kv import kv_cache_metrics
 from pipeline.metrics_spec import spec_metrics
 from pipeline.metrics_structured import structured_metrics
@@ -61,6 +61,7 @@ class EngineGauges:
         yield from tier_metrics(e.built.scheduler.tiers, fam)
         yield from spec_metrics(e.built.scheduler.hooks, fam)
         yield from structured_metrics(e.built.grammars, e.built.runner, fam)
+        yield from cpu_path_metrics(e.stages, fam)
         yield from cpu_thread_metrics(e.stages, fam)
         yield from kv_cache_metrics(e.built.runner.kv_cache, fam)
         yield from liveness_metrics(e, fam)

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field, replace
 import torch
 import torch.nn.functional as F
 
+from gpu_stage.attention.cpu_decode_kernel import kernel as decode_kernel, paged_decode, usable as kernel_usable
 from gpu_stage.attention.invariant import forward as invariant_forward, plan_groups
 from gpu_stage.attention.fresh_kv import dequantize_fresh, fresh_from_step
 from gpu_stage.attention.metadata import AttentionMetadata
@@ -60,6 +61,7 @@ class _Plan:
     decode_max_len: int
     prefills: list[_PrefillSeq]
     decode_lens: list[int] = field(default_factory=list)  # context of each decode sequence
+    decode_lens_t: torch.Tensor | None = None  # the same as int64, made on first use (cpu_decode_kernel.py)
     windowed: dict = field(default_factory=dict)  # sliding window -> this plan with its masks
     invariant_groups: list | None = None  # invariant.py's groups, made on first use
 
@@ -200,10 +202,10 @@ def forward(q: torch.Tensor, kv_layer: torch.Tensor | QuantKvLayer, meta: Attent
     if window is not None:
         plan = _windowed(plan, window, meta.block_tables.device)
     if plan.all_decode:
-        return _decode(q, rows, num_kv_heads, plan)
+        return _decode(q, rows, num_kv_heads, plan, window is None)
     out = torch.empty_like(q)
     if plan.decode_rows is not None:
-        out[plan.decode_rows] = _decode(q[plan.decode_rows], rows, num_kv_heads, plan)
+        out[plan.decode_rows] = _decode(q[plan.decode_rows], rows, num_kv_heads, plan, window is None)
     fresh = meta.fresh_kv if fresh_from_step(q, kv_layer) else None
     for seq in plan.prefills:
         own = None  # fresh_kv.py: a sequence with no cached context may attend to the step's own K/V
@@ -223,8 +225,14 @@ def _invariant_groups(plan: _Plan, meta: AttentionMetadata, kv_layer: QuantKvLay
     return plan.invariant_groups
 
 
-def _decode(q: torch.Tensor, rows: torch.Tensor, num_kv_heads: int, plan: _Plan) -> torch.Tensor:
-    """q [Bd, num_heads, head_dim] with one query per sequence -> [Bd, num_heads, head_dim]."""
+def _decode(q: torch.Tensor, rows: torch.Tensor, num_kv_heads: int, plan: _Plan,
+            whole_context: bool = False) -> torch.Tensor:
+    """q [Bd, num_heads, head_dim] with one query per sequence -> [Bd, num_heads, head_dim].
+    `whole_context` (no sliding window): cpu_decode_kernel.py may read the pool in place."""
+    if whole_context and decode_kernel() is not None and kernel_usable(q, rows):
+        if plan.decode_lens_t is None:
+            plan.decode_lens_t = torch.tensor(plan.decode_lens, dtype=torch.int64)
+        return paged_decode(q, rows, plan.decode_k_rows, plan.decode_lens_t, plan.decode_max_len, plan.v_delta)
     num_seqs, num_heads, head_dim = q.shape
     shape = (num_seqs, plan.decode_max_len, num_kv_heads, head_dim)
     k = gather_rows(rows, plan.decode_k_rows, 0).view(shape).transpose(1, 2)  # [Bd, kv_heads, Ld, D]

@@ -28,3 +28,29 @@ def test_a_server_that_does_not_start_is_an_error_with_its_log(tmp_path):
     command = [sys.executable, "-c", "import sys; print('boom: cannot start'); sys.exit(3)"]
     session = serve_and_bench(command, free_port(), tmp_path / "s.log", [], ready_timeout_s=30)
     assert "status 3" in session.error and "boom: cannot start" in session.error and session.runs == []
+
+
+def test_a_client_callable_runs_with_the_base_url_and_its_failure_is_recorded(tmp_path, monkeypatch):
+    import bench.serve_runs as serve_runs
+
+    class FakeServer:
+        base_url, started_s = "http://127.0.0.1:1", 0.5
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def log_tail(self) -> str:
+            return "server log"
+
+    monkeypatch.setattr(serve_runs, "start_server", lambda *a, **kw: FakeServer())
+
+    def broken(base_url: str) -> dict:
+        raise RuntimeError("client failed")
+
+    session = serve_and_bench(["x"], 1, tmp_path / "s.log", [lambda url: {"metrics": {"url": url}}, broken], 30)
+    assert session.error == "" and session.runs[0].result == {"metrics": {"url": "http://127.0.0.1:1"}}
+    assert session.runs[1].result is None and "client failed" in session.runs[1].error
+    assert "server log" in session.runs[1].error

@@ -23,7 +23,7 @@ FLAGS = """--model --served-model-name --seed --host --port --uds --device --dty
 --no-async-scheduling --enable-prefix-caching --no-enable-prefix-caching --no-shadow --kv-host-gb --kv-disk-path
 --kv-disk-gb --kv-offload-early --no-kv-offload-early --request-timeout-s --stream-stall-timeout-s
 --shutdown-grace-s --body-read-timeout-s --max-connections --max-n --max-body-bytes --max-prompt-chars
---max-tokens-cap --max-stop-strings --cpu-threads --api-key --protect-metrics --profile-dir --log-level""".split()
+--max-tokens-cap --max-stop-strings --cpu-threads --cpu-decode-kernel --api-key --protect-metrics --profile-dir --log-level""".split()
 # Flags added since, one issue each.
 FLAGS += ["--kv-cache-dtype"]  # issue 23
 FLAGS += ["--max-logprobs"]  # issue 27 (logits)

@@ -1,4 +1,4 @@
-"""/metrics on a CPU engine carries its step threads (CpuThreadPolicy): the threads now, the
+"""/metrics on a CPU engine carries its processor and chosen path (ttft_cpu_info), its step threads (CpuThreadPolicy): the threads now, the
 switches, and the other processes' cores last read; a GPU engine, with no policy, none of them."""
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from bench.prom_text import parse_metrics
 from gpu_stage.cpu_threads import CpuThreadPolicy
 from pipeline import Engine, EngineConfig
 from pipeline.metric_families import ModelFamilies
-from pipeline.metrics_cpu import cpu_thread_metrics
+from pipeline.metrics_cpu import cpu_path_metrics, cpu_thread_metrics
 from stages.sampling import SamplingParams
 
 
@@ -36,10 +36,16 @@ async def test_a_cpu_engine_reports_its_step_threads() -> None:
     assert series["ttft_cpu_step_threads"] == 1 == policy.current
     assert series["ttft_cpu_step_thread_switches_total"] == policy.num_switches == 1
     assert series["ttft_cpu_other_processes_cores"] == policy.other_cores > 0.5
+    path = engine.gpu_stage.cpu_path  # read at start-up (gpu_stage/cpu_caps.py)
+    assert path is not None and path.threads <= path.caps.num_usable_cores
+    info = next(k for k in m if k.startswith("ttft_cpu_info{"))
+    assert f'isa="{path.caps.isa}"' in info and f'threads="{path.threads}"' in info
 
 
 def test_no_policy_no_series() -> None:
     class Stage:
         thread_policy = None
+        cpu_path = None
 
     assert list(cpu_thread_metrics([Stage()], ModelFamilies("m"))) == []
+    assert list(cpu_path_metrics([Stage()], ModelFamilies("m"))) == []

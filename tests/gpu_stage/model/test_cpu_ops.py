@@ -9,7 +9,8 @@ import torch.nn.functional as F
 from tiny_hf_models import PagedSequence, hf_model, our_model
 
 from gpu_stage.loaders.dummy_loader import load_dummy
-from gpu_stage.model.cpu_ops import PACKED_HEAD_MIN_ROWS, CpuOps, onednn_available, prepare_cpu_model
+from gpu_stage.model.cpu_ops import (PACKED_HEAD_MIN_ROWS, PACKED_LAYER_ROWS, CpuOps, onednn_available,
+                                      prepare_cpu_model)
 from gpu_stage.model.torch_ops import TorchOps
 from gpu_stage.runner_builder import load_model
 
@@ -116,4 +117,22 @@ def test_a_row_invariant_model_packs_every_product_and_keeps_the_reference_s_log
     ref_logits = PagedSequence(reference, 64).prefill(prompt, chunk=16)
     assert _rel(PagedSequence(prepared, 64).prefill(prompt, chunk=16), ref_logits) < 1e-5
     assert PagedSequence(prepared, 64).greedy(prompt, 8) == PagedSequence(reference, 64).greedy(prompt, 8)
-    assert not prepare_cpu_model(our_model(hf)).row_invariant  # the default: MKL's products
+    assert not prepare_cpu_model(our_model(hf)).row_invariant  # the default: F.linear at 1 row and past 64
+
+
+@pytest.mark.skipif(not onednn_available(), reason="torch built without oneDNN")
+def test_packed_layers_serve_2_to_64_rows_and_f_linear_the_rest() -> None:
+    model = our_model(hf_model("llama"))
+    ops = prepare_cpu_model(model)  # the default: layer weights packed too
+    assert not ops.row_invariant and ops.num_packed_layers == 4 * len(model.layers)
+    assert len(ops.packed) == 4 * len(model.layers) + 1
+    w = model.layers[0].down_weight
+    weight, _, first, last = ops.packed[id(w)]
+    assert weight is w and (first, last) == PACKED_LAYER_ROWS
+    # Swap in the packed copy of 2 x w: a product that used it reads twice F.linear's.
+    ops.packed[id(w)] = (w, torch.ops.mkldnn._reorder_linear_weight(2 * w.detach(), 8), first, last)
+    for rows in (1, first, 4, last, last + 1):
+        x = torch.randn(rows, w.shape[1])
+        want = 2 * F.linear(x, w) if first <= rows <= last else F.linear(x, w)
+        assert _rel(ops.linear(x, w), want) < 1e-6, rows
+    assert prepare_cpu_model(our_model(hf_model("llama")), pack_layers=False).num_packed_layers == 0
