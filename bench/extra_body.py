@@ -2,8 +2,10 @@
 a kind: structured outputs, or tool calling: bench/tool_presets.py), then `--extra-body` (a JSON
 object; its keys win).
 
-The presets never finish on their own (an open-ended array of objects, any number of words), so
-that a run's inter-token latency is that of constrained decoding throughout; `choice` is the
+The presets never finish on their own (an array of at least 64 objects, any number of words), so
+that a run's inter-token latency is that of constrained decoding throughout (an array that may be
+empty let a random model close it at its second token, after which only EOS is allowed: a trivial
+mask, and no text to stream while ignore_eos keeps sampling it); `choice` is the
 exception, finishing after one word (then only EOS is allowed, which the bench's ignore_eos keeps
 sampling: a measure of the grammar's per-step cost once it has finished).
 """
@@ -20,7 +22,7 @@ STRUCTURED_PRESETS: dict[str, dict] = {
         "type": "array", "items": {"type": "object", "properties": {
             "name": {"type": "string", "maxLength": 24}, "count": {"type": "integer", "minimum": 0},
             "tags": {"type": "array", "items": {"enum": ["red", "green", "blue"]}, "maxItems": 3}},
-            "required": ["name", "count"], "additionalProperties": False}}}}},
+            "required": ["name", "count"], "additionalProperties": False}, "minItems": 64}}}},
     "json_object": {"response_format": {"type": "json_object"}},
     "regex": {"structured_outputs": {"regex": "[a-z]+( [a-z]+)*"}},
     "choice": {"structured_outputs": {"choice": ["yes", "no", "maybe"]}},

@@ -7,7 +7,10 @@
          prompt (no prefix-cache hits); the figures are medians over the rounds.
   ITL    B streams at once (default 1 and 64), every one constrained (bench/extra_body.py's
          json_schema preset, open-ended) against none: the median over streams of each stream's
-         mean inter-token latency.
+         mean inter-token latency (the gap between content chunks), and of its time per output
+         token (TPOT). The two differ where a token brings no text: a constrained string of a
+         dummy tokenizer's byte tokens holds back part-characters, so fewer, later chunks carry
+         the same tokens (chunks per token, reported): TPOT is the per-step cost compared.
 
     python -m bench.structured_gpu --base-url http://127.0.0.1:8000 --out DIR [--rounds 10]
 
@@ -76,7 +79,13 @@ async def itl_at(client: BenchClient, prompts: PromptMaker, batch: int, output_l
         if failed:
             raise RuntimeError(f"ITL {name} at batch {batch}: {failed[0]}")
         out[f"{name}_itl_ms"] = statistics.median(statistics.fmean(s.itl_s()) for s in samples if s.itl_s()) * 1e3
+        tpots = [t for s in samples if (t := s.tpot_s()) is not None]
+        out[f"{name}_tpot_ms"] = statistics.median(tpots) * 1e3 if tpots else None
+        out[f"{name}_chunks_per_token"] = (sum(len(s.chunk_times_s) for s in samples)
+                                           / max(1, sum(s.output_tokens for s in samples)))
     out["ratio"] = out["constrained_itl_ms"] / out["plain_itl_ms"]
+    both = out["plain_tpot_ms"] and out["constrained_tpot_ms"]
+    out["tpot_ratio"] = out["constrained_tpot_ms"] / out["plain_tpot_ms"] if both else None
     return out
 
 
@@ -98,9 +107,14 @@ def markdown(result: dict) -> str:
         m = t["median_ttft_ms"]
         lines.append(f"| {t['prompt_tokens']} | {m['plain']:.2f} | {m['warm_schema']:.2f} | {t['ratio_warm']:.3f} "
                      f"| {m['new_schema']:.2f} | {t['ratio_new']:.3f} |")
-    lines += ["", "| batch | plain ITL ms | constrained ITL ms | ratio |", "|---|---|---|---|"]
+    lines += ["", "| batch | plain ITL ms | constrained ITL ms | ratio | plain TPOT ms | constrained TPOT ms | ratio "
+              "| chunks per token, plain / constrained |", "|---|---|---|---|---|---|---|---|"]
     for i in result["itl"]:
-        lines.append(f"| {i['batch']} | {i['plain_itl_ms']:.2f} | {i['constrained_itl_ms']:.2f} | {i['ratio']:.3f} |")
+        tpot = (f"{i['plain_tpot_ms']:.2f} | {i['constrained_tpot_ms']:.2f} | {i['tpot_ratio']:.3f}"
+                if i.get("tpot_ratio") else "- | - | -")
+        chunks = f"{i.get('plain_chunks_per_token', 0):.2f} / {i.get('constrained_chunks_per_token', 0):.2f}"
+        lines.append(f"| {i['batch']} | {i['plain_itl_ms']:.2f} | {i['constrained_itl_ms']:.2f} | {i['ratio']:.3f} "
+                     f"| {tpot} | {chunks} |")
     return "\n".join(lines) + "\n"
 
 

@@ -292,3 +292,6 @@ class ModelRunner:
                     launched.outputs.append((self.sampler(logits[j : j + 1], rows[j : j + 1], one, process), [j]))
                 except Exception as exc:
                     launched.result.failed[request_ids[j]] = f"sampling failed: {type(exc).__name__}: {exc}"
+        finally:
+            if part is not None:
+                part.sampling_queued()

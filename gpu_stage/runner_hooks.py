@@ -16,6 +16,8 @@ A HookStep lives from its step's launch to its completion. In the order the runn
     process_logits(logits, rows)  the logits processor: new logits for the sampled rows before the
                                   sampler takes logprobs and draws (the input is left as it is,
                                   since a failed batch is sampled again row by row from it)
+    sampling_queued()             the step's sampling is queued on the device (or has failed): on
+                                  the launch thread, before `launch` returns
     claimed                       the requests whose sampled tokens it takes, off the plain path
     accept(request_id, run, extra, result)   one claimed request's tokens, in row order, and the
                                   extra ids back on the host: it records what the request emits
@@ -45,6 +47,8 @@ class HookStep(Protocol):
     def rows(self, chunk: ScheduledChunk, state: SamplingState) -> list[SamplingRow] | None: ...
 
     def process_logits(self, logits: torch.Tensor, rows: list[SamplingRow]) -> torch.Tensor: ...
+
+    def sampling_queued(self) -> None: ...
 
     def accept(self, request_id: str, run: list[SampledToken], extra: list[int], result: StepResult) -> None: ...
 

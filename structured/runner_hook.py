@@ -9,6 +9,16 @@ constrained request's new output ids into its matcher, fills the host bitmask ro
 non-blocking copy and the masking (bitmask.py) before the sampling. The host work overlaps the
 device's forward; CUDA graphs replay as before (the mask is applied to their logits).
 
+Hand-over. When the next step already waits for a step's tokens, that step's `done` (the completer
+thread) holds its result until the next step's sampling is queued (`sampling_queued`), so that the
+event loop, which takes the result next, runs the step's scheduler update and streams after the
+masks, not against them: the GIL, held by a busy loop for up to the interpreter's switch interval
+(5 ms) at each of the launch thread's releases (every torch call and mask fill releases it), made
+the masks of a 64-stream step wait for the whole of the loop's work on the previous one, and the
+device idle meanwhile. The result is held for the masks' host time only (the fill and the queued
+calls, under a millisecond at 64 rows); a step whose successor is not waiting yet (a prefill step:
+nothing is built ahead of it) is not held. On a GPU only (GrammarHook's `hand_over`).
+
 Logprobs are those of the masked distribution, as vLLM reports them (it applies the grammar's
 bitmask to the logits before its sampler takes the "raw" logprobs): the sampler runs the logits
 processor before its log-softmax.
@@ -35,6 +45,8 @@ from structured.request_grammar import RequestGrammar
 
 # How long a step's masks wait for the previous step's tokens: only a broken engine gets near it.
 PREVIOUS_STEP_WAIT_S = 60.0
+# How long a step's result is held for its waiting successor's sampling to be queued: the same.
+HAND_OVER_WAIT_S = 10.0
 
 
 class GrammarStep:
@@ -46,6 +58,8 @@ class GrammarStep:
         self.extra = inner.extra if inner is not None else None
         self.claimed = inner.claimed if inner is not None else ()
         self.completed = threading.Event()
+        self.queued = threading.Event()  # its sampling is queued (the runner's `sampling_queued`)
+        self._waiter: GrammarStep | None = None  # the next step, when it waits for this one's tokens
         self._row_requests: list[tuple[str, SamplingState] | None] = []  # per sampled row, in order
         self._masked: dict[int, tuple[str, int]] | None = None  # id(row) -> (request, its mask row)
         self._bits: torch.Tensor | None = None  # [n, words] on the device
@@ -77,7 +91,8 @@ class GrammarStep:
         if not index:
             return logits
         bits = self._bits if len(picks) == self._bits.shape[0] else self._bits[device_ids(picks, logits.device)]
-        return self.hook.bitmask.apply(logits, device_ids(index, logits.device), bits)
+        every_row = len(index) == len(rows)  # (then the picks are the mask rows in order)
+        return self.hook.bitmask.apply(logits, None if every_row else device_ids(index, logits.device), bits)
 
     def _fill(self, rows: list[SamplingRow]) -> None:
         """Wait for the previous step's tokens, bring the matchers up to date, fill the masks. A
@@ -85,7 +100,7 @@ class GrammarStep:
         is not waited for; one whose tokens never come fails this step's constrained rows only."""
         previous, self.previous = self.previous, None  # (no chain of steps kept alive)
         hook, masked = self.hook, {}
-        if previous is not None and previous._masked is not None and not previous.completed.wait(PREVIOUS_STEP_WAIT_S):
+        if previous is not None and previous._masked is not None and not previous._wait_for_tokens(self):
             self._error = "the previous step's tokens never came back"
             self._masked = {id(row): (owner[0], -1) for row, owner in zip(rows, self._row_requests) if owner}
             return
@@ -109,25 +124,49 @@ class GrammarStep:
             self._bits = hook.bitmask.to_device(host)
         self._masked = masked
 
+    def _wait_for_tokens(self, waiter: GrammarStep) -> bool:
+        """(The next step, on the launch thread.) Wait until this step's tokens are recorded; a
+        step that waits is registered first, so that `done` holds this step's result for it."""
+        with self.hook.lock:
+            if self.hook.hand_over and not self.completed.is_set():
+                self._waiter = waiter
+        return self.completed.wait(PREVIOUS_STEP_WAIT_S)
+
+    def sampling_queued(self) -> None:
+        if self.inner is not None:
+            self.inner.sampling_queued()
+        self.queued.set()
+
     def accept(self, request_id: str, run: list[SampledToken], extra: list[int], result: StepResult) -> None:
         assert self.inner is not None, "only the inner hook claims rows"
         self.inner.accept(request_id, run, extra, result)
 
     def done(self, result: StepResult) -> None:
+        """(The completer thread.) The tokens are recorded: the next step's masks may be filled; when
+        it waits for them already, return once its sampling is queued (the hand-over above)."""
         if self.inner is not None:
             self.inner.done(result)
-        self.completed.set()
+        with self.hook.lock:
+            self.completed.set()
+            waiter, self._waiter = self._waiter, None
+        if waiter is not None:
+            waiter.queued.wait(HAND_OVER_WAIT_S)
 
 
 class GrammarHook:
     def __init__(self, compiler: GrammarCompiler, bitmask: GrammarBitmask, inner: RunnerHook | None = None,
-                 compile_timeout_s: float | None = None) -> None:
+                 compile_timeout_s: float | None = None, hand_over: bool | None = None) -> None:
+        """`hand_over`: hold a step's result for its waiting successor's sampling (see the module's
+        docstring); default on a GPU only: on CPU, queueing the sampling is computing it, and the
+        loop's work on the result should overlap that, not wait for it."""
         self.compiler, self.bitmask, self.inner = compiler, bitmask, inner
         self.compile_timeout_s = compile_timeout_s
+        self.hand_over = bitmask.device.type == "cuda" if hand_over is None else hand_over
         self.grammars: dict[str, RequestGrammar | None] = {}  # constrained live requests (None: failed)
         self.errors: dict[str, str] = {}
         self._futures: dict[str, tuple[Future, tuple[int, ...]]] = {}  # compiles not yet read
         self._last: GrammarStep | None = None
+        self.lock = threading.Lock()  # a step's completion against its successor's registration
 
     def begin(self, batch: StepBatch, states: SamplingStates) -> GrammarStep | None:
         inner = self.inner.begin(batch, states) if self.inner is not None else None

@@ -71,6 +71,9 @@ class VerifyStep:
         if len(emitted) > 1:
             result.spec[request_id] = emitted[1:]
 
+    def sampling_queued(self) -> None:
+        pass
+
     def done(self, result: StepResult) -> None:
         pass
 

@@ -51,3 +51,18 @@ def test_an_unknown_preset_is_a_usage_error(capsys):
     with pytest.raises(SystemExit) as info:
         args("--extra-body-preset", "xml")
     assert info.value.code == 2 and "--extra-body-preset" in capsys.readouterr().err
+
+
+def test_the_json_schema_preset_keeps_a_stream_inside_its_array():
+    """A random model cannot close the array at once (then only EOS would follow: no constrained
+    decoding left to measure)."""
+    tokenizer = DummyTokenizer(512)
+    body = extra_body(args("--extra-body-preset", "json_schema"))
+    structured = parse_completion_request({"prompt": "x", **body}, IngressLimits(), 512).params.structured
+    matcher = LlguidanceBackend(ll_tokenizer(tokenizer)).compile(structured.kind, structured.spec).matcher()
+    one_item = '[{"name":"a","count":1},'
+    for token in tokenizer.encode(one_item, add_special_tokens=False):
+        assert matcher.accept(token)
+    close = tokenizer.encode("]", add_special_tokens=False)[0]
+    assert not matcher.is_finished()
+    assert not matcher.accept(close)

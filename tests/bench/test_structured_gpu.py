@@ -29,6 +29,15 @@ def test_bad_arguments_exit_2(argv, capsys):
     assert info.value.code == 2
 
 
+def test_the_table_shows_tpot_and_chunks_per_token_and_a_dash_without_tpot():
+    itl = {"batch": 4, "output_len": 8, "plain_itl_ms": 5.0, "constrained_itl_ms": 7.5, "ratio": 1.5,
+           "plain_tpot_ms": 5.0, "constrained_tpot_ms": 5.5, "tpot_ratio": 1.1, "plain_chunks_per_token": 1.0,
+           "constrained_chunks_per_token": 0.73}
+    table = structured_gpu.markdown({"ttft": [], "itl": [itl, {**itl, "tpot_ratio": None}]})
+    assert "| 4 | 5.00 | 7.50 | 1.500 | 5.00 | 5.50 | 1.100 | 1.00 / 0.73 |" in table
+    assert "| 4 | 5.00 | 7.50 | 1.500 | - | - | - | 1.00 / 0.73 |" in table
+
+
 def test_a_new_schema_is_new_every_time():
     a, b = structured_gpu.fresh_schema(), structured_gpu.fresh_schema()
     assert a != b and a != structured_gpu.WARM_SCHEMA
@@ -44,7 +53,9 @@ def test_a_tiny_run_against_a_server_writes_its_ratios(tmp_path):
     assert rc == 0
     result = json.loads((tmp_path / "structured_gpu.json").read_text())
     assert result["ttft"][0]["prompt_tokens"] == 16 and result["ttft"][0]["ratio_new"] > 0
-    assert result["itl"][0]["batch"] == 2 and result["itl"][0]["ratio"] > 0
+    itl = result["itl"][0]
+    assert itl["batch"] == 2 and itl["ratio"] > 0 and itl["tpot_ratio"] > 0
+    assert 0 < itl["plain_chunks_per_token"] <= 1 and 0 < itl["constrained_chunks_per_token"] <= 1
     assert "| 16 |" in (tmp_path / "structured_gpu.md").read_text()
 
 

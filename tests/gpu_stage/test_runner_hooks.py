@@ -30,6 +30,7 @@ class BanStep:
     extra: None = None
     accepted: list[str] = field(default_factory=list)
     completed: list[int] = field(default_factory=list)  # step ids whose tokens were all recorded
+    queued: int = 0  # calls of sampling_queued: once per step that sampled, before its launch returns
 
     def rows(self, chunk: ScheduledChunk, state: SamplingState) -> list[SamplingRow] | None:
         return None
@@ -38,6 +39,9 @@ class BanStep:
         out = logits.clone()
         out[:, self.banned] = float("-inf")
         return out
+
+    def sampling_queued(self) -> None:
+        self.queued += 1
 
     def accept(self, request_id: str, run: list[SampledToken], extra: list[int], result: StepResult) -> None:
         self.accepted.append(request_id)
@@ -97,4 +101,35 @@ def test_a_hooks_processor_bans_a_token_its_claims_leave_the_plain_path_and_it_h
     assert b.token_id == a.token_id + 1000 and hook.steps[0].accepted == ["b"]  # claimed: the hook's
     assert len(hook.steps) == 1 and [t.token_id for t in unshared.values()] == [greedy, greedy]  # a plain step
     assert hook.steps[0].completed == [2]  # done() once, after its tokens
+    assert hook.steps[0].queued == 1
     assert hook.released == ["a", "b", "a", "b"]
+
+
+class FailingBatchStep(BanStep):
+    """Its processor fails a batch of more than one row: the runner samples row by row."""
+
+    def process_logits(self, logits: torch.Tensor, rows: list[SamplingRow]) -> torch.Tensor:
+        if len(rows) > 1:
+            raise RuntimeError("a faulty processor")
+        return super().process_logits(logits, rows)
+
+
+class FailingBatchHook(BanHook):
+    def begin(self, batch: StepBatch, states: SamplingStates) -> BanStep | None:
+        self.steps.append(FailingBatchStep(self.banned, self.claimed))
+        return self.steps[-1]
+
+
+def test_a_hook_hears_its_sampling_queued_once_when_the_batch_fails_and_is_retried(runner: ModelRunner) -> None:
+    hook = FailingBatchHook(3, set())
+    runner.hook = hook
+    try:
+        params = SamplingParams(max_tokens=4, temperature=0.0)
+        new = [NewRequestData(rid, PROMPT, params) for rid in ("a", "b")]
+        chunks = [ScheduledChunk(rid, PROMPT, 0, [1 + i], True) for i, rid in enumerate(("a", "b"))]
+        result = runner.execute(StepBatch(10, new, chunks))
+        runner.execute(StepBatch(11, [], [], ["a", "b"]))
+    finally:
+        runner.hook = None
+    assert len(result.sampled) == 2 and not result.failed and all(t.token_id != 3 for t in result.sampled)
+    assert hook.steps[0].queued == 1  # once, after the retry

@@ -27,6 +27,17 @@ def test_apply_matches_a_bit_by_bit_reference():
     assert torch.equal(out[[0, 2]], logits[[0, 2]])
 
 
+def test_every_row_in_order_is_masked_without_a_row_index():
+    gen = torch.Generator().manual_seed(1)
+    logits = torch.randn(3, 100, generator=gen)
+    bits = torch.randint(-2**31, 2**31 - 1, (3, 4), dtype=torch.int32, generator=gen)
+    before = logits.clone()
+    out = apply_bitmask(logits, None, bits)
+    assert torch.equal(out, reference(logits, [0, 1, 2], bits))
+    assert torch.equal(out, apply_bitmask(logits, torch.tensor([0, 1, 2]), bits))
+    assert torch.equal(logits, before)
+
+
 def test_the_sign_bit_is_id_31_of_its_word():
     bits = torch.tensor([[-2**31, 1]], dtype=torch.int32)  # ids 31 and 32 allowed
     out = apply_bitmask(torch.zeros(1, 64), torch.tensor([0]), bits)

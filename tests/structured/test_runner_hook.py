@@ -9,6 +9,7 @@ import asyncio
 import json
 import re
 import threading
+import time
 
 import jsonschema
 import pytest
@@ -121,9 +122,9 @@ async def test_an_embedders_bad_grammar_is_a_400_before_queueing():
 
 # -- the hook alone, driven as the runner drives it ----------------------------------------------
 
-def hook_parts(backend):
+def hook_parts(backend, hand_over=None):
     compiler = GrammarCompiler(lambda: backend)
-    hook = GrammarHook(compiler, GrammarBitmask(8, 512, torch.device("cpu")))
+    hook = GrammarHook(compiler, GrammarBitmask(8, 512, torch.device("cpu")), hand_over=hand_over)
     return compiler, hook, SamplingStates(PenaltyCache(512, torch.device("cpu"), 0))
 
 
@@ -201,3 +202,69 @@ def test_a_step_waits_for_the_previous_steps_tokens_unless_that_never_sampled(ba
 
 def torch_allowed(out):
     return torch.isfinite(out[0]).nonzero().flatten().tolist()
+
+
+def test_a_waited_for_step_holds_its_result_until_the_waiting_steps_sampling_is_queued(backend):
+    compiler, hook, states = hook_parts(backend, hand_over=True)
+    try:
+        choice = SamplingParams(structured=StructuredOutput("choice", '["ab", "cd"]'))
+        first, rows, _, logits = launch(hook, states, step(0, ["c"], [("c", choice)]))
+        first.process_logits(logits, rows)
+        second, rows2, _, logits2 = launch(hook, states, step(1, ["c"]))  # built ahead of step 0's token
+        order = []
+
+        def launch_thread():  # the runner's launch of step 1: masks, then the sampling queued
+            out = second.process_logits(logits2, rows2)
+            order.append(("masked", torch_allowed(out)))
+            time.sleep(0.05)
+            order.append("queued")
+            second.sampling_queued()
+
+        thread = threading.Thread(target=launch_thread)
+        thread.start()
+        deadline = time.monotonic() + 5
+        while first._waiter is None and time.monotonic() < deadline:  # step 1 waits for step 0
+            time.sleep(0.001)
+        assert first._waiter is second
+        states.requests["c"].output_token_ids.append(ord("c") + 3)  # what complete() records
+        first.done(StepResult(0, []))  # the completer: held until step 1's sampling is queued
+        order.append("step 0 handed on")
+        thread.join(5)
+        assert order == [("masked", [ord("d") + 3]), "queued", "step 0 handed on"]
+        # A step nobody waits for yet is not held (its successor, launched later, does not wait).
+        third, rows3, _, logits3 = launch(hook, states, step(2, ["c"]))
+        third.sampling_queued()
+        t0 = time.monotonic()
+        second.done(StepResult(1, []))
+        assert time.monotonic() - t0 < 0.5 and second._waiter is None
+    finally:
+        compiler.close()
+
+
+def test_on_cpu_a_step_is_not_held_by_default(backend):
+    compiler, hook, states = hook_parts(backend)
+    try:
+        assert not hook.hand_over  # on CPU queueing the sampling is computing it: no hand-over
+        choice = SamplingParams(structured=StructuredOutput("choice", '["ab", "cd"]'))
+        first, rows, _, logits = launch(hook, states, step(0, ["c"], [("c", choice)]))
+        first.process_logits(logits, rows)
+        second, rows2, _, logits2 = launch(hook, states, step(1, ["c"]))
+        thread = threading.Thread(target=second.process_logits, args=(logits2, rows2))
+        thread.start()
+        time.sleep(0.05)  # step 1 is waiting, unregistered
+        assert first._waiter is None
+        states.requests["c"].output_token_ids.append(ord("c") + 3)
+        first.done(StepResult(0, []))  # returns at once: step 1 never reports its sampling queued
+        thread.join(5)
+        assert not thread.is_alive()
+    finally:
+        compiler.close()
+
+
+async def test_constrained_outputs_match_with_the_hand_over_on_cpu():
+    async with Engine(config(async_scheduling=True)) as engine:
+        engine.built.runner.hook.hand_over = True  # as on a GPU
+        jobs = [run(engine, constrained("regex", REGEX)) for _ in range(3)]
+        jobs += [run(engine, constrained("json_schema", json.dumps(SCHEMA), temperature=1.0, seed=s)) for s in range(3)]
+        results = await asyncio.gather(*jobs)
+        check_outputs([("regex", r[0]) for r in results[:3]] + [("json", r[0]) for r in results[3:]])
