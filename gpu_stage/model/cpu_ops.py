@@ -21,6 +21,12 @@ rows copies the weight into its own panels first and reads it about twice:
   (`pack_layers`, PACKED_LAYER_ROWS; the copies add the layer weights' size in memory).
 Results differ from F.linear's only by summation order (relative 1e-6).
 
+oneDNN builds (and caches) a primitive per product shape, ~0.5 MB each: a layer product at every
+row count from 2 to 64 grew a server's memory by ~140 MB as new batch sizes came, after start-up.
+So a layer's packed product runs at a few row buckets (LAYER_ROW_BUCKETS: every count to 8, a CPU
+server's usual decode batches; past 8, x padded with zero rows to at most 1.5x, which costs those
+products 15-35%), and `prepare_cpu_model` builds those primitives (~30 MB) before serving.
+
 Over an 8-bit KV pool (kv/invariance.py) a row's products must not depend on the rows beside it:
 MKL's F.linear sums a row in another order below 4 rows and where two threads split an odd row
 count, while oneDNN's product from the packed copy gives every row the same bits at any row count
@@ -42,6 +48,7 @@ log = logging.getLogger("ttft.gpu")
 
 PACKED_HEAD_MIN_ROWS = 3  # at 1 row F.linear's GEMV reads the head once already
 PACKED_LAYER_ROWS = (2, 64)  # the row counts a layer's product runs from its packed copy
+LAYER_ROW_BUCKETS = (2, 3, 4, 5, 6, 7, 8, 12, 16, 24, 32, 48, 64)  # the row counts it runs at (padded up)
 ANY_ROWS = (1, 2**62)
 PACK_ROWS_HINT = 8  # the row count oneDNN chooses the head's blocked layout for (measured: 1-40 rows served well)
 
@@ -79,14 +86,35 @@ class CpuOps(TorchOps):
     def linear(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
         entry = self.packed.get(id(weight))
         if entry is not None and entry[0] is weight and entry[2] <= x.shape[0] <= entry[3]:
-            return torch.ops.mkldnn._linear_pointwise(x, entry[1], bias, "none", [], "")
+            if entry[2:] != PACKED_LAYER_ROWS:
+                return torch.ops.mkldnn._linear_pointwise(x, entry[1], bias, "none", [], "")
+            rows = x.shape[0]
+            bucket = row_bucket(rows)
+            padded = x if bucket == rows else F.pad(x, (0, 0, 0, bucket - rows))
+            return torch.ops.mkldnn._linear_pointwise(padded, entry[1], bias, "none", [], "")[:rows]
         return F.linear(x, weight, bias)
+
+    def build_layer_primitives(self) -> int:
+        """Run each packed layer shape once at every row bucket, so that oneDNN's primitives exist
+        before serving (memory then does not grow with the batch sizes requests bring). -> how many."""
+        shapes = {(tuple(entry[0].shape), entry[0].dtype): entry
+                  for entry in self.packed.values() if entry[2:] == PACKED_LAYER_ROWS}
+        with torch.inference_mode():
+            for (shape, dtype), (weight, _, _, _) in shapes.items():
+                for rows in LAYER_ROW_BUCKETS:
+                    self.linear(torch.zeros(rows, shape[1], dtype=dtype), weight)
+        return len(shapes) * len(LAYER_ROW_BUCKETS)
 
     def gate_up_silu(self, x: torch.Tensor, gate_up_weight: torch.Tensor) -> torch.Tensor:
         return self.silu_and_mul(self.linear(x, gate_up_weight))
 
 
 LAYER_WEIGHTS = ("qkv_weight", "o_weight", "gate_up_weight", "down_weight")
+
+
+def row_bucket(rows: int) -> int:
+    """The smallest of LAYER_ROW_BUCKETS holding `rows` (2-64)."""
+    return next(b for b in LAYER_ROW_BUCKETS if b >= rows)
 
 
 def transpose_layer_weights(model) -> int:
@@ -116,6 +144,8 @@ def prepare_cpu_model(model, row_invariant: bool = False, pack_layers: bool = Tr
         for layer in model.layers:
             for name in LAYER_WEIGHTS:
                 ops.num_packed_layers += ops.pack(getattr(layer, name), PACKED_LAYER_ROWS)
+    if ops.num_packed_layers and not ops.row_invariant:
+        ops.build_layer_primitives()
     if row_invariant and not ops.row_invariant:
         log.warning("CPU products: oneDNN is missing or the model is not float32: an 8-bit KV pool's "
                     "outputs may depend on batching")

@@ -9,8 +9,8 @@ import torch.nn.functional as F
 from tiny_hf_models import PagedSequence, hf_model, our_model
 
 from gpu_stage.loaders.dummy_loader import load_dummy
-from gpu_stage.model.cpu_ops import (PACKED_HEAD_MIN_ROWS, PACKED_LAYER_ROWS, CpuOps, onednn_available,
-                                      prepare_cpu_model)
+from gpu_stage.model.cpu_ops import (LAYER_ROW_BUCKETS, PACKED_HEAD_MIN_ROWS, PACKED_LAYER_ROWS, CpuOps,
+                                      onednn_available, prepare_cpu_model, row_bucket)
 from gpu_stage.model.torch_ops import TorchOps
 from gpu_stage.runner_builder import load_model
 
@@ -136,3 +136,35 @@ def test_packed_layers_serve_2_to_64_rows_and_f_linear_the_rest() -> None:
         want = 2 * F.linear(x, w) if first <= rows <= last else F.linear(x, w)
         assert _rel(ops.linear(x, w), want) < 1e-6, rows
     assert prepare_cpu_model(our_model(hf_model("llama")), pack_layers=False).num_packed_layers == 0
+
+
+def test_row_buckets_cover_2_to_64_rows_with_at_most_half_again() -> None:
+    assert LAYER_ROW_BUCKETS[0] == PACKED_LAYER_ROWS[0] and LAYER_ROW_BUCKETS[-1] == PACKED_LAYER_ROWS[1]
+    for rows in range(PACKED_LAYER_ROWS[0], PACKED_LAYER_ROWS[1] + 1):
+        bucket = row_bucket(rows)
+        assert bucket in LAYER_ROW_BUCKETS and rows <= bucket <= max(2, 1.5 * rows), rows
+
+
+@pytest.mark.skipif(not onednn_available(), reason="torch built without oneDNN")
+def test_a_padded_layer_product_gives_each_row_its_bucket_s_bits_and_f_linear_s_values() -> None:
+    model = our_model(hf_model("llama"))
+    ops = prepare_cpu_model(model)
+    w = model.layers[0].gate_up_weight
+    torch.manual_seed(1)
+    x = torch.randn(48, w.shape[1])
+    full = ops.linear(x, w)  # 48 rows: a bucket of its own
+    for rows in (33, 40, 47):  # padded to 48: each row's bits are those of the 48-row product
+        part = ops.linear(x[:rows], w)
+        assert part.shape == (rows, w.shape[0]) and torch.equal(part, full[:rows]), rows
+        assert _rel(part, F.linear(x[:rows], w)) < 1e-6
+
+
+@pytest.mark.skipif(not onednn_available(), reason="torch built without oneDNN")
+def test_the_layer_primitives_are_built_before_serving() -> None:
+    model = our_model(hf_model("llama"))
+    ops = prepare_cpu_model(model, pack_layers=False)
+    assert ops.build_layer_primitives() == 0  # nothing packed, nothing to build
+    ops = prepare_cpu_model(our_model(hf_model("llama")))
+    shapes = {tuple(layer_weight.shape) for layer in model.layers
+              for layer_weight in (layer.qkv_weight, layer.o_weight, layer.gate_up_weight, layer.down_weight)}
+    assert ops.build_layer_primitives() == len(shapes) * len(LAYER_ROW_BUCKETS)
