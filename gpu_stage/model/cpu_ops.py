@@ -24,8 +24,8 @@ Results differ from F.linear's only by summation order (relative 1e-6).
 oneDNN builds (and caches) a primitive per product shape, ~0.5 MB each: a layer product at every
 row count from 2 to 64 grew a server's memory by ~140 MB as new batch sizes came, after start-up.
 So a layer's packed product runs at a few row buckets (LAYER_ROW_BUCKETS: every count to 8, a CPU
-server's usual decode batches; past 8, x padded with zero rows to at most 1.5x, which costs those
-products 15-35%), and `prepare_cpu_model` builds those primitives (~30 MB) before serving.
+server's usual decode batches; past 8, x padded with zero rows to at most 1.5x the rows, which can
+cost those products about as much in time), and `prepare_cpu_model` builds those primitives (~30 MB) before serving.
 
 Over an 8-bit KV pool (kv/invariance.py) a row's products must not depend on the rows beside it:
 MKL's F.linear sums a row in another order below 4 rows and where two threads split an odd row
