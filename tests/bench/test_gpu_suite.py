@@ -21,9 +21,11 @@ def test_every_scenario_draws_from_its_own_seed_and_reports_cache_hits(tmp_path,
     monkeypatch.setattr(suite, "fetch_json", lambda url: {"traces": [trace]})
     summary = asyncio.run(suite.run_scenarios("http://x", tmp_path, quick=True))
     seeds = [a.seed for a in calls]
-    assert len(calls) == 8 and len(set(seeds)) == len(seeds)  # one stream per scenario: no shared prefixes
+    assert len(calls) == 9 and len(set(seeds)) == len(seeds)  # one stream per scenario: no shared prefixes
     assert summary["cached_tokens"]["reference"] == 16
     assert summary["cached_tokens"]["ttft-8192"] == 0
     varied = next(a for a in calls if a.label == "ttft-2048-varied")
     assert varied.range_ratio == 0.25 and varied.concurrency == 1
     assert summary["ttft_p50_ms_2048_varied"] == 1.0
+    assert calls[-1].label == "ttft-512" and calls[-1].input_len == 512  # last: the others keep their seeds
+    assert summary["ttft_p50_ms_512"] == 1.0

@@ -75,3 +75,23 @@ def test_ttft_ratios_to_their_floors_at_the_sustained_rate(tmp_path: Path) -> No
     assert s["ttft_p50_ms_2048_ratio_to_floor"] == round(48.0 / floor, 4)
     assert s["ttft_p50_ms_2048_ratio_to_floor_fp8"] == round(49.0 / floor, 4)
     assert "ttft_p50_ms_128_ratio_to_floor" not in s  # no such figure measured
+
+
+def test_the_512_token_ttft_and_the_batch_1_itl_get_their_floor_ratios(tmp_path: Path) -> None:
+    from bench.floors import decode_floor_ms, ttft_floor_ms
+    from gpu_stage.loaders.dummy_loader import dummy_preset
+
+    detail, out = tmp_path / "detail", tmp_path / "out"
+    config = dummy_preset("llama-3.1-8b")
+    write(detail / "suite-auto" / "summary.json", {"ttft_p50_ms_512": 20.0, "itl_p50_ms_b1": 6.0})
+    write(detail / "suite-fp8" / "summary.json", {"ttft_p50_ms_512": 21.0, "itl_p50_ms_b1": 5.9})
+    write(out / "kv_debug_auto.json", {"dtype": "bfloat16", "pool_tokens": 1000, "bytes_per_token": 131072})
+    write(out / "kv_debug_fp8.json", {"dtype": "fp8_e4m3", "pool_tokens": 1970, "bytes_per_token": 66560})
+    write(out / "rates.json", {"copy_tbps": 3.0, "sustained_tflops": 670.0})
+    s = summarize(detail, out)
+    assert s["ttft_p50_ms_512_ratio_to_floor"] == round(20.0 / ttft_floor_ms(config, 512, 670.0, 3.0), 4)
+    assert s["ttft_p50_ms_512_ratio_to_floor_fp8"] == round(21.0 / ttft_floor_ms(config, 512, 670.0, 3.0), 4)
+    b1 = decode_floor_ms(config, 1, 256, 3.0, 131072)
+    assert s["itl_b1_floor_ms"] == round(b1, 3) and s["itl_b1_ratio_to_floor"] == round(6.0 / b1, 4)
+    assert s["itl_b1_ratio_to_floor_fp8"] == round(5.9 / decode_floor_ms(config, 1, 256, 3.0, 66560), 4)
+    assert s["itl_b1_ratio_to_floor"] > 1.0  # 6 ms against a ~5.4 ms read of 16 GB at 3 TB/s
