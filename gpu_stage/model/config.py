@@ -71,6 +71,8 @@ class ModelConfig:
     def num_params(self) -> int:
         h, i, v = self.hidden_size, self.intermediate_size, self.vocab_size
         per_layer = h * (self.q_size + 2 * self.kv_size) + self.q_size * h + 3 * h * i + 2 * h
+        if self.architecture == "qwen3":  # an RMSNorm over each head's q and k
+            per_layer += 2 * self.head_dim
         head = 0 if self.tie_word_embeddings else v * h
         return v * h + self.num_layers * per_layer + h + head
 

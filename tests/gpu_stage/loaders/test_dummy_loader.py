@@ -73,6 +73,7 @@ def test_qwen3_presets_carry_norms_on_q_and_k(preset, approx_params):
     assert len(norms) == 2 * config.num_layers and set(norms.values()) == {(128,)}
     assert not any(n.endswith(".bias") for n in shapes)
     assert sum(torch.Size(s).numel() for s in shapes.values()) == pytest.approx(approx_params, rel=0.01)
+    assert sum(torch.Size(s).numel() for s in shapes.values()) == config.num_params()  # the norms counted
     assert ("lm_head.weight" in shapes) != config.tie_word_embeddings
 
 
