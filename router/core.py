@@ -27,14 +27,15 @@ class Dispatch:
 
 class Router:
     def __init__(self, urls: list[str], policy: str = "predicted-ttft", health_interval_s: float = 0.5,
-                 health_timeout_s: float = 1.0, predictor: TtftPredictor | None = None) -> None:
+                 health_timeout_s: float = 1.0, predictor: TtftPredictor | None = None,
+                 api_key: str | None = None) -> None:
         self.replicas = [Replica(url) for url in urls]
         self.index = PrefixIndex()
         self.predictor = predictor or TtftPredictor()
         self.policy_name = policy
         self.policy = POLICIES[policy](self.index, self.predictor)
         self.events = KvEventFeed(self.index)  # the replicas' own word on what they hold
-        self.health = HealthWatch(self.replicas, health_interval_s, health_timeout_s, self.events)
+        self.health = HealthWatch(self.replicas, health_interval_s, health_timeout_s, self.events, api_key)
         self._seen_down = [False] * len(self.replicas)
 
     def ready(self, exclude: set[int] = frozenset()) -> list[tuple[int, Replica]]:
@@ -82,4 +83,11 @@ class Router:
         ready = sum(r.routable for r in self.replicas)
         return {"status": "ready" if ready else "unavailable", "policy": self.policy_name,
                 "num_ready": ready, "replicas": [r.describe() for r in self.replicas],
-                "tokens_per_block": TOKENS_PER_BLOCK}
+                "tokens_per_block": TOKENS_PER_BLOCK, "num_kv_events": self.events.num_events}
+
+    def why_none_ready(self) -> str:
+        """Each replica's reason for not taking requests, for the client's 503: a replica that refuses
+        the router's key must say so to whoever sees the error, not leave them guessing."""
+        reasons = [f"{r.url} is {r.state}" + (f" ({r.reason})" if r.reason else "")
+                   for r in self.replicas if not r.routable]
+        return "; ".join(reasons)
