@@ -58,7 +58,8 @@ class Router:
         i = self.policy.choose(candidates, request)
         replica = self.replicas[i]
         hit = self.index.num_cached_blocks(i, request.block_hashes)
-        uncached = self.predictor.uncached_tokens(request.num_prompt_tokens, hit)
+        host = self.index.num_host_blocks(i, request.block_hashes, hit)
+        uncached = self.predictor.prefill_tokens(request.num_prompt_tokens, hit, host)
         load = replica.load
         was_idle = load.num_in_flight == 0 and load.num_waiting == 0
         load.num_in_flight += 1
