@@ -7,7 +7,8 @@ counters, as the Prometheus gauges are, so the hot path does nothing for it.
 
 /replica/kv_events?epoch=E&after=N answers JSON lines (pipeline/kv_event_log.py): first
 `{"type": "log", "epoch": ..., "seq": ...}`, the place to ask from next time, then one line per
-event after N, `{"seq": ..., "type": "stored" | "removed" | "all_cleared", "block_hashes": [hex, ...]}`.
+event after N, `{"seq": ..., "type": "stored" | "offloaded" | "removed" | "all_cleared", "block_hashes": [hex, ...]}`
+(`offloaded`: moved to the host-memory KV tier, still a hit at a restore's cost).
 A router asks after each /replica/state answer, on the same connection.
 """
 from __future__ import annotations
