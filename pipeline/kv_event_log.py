@@ -175,6 +175,15 @@ def prompt_blocks(prompt: bytes | str) -> tuple[tuple[bytes, ...], int]:
     return chained_block_hashes(text), len(text.encode("utf-8", "surrogatepass"))
 
 
+def events_body(log: KvEventLog, epoch: str | None, after: int) -> bytes:
+    """GET /replica/kv_events's answer: JSON lines, the log's place first, then each event."""
+    events = log.read(epoch, after)
+    lines = [orjson.dumps({"type": "log", "epoch": log.epoch, "seq": log.seq})]
+    lines += [orjson.dumps({"seq": seq, "type": kind, "block_hashes": [h.hex() for h in hashes]})
+              for seq, kind, hashes in events]
+    return b"\n".join(lines) + b"\n"
+
+
 def attach_kv_event_log(pool, block_size: int, host=None) -> KvEventLog:
     """A log fed by `pool`'s evictions (after whatever hook the pool had: the KV tiers' offload) and,
     with `host` (the tiers' HostIndex), by the host tier's."""

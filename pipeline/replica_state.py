@@ -15,12 +15,11 @@ from __future__ import annotations
 
 from typing import Iterable
 
-import orjson
-
 from starlette.requests import Request
 from starlette.responses import Response
 
 from pipeline.json_response import error_response, json_response
+from pipeline.kv_event_log import events_body
 from protocol.errors import bad_request
 
 MAX_EPOCH_CHARS = 64
@@ -60,8 +59,4 @@ async def replica_kv_events(request: Request) -> Response:
     if not raw_after.isascii() or not raw_after.isdigit() or len(raw_after) > 19:
         return error_response(bad_request(f"'after' must be a whole number from 0, got {raw_after[:40]!r}",
                                           "after"))
-    events = log.read(epoch, int(raw_after))
-    lines = [orjson.dumps({"type": "log", "epoch": log.epoch, "seq": log.seq})]
-    lines += [orjson.dumps({"seq": seq, "type": kind, "block_hashes": [h.hex() for h in hashes]})
-              for seq, kind, hashes in events]
-    return Response(b"\n".join(lines) + b"\n", media_type="application/x-ndjson")
+    return Response(events_body(log, epoch, int(raw_after)), media_type="application/x-ndjson")

@@ -3,7 +3,8 @@ but the health watch it owns; router/proxy.py moves the bytes)."""
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from typing import Callable
 
 from router.health_watch import HealthWatch
 from router.kv_event_feed import KvEventFeed
@@ -21,14 +22,15 @@ class Dispatch:
     replica: Replica
     num_uncached_tokens: int
     was_idle: bool
-    sent_at: float = field(default_factory=time.perf_counter)
+    sent_at: float
     started: bool = False
 
 
 class Router:
     def __init__(self, urls: list[str], policy: str = "predicted-ttft", health_interval_s: float = 0.5,
                  health_timeout_s: float = 1.0, predictor: TtftPredictor | None = None,
-                 api_key: str | None = None) -> None:
+                 api_key: str | None = None, clock: Callable[[], float] = time.perf_counter) -> None:
+        self.clock = clock  # TTFTs the predictor learns from (the simulator's is simulated time)
         self.replicas = [Replica(url) for url in urls]
         self.index = PrefixIndex()
         self.predictor = predictor or TtftPredictor()
@@ -65,14 +67,14 @@ class Router:
         load.num_in_flight += 1
         load.num_pending_prefill_tokens += uncached
         self.index.record(i, request.block_hashes)
-        return Dispatch(i, replica, uncached, was_idle)
+        return Dispatch(i, replica, uncached, was_idle, self.clock())
 
     def first_token(self, d: Dispatch) -> None:
         """The replica's first body bytes arrived: the prefill is no longer queued there."""
         if not d.started:
             d.started = True
             d.replica.load.num_pending_prefill_tokens -= d.num_uncached_tokens
-            self.predictor.observe(d.replica, d.num_uncached_tokens, time.perf_counter() - d.sent_at, d.was_idle)
+            self.predictor.observe(d.replica, d.num_uncached_tokens, self.clock() - d.sent_at, d.was_idle)
 
     def finish(self, d: Dispatch) -> None:
         if not d.started:

@@ -24,9 +24,13 @@ class KvEventFeed:
         self._places: dict[int, tuple[str, int]] = {}  # replica -> (epoch, last seq applied)
         self.num_events = 0
 
+    def place(self, replica: int) -> tuple[str, int]:
+        """The log and the last event of it applied: ("", 0) before the first answer."""
+        return self._places.get(replica, ("", 0))
+
     def path(self, replica: int) -> bytes:
         """Where to ask next: after the last event applied, in the log it came from."""
-        epoch, seq = self._places.get(replica, ("", 0))
+        epoch, seq = self.place(replica)
         return EVENTS_PATH + b"?epoch=" + epoch.encode() + b"&after=" + str(seq).encode()
 
     def apply(self, replica: int, body: bytes) -> None:
