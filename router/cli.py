@@ -1,7 +1,7 @@
 """`ttft route`: the router in front of replicas started by anyone (systemd, Kubernetes, `ttft serve`).
 
 Flags are checked before anything starts (a mistake is one line naming the flag, exit status 2),
-then the address is bound, then uvicorn serves RouterApp.
+then the address is bound, then the router's own front server (router/front_server.py) serves RouterApp.
 """
 from __future__ import annotations
 
@@ -89,35 +89,25 @@ def run_route(args: argparse.Namespace) -> int:
 
 
 def serve_router(urls: list[str], opts: RouteOptions, listener) -> int:
-    import uvicorn
-
-    from pipeline.loop_signals import signals_on_loop
-
-    class RouterServer(uvicorn.Server):
-        """uvicorn re-raises SIGTERM once it has shut down, which would end the process with the
-        signal's status before `--data-parallel-size` stops its engines."""
-
-        def capture_signals(self):
-            return signals_on_loop(self.handle_exit)
+    import uvloop
 
     from router.core import Router
-    from router.front_protocol import RouterHttpProtocol
+    from router.front_server import FrontServer
     from router.proxy import RouterApp
 
     logging.basicConfig(level=opts.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     router = Router(urls, opts.routing_policy, opts.health_interval_s, opts.health_timeout_s,
                     api_key=opts.replica_api_key)
     app = RouterApp(router, opts.max_body_bytes, connect_timeout_s=opts.health_timeout_s)
-    # The replica's own `date` and `server` headers pass through, so uvicorn adds none; nothing sits in
-    # front of the router that it should trust X-Forwarded-* from (and that middleware costs every request).
-    config = uvicorn.Config(app, loop="uvloop", http=RouterHttpProtocol, lifespan="on", log_level=opts.log_level.lower(),
-                            access_log=False, timeout_graceful_shutdown=5, proxy_headers=False,
-                            server_header=False, date_header=False)
-    server = RouterServer(config)
-    logging.getLogger("ttft.router").info("routing to %d replicas (%s) on %s", len(urls), opts.routing_policy,
-                                          listener.url)
+    log = logging.getLogger("ttft.router")
+
+    async def serve() -> None:
+        server = FrontServer(app, opts.max_body_bytes, shutdown_s=5.0)
+        await server.serve(listener.sockets, lambda: log.info("routing to %d replicas (%s) on %s", len(urls),
+                                                              opts.routing_policy, listener.url))
+
     try:
-        server.run(sockets=listener.sockets)
+        uvloop.run(serve())
     finally:
         listener.close()
     return 0

@@ -126,7 +126,7 @@ class HealthWatch:
     async def _ask(self, index: int) -> tuple[int, bytes]:
         replica = self.replicas[index]
         conn = self._conns.get(index)
-        if conn is None or conn.writer.transport.is_closing():
+        if conn is None or not conn.is_usable():
             conn = self._conns[index] = await UpstreamConnection.open(replica.host, replica.port, self.timeout_s)
         path = self._paths.get(index, STATE_PATH)
         conn.send(b"GET", path, replica.host_header, self.headers, b"")

@@ -79,7 +79,7 @@ class Replica:
         """An idle keep-alive connection, or a new one; it counts as busy until `release`."""
         while self.idle:
             conn = self.idle.pop()
-            if not conn.writer.transport.is_closing() and not conn.reader.at_eof():
+            if conn.is_usable():
                 break
             conn.close()
         else:
