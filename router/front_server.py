@@ -183,7 +183,7 @@ class FrontProtocol(asyncio.Protocol):
     def on_message_complete(self) -> None:
         parsed = httptools.parse_url(self.url)
         raw_path = parsed.path
-        scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1",
+        scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": self.parser.get_http_version(),
                  "method": self.parser.get_method().decode("ascii"), "scheme": "http",
                  "path": unquote(raw_path.decode("ascii", "replace")), "raw_path": raw_path,
                  "query_string": parsed.query or b"", "root_path": "", "headers": self.headers,
@@ -257,7 +257,10 @@ class FrontProtocol(asyncio.Protocol):
                 for name, value in headers:
                     has_length |= name.lower() == b"content-length"
                     lines.append(b"%s: %s\r\n" % (name, value))
-                req.chunked = not has_length
+                # HTTP/1.0 knows no chunks: a body of unknown length ends where the connection does
+                req.chunked = not has_length and req.scope["http_version"] == "1.1"
+                if not has_length and not req.chunked:
+                    req.keep_alive = False
                 if req.chunked:
                     lines.append(b"transfer-encoding: chunked\r\n")
                 if not req.keep_alive:

@@ -158,3 +158,14 @@ async def test_a_stop_lets_the_request_in_flight_finish() -> None:
         assert b"data: 1" in answer and b"connection: close" not in answer
         assert await asyncio.wait_for(reader.read(1), 2) == b""  # then closed
         writer.close()
+
+
+async def test_an_http_1_0_client_gets_no_chunks_and_the_end_of_the_connection_ends_the_stream() -> None:
+    async with serving() as (_, port):
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"GET /stream HTTP/1.0\r\nhost: x\r\n\r\n")
+        answer = await asyncio.wait_for(reader.read(), 2)  # to the end: the server closes
+        head, body = answer.split(b"\r\n\r\n", 1)
+        assert head.startswith(b"HTTP/1.1 200") and b"chunked" not in head and b"connection: close" in head
+        assert body == b"data: 1\n\n"
+        writer.close()
