@@ -1,5 +1,6 @@
 """Where the router's CPU goes per request, in one process: a scripted replica (a canned one-token
-SSE answer), `ttft route`'s app under uvicorn with the router's protocol, and a client sending
+SSE answer), `ttft route`'s app under its front server (uvicorn for a checkout from before
+router/front_server.py), and a client sending
 streamed completions one at a time, all on one uvloop loop under cProfile. The replica and client
 are as cheap as asyncio streams allow, so what the profile shows above them is the router's.
 
@@ -14,7 +15,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import cProfile
+import importlib
 import pstats
+import socket
 import time
 
 import uvicorn
@@ -24,8 +27,12 @@ from router.core import Router
 from router.proxy import RouterApp
 
 try:
-    from router.front_protocol import RouterHttpProtocol
-except ImportError:  # a checkout from before it: uvicorn's own
+    from router.front_server import FrontServer
+except ImportError:  # a checkout from before it: uvicorn, with the router's protocol if it has one
+    FrontServer = None
+try:
+    RouterHttpProtocol = importlib.import_module("router.front_protocol").RouterHttpProtocol
+except ImportError:
     RouterHttpProtocol = "httptools"
 
 SSE = (b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n"
@@ -56,14 +63,24 @@ async def main(num: int, top: int) -> None:
     rserver = await asyncio.start_server(replica, "127.0.0.1", 0)
     rport = rserver.sockets[0].getsockname()[1]
     router = Router([f"http://127.0.0.1:{rport}"])
-    config = uvicorn.Config(RouterApp(router), host="127.0.0.1", port=0, http=RouterHttpProtocol, lifespan="on",
-                            log_level="warning", access_log=False, server_header=False, date_header=False,
-                            proxy_headers=False)
-    server = uvicorn.Server(config)
-    task = asyncio.create_task(server.serve())
-    while not server.started:
-        await asyncio.sleep(0.01)
-    port = server.servers[0].sockets[0].getsockname()[1]
+    if FrontServer is not None:
+        sock = socket.socket()
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(128)
+        port = sock.getsockname()[1]
+        server = FrontServer(RouterApp(router), 16 * 1024 * 1024)
+        started = asyncio.Event()
+        task = asyncio.create_task(server.serve([sock], started.set))
+        await started.wait()
+    else:
+        config = uvicorn.Config(RouterApp(router), host="127.0.0.1", port=0, http=RouterHttpProtocol, lifespan="on",
+                                log_level="warning", access_log=False, server_header=False, date_header=False,
+                                proxy_headers=False)
+        server = uvicorn.Server(config)
+        task = asyncio.create_task(server.serve())
+        while not server.started:
+            await asyncio.sleep(0.01)
+        port = server.servers[0].sockets[0].getsockname()[1]
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     request = (b"POST /v1/completions HTTP/1.1\r\nhost: r\r\ncontent-type: application/json\r\n"
                b"content-length: %d\r\n\r\n%s" % (len(BODY), BODY))
@@ -87,7 +104,10 @@ async def main(num: int, top: int) -> None:
     if top:
         pstats.Stats(profile).sort_stats("tottime").print_stats(top)
     writer.close()
-    server.should_exit = True
+    if FrontServer is not None:
+        server.stop()
+    else:
+        server.should_exit = True
     await task
     rserver.close()
 

@@ -166,7 +166,8 @@ def run_serve(args: argparse.Namespace, flags: dict[str, str], serve_argv: list[
 
         logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         return serve_data_parallel(serve_argv or [], args.data_parallel_size, serves_on_cpu(args.device),
-                                   args.tensor_parallel_size, args.host, args.port, args.log_level)
+                                   args.tensor_parallel_size, args.host, args.port, args.log_level,
+                                   replica_api_key=args.api_key)
     set_cpu_openmp_env(args.device)
     # Tokenizing runs one text at a time in our own thread pool: no rayon pool beside it.
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

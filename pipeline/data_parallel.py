@@ -107,17 +107,19 @@ def stop_replicas(children: list[subprocess.Popen]) -> None:
 
 
 def serve_data_parallel(argv: list[str], num_replicas: int, on_cpu: bool, tp_size: int, host: str, port: int,
-                        log_level: str) -> int:
+                        log_level: str, replica_api_key: str | None = None) -> int:
     """Bind the front first (a taken port is a usage error before any engine starts), then the engines,
-    then the router until it stops."""
+    then the router until it stops. The engines' key (`--api-key`, else $TTFT_API_KEY, which they
+    inherit) is the router's for its own requests to them."""
     from pipeline.listen_socket import bind_tcp
-    from router.cli import RouteOptions, serve_router
+    from router.cli import RouteOptions, resolve_replica_api_key, serve_router
 
     check_data_parallel(argv)
+    replica_api_key = resolve_replica_api_key(replica_api_key, "--api-key")
     listener = bind_tcp(host, port)
     children = start_replicas(argv, num_replicas, on_cpu, tp_size)
     try:
-        return serve_router([url for _, url in children], RouteOptions(host=host, port=port, log_level=log_level),
-                            listener)
+        opts = RouteOptions(host=host, port=port, log_level=log_level, replica_api_key=replica_api_key)
+        return serve_router([url for _, url in children], opts, listener)
     finally:
         stop_replicas([proc for proc, _ in children])

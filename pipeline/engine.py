@@ -33,6 +33,7 @@ from observe.traceparent import valid_traceparent
 from pipeline.wiring import PipelineStages, wire_stages
 from protocol.errors import bad_request, overloaded
 from protocol.request_id import new_request_id
+from router.request_key import prompt_text
 from protocol.requests.context_length import check_context_length
 from stages.messages import RequestOutput
 from stages.sampling import SamplingParams
@@ -76,7 +77,9 @@ class Engine:
         self.gpu_stage, self.emitter_stage = self.pipeline.gpu, self.pipeline.emitter
         if otlp_endpoint is not None:
             self.trace_export = OtlpTraceExport(otlp_endpoint, server_span_attributes(built, self.model_name))
-        self.kv_events = attach_kv_event_log(built.scheduler.kv.pool, cfg.block_size)
+        tiers = built.scheduler.tiers
+        self.kv_events = attach_kv_event_log(built.scheduler.kv.pool, cfg.block_size,
+                                             tiers.host if tiers.enabled else None)
         sinks = (lambda trace: self.kv_events.finished(trace.request_id),)
         if self.trace_export is not None:
             sinks += (self.trace_export.submit,)
@@ -189,6 +192,8 @@ class Engine:
         max_tokens = check_context_length(len(ids), params.max_tokens, self.built.max_model_len)
         params = dataclasses.replace(params, max_tokens=max_tokens)
         reply = self.submit(PreparedRequest(rid, [ids], params, trace, n))
+        if self.kv_events is not None and self.kv_events.subscribed:  # a router reads what the cache holds
+            self.kv_events.admitted(rid, prompt_text({"prompt": prompt}), ids, None)
         num_left = n
         try:
             while num_left:

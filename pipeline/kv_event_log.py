@@ -9,6 +9,12 @@ covers its tokens (characters and tokens are aligned in proportion: the router's
 the eviction of any token block removes the text block over it and the router's leading run of
 held blocks stops there, where the replica's prefix match stops.
 
+With a host-memory KV tier (`--kv-host-gb`) a token block the device evicts into that tier is
+still a prefix hit, restored instead of recomputed: its text blocks are published as `offloaded`
+(held, at the restore's cost) rather than `removed`, which comes when the host tier evicts it too;
+a text block held in the host tier and cached on the device again (fetched back, then finished in
+a request) is `stored` again. The disk tier below is not published (its hits cost a read).
+
 Nothing of this runs until a router has asked once (`subscribed`): a server without a router pays
 nothing. Then a request costs one dict entry when admitted; its hashes are computed when a router
 next asks, in that request, from the prompts finished since, checked against the cache as it is
@@ -40,8 +46,10 @@ MAX_PUBLISH_S = 0.002  # of loop time per router's ask: a token step must not wa
 
 class KvEventLog:
     def __init__(self, lookup: Callable[[bytes], int | None], block_size: int, max_events: int = MAX_EVENTS,
-                 max_unread: int = MAX_UNREAD_PROMPTS) -> None:
+                 max_unread: int = MAX_UNREAD_PROMPTS,
+                 host_lookup: Callable[[bytes], int | None] | None = None) -> None:
         self.lookup = lookup  # the pool's: token block hash -> the block holding it, or None
+        self.host_lookup = host_lookup  # the host tier's (None: no tiers): token block hash -> its slot
         self.block_size = block_size
         self.epoch = secrets.token_hex(8)
         self.seq = 0
@@ -52,12 +60,16 @@ class KvEventLog:
         self._admitted: OrderedDict[str, tuple[bytes, Sequence[int], str | None]] = OrderedDict()
         self._finished: deque[tuple[bytes, Sequence[int], str | None]] = deque(maxlen=max_unread)
         self._texts_on: dict[bytes, list[bytes]] = {}  # token block hash -> text block hashes tied to it
-        self._held: set[bytes] = set()  # text block hashes published as stored and not removed
+        self._held: set[bytes] = set()  # text block hashes published as stored (or offloaded) and not removed
+        self._on_host: set[bytes] = set()  # of those, the ones published as offloaded (host tier only)
 
     # -- fed by the server ---------------------------------------------------------------------
-    def admitted(self, request_id: str, body: bytes, prompt_token_ids: Sequence[int], cache_salt: str | None) -> None:
-        """A request entered the engine (only called once subscribed)."""
-        self._admitted[request_id] = (body, prompt_token_ids, cache_salt)
+    def admitted(self, request_id: str, prompt: bytes | str, prompt_token_ids: Sequence[int],
+                 cache_salt: str | None) -> None:
+        """A request entered the engine (only called once subscribed). `prompt`: its HTTP body (bytes,
+        read as the router reads it) or, from the embedding API, the prompt text the router's
+        `prompt_text` gives for it (str)."""
+        self._admitted[request_id] = (prompt, prompt_token_ids, cache_salt)
         if len(self._admitted) > self.max_unread:  # one that never finished (a lost abort): forget it
             self._admitted.popitem(last=False)
 
@@ -68,11 +80,27 @@ class KvEventLog:
             self._finished.append(source)
 
     def evicted(self, token_hash: bytes) -> None:
-        """The pool evicted a cached block (BlockPool.on_evict, chained)."""
+        """The pool evicted a cached block (BlockPool.on_evict, chained after the tiers' offload)."""
+        if self.host_lookup is not None and self.host_lookup(token_hash) is not None:
+            texts = self._texts_on.get(token_hash, ())  # still tied: the host tier's eviction removes them
+            moved = tuple(t for t in texts if t in self._held and t not in self._on_host)
+            if moved:
+                self._on_host.update(moved)
+                self._emit("offloaded", moved)
+            return
+        self._drop(token_hash)
+
+    def host_evicted(self, token_hash: bytes) -> None:
+        """The host tier dropped a block (HostIndex.on_evict); one the device still holds stays tied."""
+        if self.lookup(token_hash) is None:
+            self._drop(token_hash)
+
+    def _drop(self, token_hash: bytes) -> None:
         texts = self._texts_on.pop(token_hash, None)
         if texts:
             gone = tuple(t for t in texts if t in self._held)
             self._held.difference_update(gone)
+            self._on_host.difference_update(gone)
             if gone:
                 self._emit("removed", gone)
 
@@ -84,7 +112,8 @@ class KvEventLog:
         oldest = self.events[0][0] if self.events else self.seq + 1
         if epoch == self.epoch and after <= self.seq and after >= oldest - 1:
             return [e for e in self.events if e[0] > after]
-        return [(self.seq, "all_cleared", ()), (self.seq, "stored", tuple(self._held))]
+        snapshot = [(self.seq, "all_cleared", ()), (self.seq, "stored", tuple(self._held - self._on_host))]
+        return snapshot + ([(self.seq, "offloaded", tuple(self._on_host))] if self._on_host else [])
 
     def _publish_finished(self) -> None:
         deadline = time.perf_counter() + self.max_publish_s
@@ -118,6 +147,9 @@ class KvEventLog:
                     self._texts_on.setdefault(token_hashes[i], []).append(text_hash)
                 self._held.add(text_hash)
                 new.append(text_hash)
+            elif text_hash in self._on_host:  # fetched back from the host tier: on the device again
+                self._on_host.discard(text_hash)
+                new.append(text_hash)
             last_tied = max(last_tied, j)
         return tuple(new)
 
@@ -126,22 +158,36 @@ class KvEventLog:
         self.events.append((self.seq, kind, hashes))
 
 
-def prompt_blocks(body: bytes) -> tuple[tuple[bytes, ...], int]:
+def prompt_blocks(prompt: bytes | str) -> tuple[tuple[bytes, ...], int]:
     """The router's block hashes of the request's prompt and the prompt's length in UTF-8 bytes
-    (which aligns characters with tokens); ((), 0) for a body the router could not read either."""
-    try:
-        parsed = orjson.loads(body)
-    except orjson.JSONDecodeError:
-        return (), 0
-    if not isinstance(parsed, dict):
-        return (), 0
-    text = prompt_text(parsed)
+    (which aligns characters with tokens); ((), 0) for a body the router could not read either.
+    `prompt`: a request body (bytes), or the prompt's text already (str)."""
+    if isinstance(prompt, str):
+        text = prompt
+    else:
+        try:
+            parsed = orjson.loads(prompt)
+        except orjson.JSONDecodeError:
+            return (), 0
+        if not isinstance(parsed, dict):
+            return (), 0
+        text = prompt_text(parsed)
     return chained_block_hashes(text), len(text.encode("utf-8", "surrogatepass"))
 
 
-def attach_kv_event_log(pool, block_size: int) -> KvEventLog:
-    """A log fed by `pool`'s evictions (after whatever hook the pool had: the KV tiers' offload)."""
-    log = KvEventLog(pool.lookup, block_size)
+def events_body(log: KvEventLog, epoch: str | None, after: int) -> bytes:
+    """GET /replica/kv_events's answer: JSON lines, the log's place first, then each event."""
+    events = log.read(epoch, after)
+    lines = [orjson.dumps({"type": "log", "epoch": log.epoch, "seq": log.seq})]
+    lines += [orjson.dumps({"seq": seq, "type": kind, "block_hashes": [h.hex() for h in hashes]})
+              for seq, kind, hashes in events]
+    return b"\n".join(lines) + b"\n"
+
+
+def attach_kv_event_log(pool, block_size: int, host=None) -> KvEventLog:
+    """A log fed by `pool`'s evictions (after whatever hook the pool had: the KV tiers' offload) and,
+    with `host` (the tiers' HostIndex), by the host tier's."""
+    log = KvEventLog(pool.lookup, block_size, host_lookup=host.lookup if host is not None else None)
     previous = pool.on_evict
 
     def on_evict(block_id: int, block_hash: bytes) -> None:
@@ -150,4 +196,6 @@ def attach_kv_event_log(pool, block_size: int) -> KvEventLog:
         log.evicted(block_hash)
 
     pool.on_evict = on_evict
+    if host is not None:
+        host.on_evict = log.host_evicted
     return log

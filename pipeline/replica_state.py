@@ -7,19 +7,19 @@ counters, as the Prometheus gauges are, so the hot path does nothing for it.
 
 /replica/kv_events?epoch=E&after=N answers JSON lines (pipeline/kv_event_log.py): first
 `{"type": "log", "epoch": ..., "seq": ...}`, the place to ask from next time, then one line per
-event after N, `{"seq": ..., "type": "stored" | "removed" | "all_cleared", "block_hashes": [hex, ...]}`.
+event after N, `{"seq": ..., "type": "stored" | "offloaded" | "removed" | "all_cleared", "block_hashes": [hex, ...]}`
+(`offloaded`: moved to the host-memory KV tier, still a hit at a restore's cost).
 A router asks after each /replica/state answer, on the same connection.
 """
 from __future__ import annotations
 
 from typing import Iterable
 
-import orjson
-
 from starlette.requests import Request
 from starlette.responses import Response
 
 from pipeline.json_response import error_response, json_response
+from pipeline.kv_event_log import events_body
 from protocol.errors import bad_request
 
 MAX_EPOCH_CHARS = 64
@@ -59,8 +59,4 @@ async def replica_kv_events(request: Request) -> Response:
     if not raw_after.isascii() or not raw_after.isdigit() or len(raw_after) > 19:
         return error_response(bad_request(f"'after' must be a whole number from 0, got {raw_after[:40]!r}",
                                           "after"))
-    events = log.read(epoch, int(raw_after))
-    lines = [orjson.dumps({"type": "log", "epoch": log.epoch, "seq": log.seq})]
-    lines += [orjson.dumps({"seq": seq, "type": kind, "block_hashes": [h.hex() for h in hashes]})
-              for seq, kind, hashes in events]
-    return Response(b"\n".join(lines) + b"\n", media_type="application/x-ndjson")
+    return Response(events_body(log, epoch, int(raw_after)), media_type="application/x-ndjson")

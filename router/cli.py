@@ -1,7 +1,7 @@
 """`ttft route`: the router in front of replicas started by anyone (systemd, Kubernetes, `ttft serve`).
 
 Flags are checked before anything starts (a mistake is one line naming the flag, exit status 2),
-then the address is bound, then uvicorn serves RouterApp.
+then the address is bound, then the router's own front server (router/front_server.py) serves RouterApp.
 """
 from __future__ import annotations
 
@@ -25,6 +25,9 @@ class RouteOptions:
     health_timeout_s: float = option(1.0, "a replica whose health check takes longer is taken out")
     max_body_bytes: int = option(16 * 1024 * 1024, "largest request body the router reads (413 past it)")
     log_level: str = option("info", "logging level: debug, info, warning, error")
+    replica_api_key: str | None = option(None, "bearer token the router sends on its own requests to the "
+                                               "replicas (state and KV events; or TTFT_API_KEY); clients' "
+                                               "requests go on with their own Authorization")
 
 
 def add_route_arguments(p: argparse.ArgumentParser) -> None:
@@ -58,13 +61,27 @@ def check_route_options(urls: list[str], opts: RouteOptions) -> list[str]:
         raise UsageError(f"--max-body-bytes {opts.max_body_bytes}: must be >= 1")
     if opts.log_level.lower() not in ("debug", "info", "warning", "error"):
         raise UsageError(f"--log-level {opts.log_level}: must be debug, info, warning or error")
+    opts.replica_api_key = resolve_replica_api_key(opts.replica_api_key)
     return checked
+
+
+def resolve_replica_api_key(cli_value: str | None, flag: str = "--replica-api-key") -> str | None:
+    """The key from `--replica-api-key`, else $TTFT_API_KEY (the one `ttft serve` reads, so one
+    variable serves a whole deployment); None when neither is set. The message never holds the key."""
+    from pipeline.auth import API_KEY_ENV, resolve_api_key
+
+    try:
+        return resolve_api_key(cli_value)
+    except ValueError as exc:
+        source = flag if cli_value is not None else f"${API_KEY_ENV}"
+        raise UsageError(f"{source}: {exc}") from None
 
 
 def run_route(args: argparse.Namespace) -> int:
     """Check, bind, serve; UsageError for what the user must change."""
     opts = from_args(RouteOptions, args)
     urls = check_route_options(args.replica, opts)
+    args.replica_api_key = None  # the key lives only in the health watch from here on
     from pipeline.listen_socket import bind_tcp
 
     listener = bind_tcp(opts.host, opts.port)
@@ -72,34 +89,25 @@ def run_route(args: argparse.Namespace) -> int:
 
 
 def serve_router(urls: list[str], opts: RouteOptions, listener) -> int:
-    import uvicorn
-
-    from pipeline.loop_signals import signals_on_loop
-
-    class RouterServer(uvicorn.Server):
-        """uvicorn re-raises SIGTERM once it has shut down, which would end the process with the
-        signal's status before `--data-parallel-size` stops its engines."""
-
-        def capture_signals(self):
-            return signals_on_loop(self.handle_exit)
+    import uvloop
 
     from router.core import Router
-    from router.front_protocol import RouterHttpProtocol
+    from router.front_server import FrontServer
     from router.proxy import RouterApp
 
     logging.basicConfig(level=opts.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    router = Router(urls, opts.routing_policy, opts.health_interval_s, opts.health_timeout_s)
+    router = Router(urls, opts.routing_policy, opts.health_interval_s, opts.health_timeout_s,
+                    api_key=opts.replica_api_key)
     app = RouterApp(router, opts.max_body_bytes, connect_timeout_s=opts.health_timeout_s)
-    # The replica's own `date` and `server` headers pass through, so uvicorn adds none; nothing sits in
-    # front of the router that it should trust X-Forwarded-* from (and that middleware costs every request).
-    config = uvicorn.Config(app, loop="uvloop", http=RouterHttpProtocol, lifespan="on", log_level=opts.log_level.lower(),
-                            access_log=False, timeout_graceful_shutdown=5, proxy_headers=False,
-                            server_header=False, date_header=False)
-    server = RouterServer(config)
-    logging.getLogger("ttft.router").info("routing to %d replicas (%s) on %s", len(urls), opts.routing_policy,
-                                          listener.url)
+    log = logging.getLogger("ttft.router")
+
+    async def serve() -> None:
+        server = FrontServer(app, opts.max_body_bytes, shutdown_s=5.0)
+        await server.serve(listener.sockets, lambda: log.info("routing to %d replicas (%s) on %s", len(urls),
+                                                              opts.routing_policy, listener.url))
+
     try:
-        server.run(sockets=listener.sockets)
+        uvloop.run(serve())
     finally:
         listener.close()
     return 0

@@ -1,8 +1,11 @@
 """HealthWatch: polls every replica's state and moves it between ready, draining and down.
 
 Each replica is asked `GET /replica/state` (pipeline/replica_state.py: health plus the load the
-predictor reads) every `interval_s` over one kept-alive connection; a replica that predates that
-route (or that keeps it behind its API key) is asked `/health` instead. No answer within `timeout_s` (a replica that accepts connections
+predictor reads) every `interval_s` over one kept-alive connection, with the router's API key when
+it has one (replicas keep that route behind their key); a replica that predates the route is asked
+`/health` instead. A 401 takes the replica out with a reason that names the key (missing or
+refused): routing on `/health` alone would hide a misconfiguration behind a router that cannot see
+any replica's load or prefixes. No answer within `timeout_s` (a replica that accepts connections
 and never answers), a refused or reset connection: down. 503 with `draining` or `stopped`:
 draining. 200: ready, and its published load is recorded. So a dead or hung replica is out within
 `interval_s + timeout_s`, and one that comes back is in again at its next check.
@@ -26,9 +29,11 @@ STATE_PATH, HEALTH_PATH = b"/replica/state", b"/health"
 
 class HealthWatch:
     def __init__(self, replicas: list[Replica], interval_s: float = 0.5, timeout_s: float = 1.0,
-                 feed: KvEventFeed | None = None) -> None:
+                 feed: KvEventFeed | None = None, api_key: str | None = None) -> None:
         self.replicas = replicas
         self.feed = feed
+        self.has_key = api_key is not None
+        self.headers = [(b"authorization", b"Bearer " + api_key.encode("ascii"))] if api_key is not None else []
         self._no_events: set[int] = set()  # replicas that answered the events route 404 or 401
         self.interval_s = interval_s
         self.timeout_s = timeout_s
@@ -67,6 +72,10 @@ class HealthWatch:
             else:
                 replica.set_state(DOWN, str(exc))
             return
+        if status == 401:
+            problem = "refused the router's API key" if self.has_key else "wants an API key the router was not given"
+            replica.set_state(DOWN, f"{problem} (401): see --replica-api-key or $TTFT_API_KEY")
+            return
         self.apply(replica, status, body)
         if (status == 200 and self.feed is not None and index not in self._no_events
                 and self._paths.get(index, STATE_PATH) == STATE_PATH):  # one asked /health predates events
@@ -78,7 +87,7 @@ class HealthWatch:
             return
         replica = self.replicas[index]
         try:
-            conn.send(b"GET", self.feed.path(index), replica.host_header, [], b"")
+            conn.send(b"GET", self.feed.path(index), replica.host_header, self.headers, b"")
             status, body = await asyncio.wait_for(self._answer(index, conn), self.timeout_s)
         except (UpstreamError, asyncio.TimeoutError):
             self._drop(index)
@@ -117,12 +126,12 @@ class HealthWatch:
     async def _ask(self, index: int) -> tuple[int, bytes]:
         replica = self.replicas[index]
         conn = self._conns.get(index)
-        if conn is None or conn.writer.transport.is_closing():
+        if conn is None or not conn.is_usable():
             conn = self._conns[index] = await UpstreamConnection.open(replica.host, replica.port, self.timeout_s)
         path = self._paths.get(index, STATE_PATH)
-        conn.send(b"GET", path, replica.host_header, [], b"")
+        conn.send(b"GET", path, replica.host_header, self.headers, b"")
         status, body = await self._answer(index, conn)
-        if status in (401, 404) and path == STATE_PATH:  # a replica without the route, or with it behind a key
+        if status == 404 and path == STATE_PATH:  # a replica that predates the route
             self._paths[index] = HEALTH_PATH
             return await self._ask(index)
         return status, body

@@ -3,8 +3,8 @@ to the router's PrefixIndex.
 
 The index starts from the router's own guess (a block is where the router sent it); the events add
 what the replica holds from traffic this router did not send (other routers, direct clients) and
-take out what it evicted, so a conversation is not sent back to a replica that no longer has its
-prefix. Per replica the feed keeps the log's epoch and the last event applied; `all_cleared` (a
+take out what it evicted (`offloaded`: moved to its host tier, still held), so a conversation is
+not sent back to a replica that no longer has its prefix. Per replica the feed keeps the log's epoch and the last event applied; `all_cleared` (a
 restarted replica, or a router too far behind) forgets the replica's blocks before the snapshot
 that follows it. A body that cannot be read changes nothing: the next answer starts from the same
 place.
@@ -24,9 +24,13 @@ class KvEventFeed:
         self._places: dict[int, tuple[str, int]] = {}  # replica -> (epoch, last seq applied)
         self.num_events = 0
 
+    def place(self, replica: int) -> tuple[str, int]:
+        """The log and the last event of it applied: ("", 0) before the first answer."""
+        return self._places.get(replica, ("", 0))
+
     def path(self, replica: int) -> bytes:
         """Where to ask next: after the last event applied, in the log it came from."""
-        epoch, seq = self._places.get(replica, ("", 0))
+        epoch, seq = self.place(replica)
         return EVENTS_PATH + b"?epoch=" + epoch.encode() + b"&after=" + str(seq).encode()
 
     def apply(self, replica: int, body: bytes) -> None:
@@ -42,6 +46,8 @@ class KvEventFeed:
                 self.index.forget(replica)
             elif kind == "stored":
                 self.index.record(replica, hashes)
+            elif kind == "offloaded":  # in its host tier now: still a hit, at the restore's cost
+                self.index.record(replica, hashes, on_host=True)
             elif kind == "removed":
                 self.index.remove(replica, hashes)
         self.num_events += len(events)

@@ -68,7 +68,8 @@ class PredictedTtft(RoundRobin):
         scored = []
         for k, (i, replica) in enumerate(candidates):
             hit = self.index.num_cached_blocks(i, request.block_hashes)
-            scored.append((self.predictor.predict_s(replica, request.num_prompt_tokens, hit), hit, k))
+            host = self.index.num_host_blocks(i, request.block_hashes, hit)
+            scored.append((self.predictor.predict_s(replica, request.num_prompt_tokens, hit, host), hit, k))
         best_s = min(s for s, _, _ in scored)
         ties = [t for t in scored if t[0] <= best_s + self.tie_s]
         _, _, k = min(ties, key=lambda t: (-t[1], candidates[t[2]][1].load.num_in_flight, (t[2] - self._next) % n))

@@ -6,6 +6,9 @@ hash (router/request_key.py), the replicas it routed that block to; the replicas
 blocks a replica holds estimates its prefix-cache hit. Bounded: least recently used hashes go first,
 as a replica's LRU evicts its blocks first. A replica that went down (its cache is gone with it) is
 forgotten by bumping its epoch, in O(1); entries of older epochs are ignored.
+A block a replica moved to its host-memory KV tier (an `offloaded` event) is still held, as a hit
+that costs a restore instead of a recompute: such blocks are also kept per replica in `_on_host`,
+which is empty (and costs nothing) for replicas without tiers.
 """
 from __future__ import annotations
 
@@ -18,11 +21,13 @@ class PrefixIndex:
         self.max_blocks = max_blocks
         self._holders: OrderedDict[bytes, dict[int, int]] = OrderedDict()  # hash -> {replica: epoch}
         self._epochs: dict[int, int] = {}
+        self._on_host: dict[int, set[bytes]] = {}  # replica -> held blocks that are in its host tier only
 
     def __len__(self) -> int:
         return len(self._holders)
 
-    def record(self, replica: int, block_hashes: Sequence[bytes]) -> None:
+    def record(self, replica: int, block_hashes: Sequence[bytes], on_host: bool = False) -> None:
+        """`replica` holds these blocks: on its device (a dispatch, a `stored` event), or `on_host`."""
         epoch = self._epochs.get(replica, 0)
         holders = self._holders
         for h in block_hashes:
@@ -32,8 +37,16 @@ class PrefixIndex:
             else:
                 entry[replica] = epoch
                 holders.move_to_end(h)
+        host = self._on_host.get(replica)
+        if on_host:
+            self._on_host.setdefault(replica, set()).update(block_hashes)
+        elif host:
+            host.difference_update(block_hashes)
         while len(holders) > self.max_blocks:
-            holders.popitem(last=False)
+            h, entry = holders.popitem(last=False)
+            for r in entry:
+                if r in self._on_host:
+                    self._on_host[r].discard(h)
 
     def num_cached_blocks(self, replica: int, block_hashes: Sequence[bytes]) -> int:
         """Leading blocks of `block_hashes` that `replica` holds (as far as this router knows)."""
@@ -46,6 +59,13 @@ class PrefixIndex:
             n += 1
         return n
 
+    def num_host_blocks(self, replica: int, block_hashes: Sequence[bytes], num_cached: int) -> int:
+        """Of the first `num_cached` (held) blocks, those `replica` holds only in its host tier."""
+        host = self._on_host.get(replica)
+        if not host:
+            return 0
+        return sum(1 for h in block_hashes[:num_cached] if h in host)
+
     def remove(self, replica: int, block_hashes: Sequence[bytes]) -> None:
         """`replica` no longer holds these blocks (it evicted them)."""
         epoch = self._epochs.get(replica, 0)
@@ -56,6 +76,9 @@ class PrefixIndex:
                 del entry[replica]
                 if not entry:
                     del holders[h]
+        if self._on_host.get(replica):
+            self._on_host[replica].difference_update(block_hashes)
 
     def forget(self, replica: int) -> None:
         self._epochs[replica] = self._epochs.get(replica, 0) + 1
+        self._on_host.pop(replica, None)

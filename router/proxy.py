@@ -109,8 +109,8 @@ class RouterApp:
                     return
                 last = outcome
             if not client.gone:
-                await _send_error(send, last or ApiError(503, "no replica is ready", type="server_error",
-                                                         headers={"retry-after": "1"}))
+                await _send_error(send, last or ApiError(503, f"no replica is ready: {self.router.why_none_ready()}",
+                                                         type="server_error", headers={"retry-after": "1"}))
         finally:
             watcher.cancel()
 

@@ -60,8 +60,9 @@ class Replica:
         """`silent_for_s`, with DOWN: close only the connections that have been silent that long. A
         health check that timed out may be a replica starved of CPU, not a hung one: its streams that
         still move go on, those that have stopped end (at this check or a later one)."""
-        if state != self.state:
-            self.changed_at = time.monotonic()
+        if state != self.state or reason != self.reason:  # a new reason to be out is news too (a 401 at start-up)
+            if state != self.state:
+                self.changed_at = time.monotonic()
             log.log(logging.INFO if state == READY else logging.WARNING, "replica %s is %s%s", self.url, state,
                     f": {reason}" if reason else "")
         self.state, self.reason = state, reason
@@ -78,7 +79,7 @@ class Replica:
         """An idle keep-alive connection, or a new one; it counts as busy until `release`."""
         while self.idle:
             conn = self.idle.pop()
-            if not conn.writer.transport.is_closing() and not conn.reader.at_eof():
+            if conn.is_usable():
                 break
             conn.close()
         else:

@@ -1,16 +1,20 @@
-"""UpstreamConnection: a minimal HTTP/1.1 client over asyncio streams, for the router's hop to a replica.
+"""UpstreamConnection: a minimal HTTP/1.1 client as an asyncio Protocol, for the router's hop to a replica.
 
-Why not httpx: the router's whole job is to add nothing to TTFT, and each chunk a replica writes
-must reach the client the moment it arrives. A raw keep-alive connection writes the request in one
-call and hands back each chunk of a chunked body as soon as it is read, with no pool machinery,
-no per-chunk objects and no buffering between the replica's flush and ours. It speaks only what a
-ttft replica answers: a status line, headers, then a `Content-Length` or chunked body.
+Why not httpx, nor asyncio streams: the router's whole job is to add nothing to TTFT, and each chunk
+a replica writes must reach the client the moment it arrives. The response is parsed in C as its
+bytes arrive (httptools, chunked framing included), straight from the transport's callback: no
+StreamReader buffer, no search for the head's end in Python, no re-parsing of chunk sizes. What one
+read from the socket held is handed on as one part, never held back for the next. It speaks only
+what a ttft replica answers: a status line, headers, then a `Content-Length` or chunked body
+(trailers are refused).
 """
 from __future__ import annotations
 
 import asyncio
 import time
 from typing import AsyncIterator
+
+import httptools
 
 # Headers that describe one hop, not the message (RFC 9110 7.6.1): never forwarded.
 HOP_HEADERS = frozenset({b"connection", b"keep-alive", b"transfer-encoding", b"te", b"trailer",
@@ -21,29 +25,97 @@ class UpstreamError(Exception):
     """The replica closed, reset or sent something that is not HTTP/1.1."""
 
 
-class UpstreamConnection:
+class UpstreamConnection(asyncio.Protocol):
     """One keep-alive connection to a replica; `reusable` once a response has been read whole."""
 
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.reader = reader
-        self.writer = writer
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
         self.reusable = False
-        self._chunked = False
-        self._remaining = 0  # body bytes left when the length is known
         self.active_at = time.monotonic()  # last request written or bytes read: a silent one may be hung
+        self._parser = httptools.HttpResponseParser(self)
+        self._waiter: asyncio.Future | None = None
+        self._lost: str | None = None  # why no more bytes will come
+        self._expecting = False  # a request was sent and its response is not complete
+        self._reset()
+
+    def _reset(self) -> None:
+        self._headers: list[tuple[bytes, bytes]] = []
+        self._head_done = False
+        self._keep_alive = False
+        self._parts: list[bytes] = []
+        self._done = False
 
     @classmethod
     async def open(cls, host: str, port: int, timeout_s: float) -> "UpstreamConnection":
+        loop = asyncio.get_running_loop()
         try:
-            reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout_s)
+            _, conn = await asyncio.wait_for(loop.create_connection(cls, host, port), timeout_s)
         except (OSError, asyncio.TimeoutError) as exc:
             raise UpstreamError(f"cannot connect to {host}:{port}: {exc or 'timed out'}") from None
-        return cls(reader, writer)
+        return conn
+
+    # -- transport callbacks ------------------------------------------------------------------
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        self.active_at = time.monotonic()
+        try:
+            self._parser.feed_data(data)
+        except (httptools.HttpParserError, ValueError) as exc:  # (a callback's error comes wrapped or not)
+            self._fail(f"the replica sent something that is not HTTP/1.1: {type(exc).__name__}")
+            self.transport.abort()
+        self._wake()
+
+    def eof_received(self) -> bool:
+        self._fail("the replica closed the connection")
+        return False
+
+    def connection_lost(self, exc) -> None:
+        self._fail(f"the connection was lost: {type(exc).__name__}" if exc else "the connection was closed")
+
+    def _fail(self, why: str) -> None:
+        self.reusable = False
+        if self._lost is None:
+            self._lost = why
+        self._wake()
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    # -- httptools callbacks ------------------------------------------------------------------
+    def on_message_begin(self) -> None:
+        if not self._expecting:  # bytes past the end of a response: never reuse this connection
+            self._fail("the replica sent more than one response")
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        if self._head_done:
+            raise ValueError("trailers after the last chunk")
+        self._headers.append((name.lower(), value))
+
+    def on_headers_complete(self) -> None:
+        self._head_done = True
+        self._keep_alive = self._parser.should_keep_alive()  # (after the message ends it says False)
+
+    def on_body(self, body: bytes) -> None:
+        self._parts.append(body)
+
+    def on_message_complete(self) -> None:
+        self._done = True
+        self._expecting = False
+
+    # -- the router's side --------------------------------------------------------------------
+    def is_usable(self) -> bool:
+        """Open, and nothing has gone wrong on it: an idle one may be given a request."""
+        return self._lost is None and self.transport is not None and not self.transport.is_closing()
 
     def close(self) -> None:
         """Close now (also the way an abort reaches the replica: it sees the disconnect)."""
         self.reusable = False
-        self.writer.transport.abort()
+        if self.transport is not None:
+            self.transport.abort()
 
     def send(self, method: bytes, path: bytes, host: bytes, headers: list[tuple[bytes, bytes]],
              body: bytes) -> None:
@@ -52,33 +124,27 @@ class UpstreamConnection:
             if name not in HOP_HEADERS and name != b"host":
                 head += [name, b": ", value, b"\r\n"]
         head += [b"content-length: ", str(len(body)).encode(), b"\r\n\r\n", body]
-        self.writer.write(b"".join(head))
+        self._reset()
+        self._expecting = True
+        self.reusable = False
+        self.transport.write(b"".join(head))
         self.active_at = time.monotonic()
+
+    async def _wait(self) -> None:
+        self._waiter = asyncio.get_running_loop().create_future()
+        try:
+            await self._waiter
+        finally:
+            self._waiter = None
 
     async def read_head(self) -> tuple[int, list[tuple[bytes, bytes]]]:
         """The status and the end-to-end headers of the response."""
-        try:
-            raw = await self.reader.readuntil(b"\r\n\r\n")
-        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, OSError) as exc:
-            raise UpstreamError(f"no response from the replica: {type(exc).__name__}") from None
-        lines = raw[:-4].split(b"\r\n")
-        parts = lines[0].split(b" ", 2)
-        if len(parts) < 2 or not parts[0].startswith(b"HTTP/1.") or not parts[1].isdigit():
-            raise UpstreamError("the replica sent no HTTP/1.1 status line")
-        headers, keep_alive, self._chunked, self._remaining = [], True, False, 0
-        for line in lines[1:]:
-            name, _, value = line.partition(b":")
-            name, value = name.strip().lower(), value.strip()
-            if name == b"transfer-encoding":
-                self._chunked = b"chunked" in value.lower()
-            elif name == b"content-length":
-                self._remaining = int(value)
-            elif name == b"connection":
-                keep_alive = b"close" not in value.lower()
-            if name not in HOP_HEADERS:
-                headers.append((name, value))
-        self.reusable = keep_alive
-        return int(parts[1]), headers
+        while not self._head_done:
+            if self._lost is not None:
+                raise UpstreamError(f"no response from the replica: {self._lost}")
+            await self._wait()
+        headers = [(name, value) for name, value in self._headers if name not in HOP_HEADERS]
+        return self._parser.get_status_code(), headers
 
     async def body_chunks(self) -> AsyncIterator[bytes]:
         """The body as it arrives (see `body_parts`), without the empty parts."""
@@ -87,59 +153,18 @@ class UpstreamConnection:
                 yield part
 
     async def body_parts(self) -> AsyncIterator[tuple[bytes, bool]]:
-        """The body as it arrives, one part per read from the socket: every chunk whole by then,
-        joined, so that what the replica wrote at once is passed on in one write; True with the
-        last part. A chunk is never held back for the next: a part is yielded as soon as it holds
-        one whole chunk."""
-        reader = self.reader
-        try:
-            if not self._chunked:
-                while self._remaining > 0:
-                    data = await reader.read(min(self._remaining, 65536))
-                    if not data:
-                        raise asyncio.IncompleteReadError(b"", self._remaining)
-                    self._remaining -= len(data)
-                    self.active_at = time.monotonic()
-                    yield data, self._remaining == 0
-                return
-            buf = b""
-            while True:
-                data = await reader.read(65536)
-                if not data:
-                    raise asyncio.IncompleteReadError(b"", None)
-                self.active_at = time.monotonic()
-                buf += data
-                parts, buf, done = _whole_chunks(buf)
-                if done:
-                    if buf:  # bytes past the end: not a response a replica sends; never reuse this
-                        self.reusable = False
-                    yield b"".join(parts), True
+        """The body as it arrives, one part per read from the socket (what the replica wrote at once
+        is passed on in one write); True with the last part."""
+        while True:
+            if self._parts or self._done:
+                parts, self._parts = self._parts, []
+                part = parts[0] if len(parts) == 1 else b"".join(parts)
+                if self._done:
+                    self.reusable = self._keep_alive and self._lost is None
+                    yield part, True
                     return
-                if parts:
-                    yield b"".join(parts), False
-        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, OSError, ValueError) as exc:
-            self.reusable = False
-            raise UpstreamError(f"the replica's response ended early: {type(exc).__name__}") from None
-
-
-def _whole_chunks(buf: bytes) -> tuple[list[bytes], bytes, bool]:
-    """The payloads of the whole chunks at the start of `buf`, what is left, and whether the last
-    chunk (size 0, no trailers from a ttft replica) was among them. ValueError for a size that is
-    not hex."""
-    parts, pos = [], 0
-    while True:
-        eol = buf.find(b"\r\n", pos)
-        if eol < 0:
-            return parts, buf[pos:], False
-        size = int(buf[pos:eol].split(b";", 1)[0], 16)
-        if size == 0:
-            if len(buf) < eol + 4:  # the empty line after the last chunk is still to come
-                return parts, buf[pos:], False
-            if buf[eol + 2:eol + 4] != b"\r\n":
-                raise ValueError("trailers after the last chunk")
-            return parts, buf[eol + 4:], True
-        end = eol + 2 + size
-        if len(buf) < end + 2:
-            return parts, buf[pos:], False
-        parts.append(buf[eol + 2:end])
-        pos = end + 2
+                yield part, False
+                continue
+            if self._lost is not None:
+                raise UpstreamError(f"the replica's response ended early: {self._lost}")
+            await self._wait()

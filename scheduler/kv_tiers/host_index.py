@@ -11,6 +11,7 @@ same batch, because the GPU stage runs a batch's offloads before its loads, in o
 from __future__ import annotations
 
 from collections import OrderedDict
+from typing import Callable
 
 FILLING = "filling"
 READY = "ready"
@@ -24,6 +25,7 @@ class HostIndex:
         self._hash_of: dict[int, bytes] = {}
         self.state: dict[int, str] = {}
         self.pins: dict[int, int] = {}
+        self.on_evict: Callable[[bytes], None] | None = None  # told of each block that leaves (routers' events)
 
     def __len__(self) -> int:
         return len(self._slot_of)
@@ -54,6 +56,8 @@ class HostIndex:
             slot = self._slot_of.pop(victim)
             del self._hash_of[slot]
             evicted = victim
+            if self.on_evict is not None:
+                self.on_evict(victim)
         self._slot_of[block_hash] = slot
         self._hash_of[slot] = block_hash
         self.state[slot] = FILLING
@@ -68,6 +72,8 @@ class HostIndex:
         """Forget a block (a failed read): its slot is free once unpinned."""
         slot = self._slot_of.pop(block_hash)
         del self._hash_of[slot]
+        if self.on_evict is not None:
+            self.on_evict(block_hash)
         self.state[slot] = READY
         if not self.pins.get(slot):
             self._release_slot(slot)

@@ -2,7 +2,8 @@
 `stored` in the router's key (the same hashes router/request_key.py computes), only as far as the
 cache's leading run goes; evicting a token block publishes `removed` for the text block over it;
 a router of another epoch or too far behind gets `all_cleared` and a snapshot; nothing is kept for
-routers until one asks, and what waits is bounded."""
+routers until one asks, and what waits is bounded. With a host tier, a block the device evicts into
+it is `offloaded` (still a hit), and `removed` only when no tier holds it."""
 from __future__ import annotations
 
 import orjson
@@ -104,3 +105,48 @@ def test_each_ask_publishes_within_its_time_and_leaves_the_rest_for_the_next() -
     assert log.read(log.epoch, 0) == [] and len(log._finished) == 3
     log.max_publish_s = 1.0
     assert [kind for _, kind, _ in log.read(log.epoch, 0)] == ["stored"] and not log._finished
+
+
+def test_with_a_host_tier_an_evicted_block_is_offloaded_then_removed_with_the_host_copy() -> None:
+    from scheduler.kv_tiers.host_index import HostIndex
+
+    pool, host = BlockPool(40, BLOCK, enable_caching=True), HostIndex(16)
+
+    def offload(block_id: int, block_hash: bytes) -> None:  # the tiers' hook: device eviction -> host slot
+        if block_hash not in host:
+            slot, _ = host.insert(block_hash)
+            host.mark_ready(slot)
+            host.unpin(slot)
+
+    pool.on_evict = offload
+    log = attach_kv_event_log(pool, BLOCK, host)
+    log.read(None, 0)
+    text_hashes = chained_block_hashes(TEXT)
+    cache_prompt(pool, TOKENS, 16)
+    log.admitted("r1", BODY, TOKENS, None)
+    log.finished("r1")
+    assert log.read(log.epoch, 0) == [(1, "stored", text_hashes)]
+    taken = pool.allocate(pool.num_allocatable)  # every cached block leaves the device, into the host tier
+    events = log.read(log.epoch, 1)
+    offloaded = [h for _, kind, hs in events if kind == "offloaded" for h in hs]
+    assert sorted(offloaded) == sorted(text_hashes) and {kind for _, kind, _ in events} == {"offloaded"}
+    # a router that starts over sees them as held in the host tier
+    snapshot = log.read("another-epoch", 0)
+    assert [kind for _, kind, _ in snapshot] == ["all_cleared", "stored", "offloaded"]
+    assert snapshot[1][2] == () and set(snapshot[2][2]) == set(text_hashes)
+    # fetched back and finished again: on the device once more
+    pool.free(reversed(taken))
+    seq = log.seq
+    cache_prompt(pool, TOKENS, 16)
+    log.admitted("r2", BODY, TOKENS, None)
+    log.finished("r2")
+    assert log.read(log.epoch, seq) == [(seq + 1, "stored", text_hashes)]
+    # the host tier drops them while the device holds them: still held; then the device evicts them
+    # too (no host copy now): removed
+    for h in host.lru_order():
+        host.remove(h)
+    assert log.seq == seq + 1
+    pool.on_evict = lambda block_id, block_hash: log.evicted(block_hash)  # no offload: the host tier stays empty
+    pool.allocate(pool.num_allocatable)
+    removed = [h for _, kind, hs in log.read(log.epoch, seq + 1) if kind == "removed" for h in hs]
+    assert sorted(removed) == sorted(text_hashes)

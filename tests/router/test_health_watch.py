@@ -55,18 +55,52 @@ def _response(status: bytes, body: bytes) -> bytes:
     return b"HTTP/1.1 " + status + b"\r\ncontent-length: " + str(len(body)).encode() + b"\r\n\r\n" + body
 
 
-async def test_a_replica_without_the_state_route_or_with_a_key_is_asked_health() -> None:
-    for refusal in (b"404 Not Found", b"401 Unauthorized"):
-        server, url = await _replica_server({b"/replica/state": _response(refusal, b"{}"),
-                                             b"/health": _response(b"200 OK", b'{"status":"ready"}')})
+async def test_a_replica_without_the_state_route_is_asked_health() -> None:
+    server, url = await _replica_server({b"/replica/state": _response(b"404 Not Found", b"{}"),
+                                         b"/health": _response(b"200 OK", b'{"status":"ready"}')})
+    replica = Replica(url)
+    watch = HealthWatch([replica], interval_s=0.05, timeout_s=1.0)
+    await watch.check_all()
+    assert replica.state == READY
+    await watch.check_all()  # straight to /health from now on, on the kept connection
+    assert replica.state == READY
+    await watch.stop()
+    server.close()
+
+
+async def _keyed_replica(key: bytes):
+    """A scripted replica whose state route answers 401 unless the request carries `key`."""
+    import asyncio
+
+    async def script(reader, writer):
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                ok = b"\r\nauthorization: Bearer " + key + b"\r\n" in head
+                writer.write(_response(b"200 OK", b'{"status":"ready","num_waiting":4}') if ok
+                             else _response(b"401 Unauthorized", b"{}"))
+        except (asyncio.IncompleteReadError, ConnectionError):
+            writer.close()
+
+    server = await asyncio.start_server(script, "127.0.0.1", 0)
+    return server, f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+
+
+async def test_the_key_is_sent_and_a_401_is_down_with_a_reason_that_names_the_key() -> None:
+    server, url = await _keyed_replica(b"sesame")
+    cases = [(None, DOWN, "wants an API key the router was not given"),
+             ("wrong", DOWN, "refused the router's API key"), ("sesame", READY, "")]
+    for key, state, reason in cases:
         replica = Replica(url)
-        watch = HealthWatch([replica], interval_s=0.05, timeout_s=1.0)
+        watch = HealthWatch([replica], interval_s=0.05, timeout_s=1.0, api_key=key)
         await watch.check_all()
-        assert replica.state == READY
-        await watch.check_all()  # straight to /health from now on, on the kept connection
-        assert replica.state == READY
+        assert replica.state == state and reason in replica.reason
+        if state == DOWN:
+            assert "--replica-api-key" in replica.reason and "sesame" not in replica.reason
+        else:
+            assert replica.load.num_waiting == 4  # the state route itself answered, not /health
         await watch.stop()
-        server.close()
+    server.close()
 
 
 async def test_a_silent_replica_is_down_after_the_timeout_and_a_refusing_one_at_once() -> None:

@@ -127,3 +127,25 @@ async def test_a_replica_silent_on_events_stays_ready_and_the_check_ends_at_its_
     assert router.replicas[0].state == READY and router.index.num_cached_blocks(0, H) == 2
     await router.health.stop()
     a.server.close()
+
+
+def test_an_offloaded_prefix_is_still_held_and_costs_a_restore_not_a_recompute() -> None:
+    from router.replica import Replica
+    from router.ttft_predictor import TtftPredictor
+
+    index = PrefixIndex()
+    feed = KvEventFeed(index)
+    feed.apply(0, answer("e", 1, (1, "stored", H)))
+    feed.apply(1, answer("f", 2, (1, "stored", H), (2, "offloaded", H[2:])))  # its device kept H[:2]
+    assert [index.num_cached_blocks(r, H) for r in (0, 1)] == [6, 6]
+    assert [index.num_host_blocks(r, H, 6) for r in (0, 1)] == [0, 4]
+    predictor, replica = TtftPredictor(), Replica("http://127.0.0.1:1")
+    on_device, on_host = (predictor.predict_s(replica, 200, 6, index.num_host_blocks(r, H, 6)) for r in (0, 1))
+    recompute = predictor.predict_s(replica, 200, 0)
+    assert on_device < on_host < recompute
+    feed.apply(1, answer("f", 3, (3, "stored", H[2:3])))  # fetched back to the device
+    assert index.num_host_blocks(1, H, 6) == 3
+    feed.apply(1, answer("f", 4, (4, "removed", H[4:])))  # the host tier dropped the last two
+    assert index.num_cached_blocks(1, H) == 4 and index.num_host_blocks(1, H, 4) == 1
+    index.forget(1)  # the replica went down: nothing of it is held, on any tier
+    assert index.num_cached_blocks(1, H) == 0 and index.num_host_blocks(1, H, 6) == 0

@@ -44,3 +44,11 @@ def test_removed_blocks_end_the_run_there_for_that_replica_only() -> None:
     index.remove(1, [b"a", b"b"])
     index.remove(0, [b"a", b"c"])
     assert len(index) == 0  # a hash nobody holds is dropped, not kept empty
+
+
+def test_host_blocks_are_bounded_with_the_index() -> None:
+    index = PrefixIndex(max_blocks=3)
+    hashes = [bytes([k]) * 16 for k in range(5)]
+    index.record(0, hashes, on_host=True)  # the two oldest fall out of the index, and of the host set
+    assert index.num_cached_blocks(0, hashes[2:]) == 3 and index.num_host_blocks(0, hashes[2:], 3) == 3
+    assert index._on_host[0] == set(hashes[2:])

@@ -22,6 +22,8 @@ OK = ["--replica", "http://127.0.0.1:8001", "--replica", "http://127.0.0.1:8002/
     (OK + ["--max-body-bytes", "0"], "--max-body-bytes 0"),
     (OK + ["--log-level", "loud"], "--log-level loud"),
     (OK + ["--host", "no.such.host.invalid", "--port", "0"], "--host no.such.host.invalid"),
+    (OK + ["--replica-api-key", ""], "--replica-api-key: the API key must not be empty"),
+    (OK + ["--replica-api-key", "two words"], "--replica-api-key: the API key must be printable ASCII"),
 ])
 def test_mistakes_exit_2_with_one_line(capsys, argv, message) -> None:
     assert main(["route", *argv]) == 2
@@ -41,3 +43,24 @@ def test_every_policy_is_a_choice_and_urls_are_normalised() -> None:
 
     assert set(POLICIES) == {"predicted-ttft", "round-robin", "least-loaded", "prefix-affinity"}
     assert check_route_options(OK[1::2], RouteOptions()) == ["http://127.0.0.1:8001", "http://127.0.0.1:8002"]
+
+
+def test_a_replica_key_from_the_environment_is_checked_and_never_echoed(capsys, monkeypatch) -> None:
+    monkeypatch.setenv("TTFT_API_KEY", "secret with spaces")
+    assert main(["route", *OK]) == 2
+    err = capsys.readouterr().err
+    assert "$TTFT_API_KEY: the API key must be printable ASCII" in err and "secret" not in err
+
+
+def test_the_replica_key_is_the_flag_else_the_environment(monkeypatch) -> None:
+    monkeypatch.setenv("TTFT_API_KEY", "from-env")
+    opts = RouteOptions()
+    check_route_options(OK[1::2], opts)
+    assert opts.replica_api_key == "from-env"
+    opts = RouteOptions(replica_api_key="from-flag")
+    check_route_options(OK[1::2], opts)
+    assert opts.replica_api_key == "from-flag"
+    monkeypatch.delenv("TTFT_API_KEY")
+    opts = RouteOptions()
+    check_route_options(OK[1::2], opts)
+    assert opts.replica_api_key is None

@@ -67,3 +67,14 @@ def test_no_rate_is_learned_from_a_queue_a_short_prompt_or_a_zero_time() -> None
     p.observe(r, 10, 0.1, was_idle=True)
     p.observe(r, 1000, 0.0, was_idle=True)
     assert r.load.prefill_tokens_per_s is None
+
+
+def test_a_replica_not_seen_yet_takes_the_rate_learned_of_the_others_not_the_prior() -> None:
+    p = TtftPredictor(CFG)
+    seen, unseen = replica(), replica()
+    assert p.rate(unseen) == CFG.prior_prefill_tokens_per_s
+    p.observe(seen, 40_000, 1.0, was_idle=True)  # 20x the prior, as a GPU is
+    assert p.rate(unseen) == pytest.approx(40_000.0)
+    # the seen one with two prompts queued is slower than the unseen idle one, as it really is
+    seen.load.num_pending_prefill_tokens = 2000
+    assert p.predict_s(unseen, 1000, 0) < p.predict_s(seen, 1000, 0)

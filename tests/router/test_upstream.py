@@ -126,3 +126,20 @@ async def test_what_arrives_together_comes_out_as_one_part_and_the_end_is_flagge
     conn.close()
     server.close()
 
+
+
+async def test_a_response_read_whole_in_one_read_keeps_the_connection_alive() -> None:
+    async def script(reader, writer):
+        while True:
+            await reader.readuntil(b"\r\n\r\n")
+            writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n{}")
+
+    server, port = await serve(script)
+    conn = await UpstreamConnection.open("127.0.0.1", port, 1.0)
+    for _ in range(3):  # head, body and end parsed in one go each time, on one connection
+        conn.send(b"GET", b"/", b"h", [], b"")
+        assert (await conn.read_head())[0] == 200
+        assert [c async for c in conn.body_chunks()] == [b"{}"]
+        assert conn.reusable and conn.is_usable()
+    conn.close()
+    server.close()

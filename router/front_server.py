@@ -1,0 +1,361 @@
+"""FrontServer: the router's own HTTP/1.1 server, an asyncio Protocol that drives RouterApp's ASGI
+interface with nothing between a client's bytes and the app but httptools.
+
+Why not uvicorn: its per-request machinery (a cycle object, header validation, flow-control
+events, default headers, a message queue for the body, three `send`s each framed and written on
+their own) is general-purpose work on the router's only path, the one whose cost is added to every
+first token. This server parses with the same C parser, hands the app the whole body at once (the
+router reads it whole anyway, bounded by `max_body_bytes`: past it the answer is a 413 before the
+rest is read), and writes a response's head with its first body part, so a one-token stream leaves
+in one send. The ASGI subset is what RouterApp uses: `http` and `lifespan` scopes, a receive that
+gives the body then waits for the disconnect, a send of `http.response.start` and `.body`.
+Keep-alive per HTTP/1.1 (idle connections closed after `keep_alive_s`), pipelined requests answered
+in order, `Expect: 100-continue` answered. SIGINT/SIGTERM stop it: no new connections, requests in
+flight get `shutdown_s` to finish, then the app's lifespan shutdown.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+from collections import deque
+from http import HTTPStatus
+from typing import Any, Callable
+from urllib.parse import unquote
+
+import httptools
+
+from pipeline.loop_signals import signals_on_loop
+from protocol.errors import ApiError
+
+log = logging.getLogger("ttft.router")
+MAX_HEADERS, MAX_HEAD_BYTES = 100, 64 * 1024
+
+
+def _reason(status: int) -> bytes:
+    try:
+        return HTTPStatus(status).phrase.encode()
+    except ValueError:
+        return b""
+
+
+def _error_response(err: ApiError, keep_alive: bool) -> bytes:
+    body = err.to_body()
+    head = b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\n" % (
+        err.status, _reason(err.status), len(body))
+    head += b"".join(b"%s: %s\r\n" % (k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in err.headers.items())
+    return head + (b"" if keep_alive else b"connection: close\r\n") + b"\r\n" + body
+
+
+class _Request:
+    """One parsed request and its response's state."""
+
+    __slots__ = ("scope", "body", "keep_alive", "refusal", "head", "chunked", "done", "disconnect")
+
+    def __init__(self, scope: dict, body: bytes, keep_alive: bool, refusal: ApiError | None = None) -> None:
+        self.scope, self.body, self.keep_alive = scope, body, keep_alive
+        self.refusal = refusal  # answered by the server, not the app (a body over the limit)
+        self.head = b""  # held until the first body part, then written with it
+        self.chunked = False
+        self.done = False
+        self.disconnect: asyncio.Future | None = None
+
+
+class FrontProtocol(asyncio.Protocol):
+    def __init__(self, server: "FrontServer") -> None:
+        self.server = server
+        self.loop = asyncio.get_running_loop()
+        self.parser = httptools.HttpRequestParser(self)
+        self.transport: asyncio.Transport | None = None
+        self.queue: deque[_Request] = deque()  # parsed, not yet answered (pipelining)
+        self.current: _Request | None = None
+        self.task: asyncio.Task | None = None
+        self.closed = False
+        self._can_write: asyncio.Future | None = None
+        self._idle: asyncio.TimerHandle | None = None
+        self._reset_message()
+
+    # -- connection ---------------------------------------------------------------------------
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+        sock = transport.get_extra_info("socket")
+        if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.server.connections.add(self)
+        self._arm_idle()
+
+    def connection_lost(self, exc) -> None:
+        self.closed = True
+        self.server.connections.discard(self)
+        if self._idle is not None:
+            self._idle.cancel()
+        req = self.current
+        if req is not None and req.disconnect is not None and not req.disconnect.done():
+            req.disconnect.set_result(None)
+        if self._can_write is not None and not self._can_write.done():
+            self._can_write.set_result(None)
+
+    def pause_writing(self) -> None:
+        self._can_write = self.loop.create_future()
+
+    def resume_writing(self) -> None:
+        if self._can_write is not None and not self._can_write.done():
+            self._can_write.set_result(None)
+        self._can_write = None
+
+    def data_received(self, data: bytes) -> None:
+        if self._idle is not None:
+            self._idle.cancel()
+            self._idle = None
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserUpgrade:
+            self._refuse(ApiError(400, "protocol upgrades are not supported"))
+        except httptools.HttpParserError as exc:  # a callback's own error comes wrapped in one
+            cause = exc.__cause__ or exc.__context__
+            self._refuse(cause.error if isinstance(cause, _TooLarge) else ApiError(400, "malformed HTTP request"))
+        except _TooLarge as exc:  # a head too large (its end may never come), a body nobody will send
+            self._refuse(exc.error)
+
+    def _refuse(self, err: ApiError) -> None:
+        """Answer what cannot be parsed or is too large, then close: the rest of its bytes are unread."""
+        if not self.closed and self.current is None:
+            self.transport.write(_error_response(err, keep_alive=False))
+        self.close()
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self.transport.close()
+
+    def _arm_idle(self) -> None:
+        self._idle = self.loop.call_later(self.server.keep_alive_s, self._close_if_idle)
+
+    def _close_if_idle(self) -> None:
+        if self.current is None and not self.queue:
+            self.close()
+
+    # -- httptools callbacks ------------------------------------------------------------------
+    def _reset_message(self) -> None:
+        self.url = b""
+        self.headers: list[tuple[bytes, bytes]] = []
+        self.head_bytes = 0
+        self.body_parts: list[bytes] = []
+        self.body_size = 0
+        self.refusal: ApiError | None = None
+
+    def on_message_begin(self) -> None:
+        self._reset_message()
+
+    def on_url(self, url: bytes) -> None:
+        self.url += url
+        self.head_bytes += len(url)
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self.head_bytes += len(name) + len(value)
+        if len(self.headers) >= MAX_HEADERS or self.head_bytes > MAX_HEAD_BYTES:
+            raise _TooLarge(ApiError(431, "request header fields too large"))
+        self.headers.append((name.lower(), value))
+
+    def on_headers_complete(self) -> None:
+        limit = self.server.max_body_bytes
+        for name, value in self.headers:
+            if name == b"content-length" and value.isdigit() and int(value) > limit:
+                self.refusal = ApiError(413, f"request body over {limit} bytes")
+        for name, value in self.headers:
+            if name == b"expect" and value.lower() == b"100-continue":
+                if self.refusal is not None:  # the client waits for a word before its body: this one
+                    raise _TooLarge(self.refusal)
+                self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+
+    def on_body(self, body: bytes) -> None:
+        """Bodies over the limit are read and dropped, not cut off: closing on unread bytes would reset
+        the connection, and the client could lose the 413 that explains it."""
+        if self.refusal is not None:
+            return
+        self.body_size += len(body)
+        if self.body_size > self.server.max_body_bytes:
+            self.refusal = ApiError(413, f"request body over {self.server.max_body_bytes} bytes")
+            self.body_parts = []
+            return
+        self.body_parts.append(body)
+
+    def on_message_complete(self) -> None:
+        parsed = httptools.parse_url(self.url)
+        raw_path = parsed.path
+        scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": self.parser.get_http_version(),
+                 "method": self.parser.get_method().decode("ascii"), "scheme": "http",
+                 "path": unquote(raw_path.decode("ascii", "replace")), "raw_path": raw_path,
+                 "query_string": parsed.query or b"", "root_path": "", "headers": self.headers,
+                 "server": None, "client": None}
+        body = b"".join(self.body_parts)
+        self.queue.append(_Request(scope, body, self.parser.should_keep_alive(), self.refusal))
+        if self.current is None:
+            self._next()
+        else:
+            self.transport.pause_reading()  # one answered at a time: no more parsed meanwhile
+
+    # -- running the app ----------------------------------------------------------------------
+    def _next(self) -> None:
+        if not self.queue or self.closed:
+            return
+        self.current = req = self.queue.popleft()
+        self.task = self.loop.create_task(self._run(req))
+        self.server.tasks.add(self.task)
+        self.task.add_done_callback(self.server.tasks.discard)
+
+    async def _run(self, req: _Request) -> None:
+        try:
+            if req.refusal is not None:
+                self.transport.write(_error_response(req.refusal, req.keep_alive))
+                req.done = True
+            else:
+                await self.server.app(req.scope, self._receiver(req), self._sender(req))
+        except Exception:
+            log.exception("the router failed on %s %s", req.scope["method"], req.scope["path"])
+            if not req.head and not req.done and not self.closed:
+                self.transport.write(_error_response(ApiError(500, "internal router error", type="server_error"),
+                                                     keep_alive=False))
+            self.close()
+            return
+        if not req.done:  # the app gave up on a response it started (the client went away)
+            self.close()
+            return
+        self.current = None
+        if not req.keep_alive or self.server.stopping:
+            self.close()
+        elif self.queue:
+            self.transport.resume_reading()
+            self._next()
+        else:
+            self._arm_idle()
+
+    def _receiver(self, req: _Request) -> Callable:
+        sent = False
+
+        async def receive() -> dict:
+            nonlocal sent
+            if not sent:
+                sent = True
+                return {"type": "http.request", "body": req.body, "more_body": False}
+            if self.closed:
+                return {"type": "http.disconnect"}
+            req.disconnect = self.loop.create_future()
+            await req.disconnect
+            return {"type": "http.disconnect"}
+
+        return receive
+
+    def _sender(self, req: _Request) -> Callable:
+        async def send(message: dict) -> None:
+            if self.closed or req.done:
+                return
+            if message["type"] == "http.response.start":
+                status, headers = message["status"], message.get("headers", [])
+                lines = [b"HTTP/1.1 %d %s\r\n" % (status, _reason(status))]
+                has_length = False
+                for name, value in headers:
+                    has_length |= name.lower() == b"content-length"
+                    lines.append(b"%s: %s\r\n" % (name, value))
+                # HTTP/1.0 knows no chunks: a body of unknown length ends where the connection does
+                req.chunked = not has_length and req.scope["http_version"] == "1.1"
+                if not has_length and not req.chunked:
+                    req.keep_alive = False
+                if req.chunked:
+                    lines.append(b"transfer-encoding: chunked\r\n")
+                if not req.keep_alive:
+                    lines.append(b"connection: close\r\n")
+                req.head = b"".join(lines) + b"\r\n"
+                return
+            body, more = message.get("body", b""), message.get("more_body", False)
+            if req.chunked:
+                data = (b"%x\r\n%s\r\n" % (len(body), body) if body else b"") + (b"" if more else b"0\r\n\r\n")
+            else:
+                data = body
+            if req.scope["method"] == "HEAD":
+                data = b""  # the head only
+            if req.head:
+                data, req.head = req.head + data, b""
+            if data:
+                self.transport.write(data)
+            if not more:
+                req.done = True
+            if self._can_write is not None:
+                await self._can_write
+
+        return send
+
+
+class _TooLarge(Exception):
+    def __init__(self, error: ApiError) -> None:
+        self.error = error
+
+
+class FrontServer:
+    def __init__(self, app: Any, max_body_bytes: int, keep_alive_s: float = 5.0, shutdown_s: float = 5.0) -> None:
+        self.app = app
+        self.max_body_bytes = max_body_bytes
+        self.keep_alive_s = keep_alive_s
+        self.shutdown_s = shutdown_s
+        self.connections: set[FrontProtocol] = set()
+        self.tasks: set[asyncio.Task] = set()
+        self.stopping = False
+        self._stop = asyncio.Event()
+
+    def stop(self, *_: object) -> None:
+        self._stop.set()
+
+    async def serve(self, sockets: list[socket.socket], on_started: Callable[[], None] | None = None) -> None:
+        """Lifespan startup, serve until stopped (SIGINT, SIGTERM or `stop`), then shut down."""
+        lifespan = _Lifespan(self.app)
+        await lifespan.startup()
+        loop = asyncio.get_running_loop()
+        servers = [await loop.create_server(lambda: FrontProtocol(self), sock=sock) for sock in sockets]
+        if on_started is not None:
+            on_started()
+        with signals_on_loop(self.stop):
+            await self._stop.wait()
+        self.stopping = True
+        for server in servers:
+            server.close()
+        for conn in list(self.connections):
+            if conn.current is None:
+                conn.close()
+        if self.tasks:
+            await asyncio.wait(list(self.tasks), timeout=self.shutdown_s)
+        for conn in list(self.connections):
+            conn.close()
+        for task in list(self.tasks):
+            task.cancel()
+        await lifespan.shutdown()
+
+
+class _Lifespan:
+    """Runs the app's lifespan scope: startup before serving, shutdown after."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+        self.inbox: asyncio.Queue = asyncio.Queue()
+        self.events: asyncio.Queue = asyncio.Queue()
+        self.task: asyncio.Task | None = None
+
+    async def startup(self) -> None:
+        self.task = asyncio.create_task(self.app({"type": "lifespan"}, self.inbox.get, self.events.put))
+        await self.inbox.put({"type": "lifespan.startup"})
+        await self._wait("lifespan.startup.complete")
+
+    async def shutdown(self) -> None:
+        await self.inbox.put({"type": "lifespan.shutdown"})
+        await self._wait("lifespan.shutdown.complete")
+        await self.task
+
+    async def _wait(self, kind: str) -> None:
+        get = asyncio.ensure_future(self.events.get())
+        await asyncio.wait([get, self.task], return_when=asyncio.FIRST_COMPLETED)
+        if not get.done():
+            get.cancel()
+            self.task.result()  # the app's own error, if it failed
+            raise RuntimeError(f"the app's lifespan ended before {kind}")
+        message = get.result()
+        if message["type"] != kind:
+            raise RuntimeError(f"the app's lifespan answered {message['type']}, not {kind}")
