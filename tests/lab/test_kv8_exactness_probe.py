@@ -2,9 +2,14 @@
 interpreter's launch on the CPU)."""
 from __future__ import annotations
 
+import os
+
 import pytest
+import torch
 
 pytest.importorskip("triton")
+if not torch.cuda.is_available():  # the interpreter, also when this file runs alone (tests/gpu_stage's conftest sets it too)
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 from lab.kv8_exactness_probe import variant_errors  # noqa: E402
 
