@@ -7,9 +7,9 @@ import os
 import pytest
 import torch
 
+if not torch.cuda.is_available():  # the interpreter, also when this file runs alone (tests/gpu_stage's conftest
+    os.environ.setdefault("TRITON_INTERPRET", "1")  # sets it too): before Triton is imported
 pytest.importorskip("triton")
-if not torch.cuda.is_available():  # the interpreter, also when this file runs alone (tests/gpu_stage's conftest sets it too)
-    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 from lab.kv8_exactness_probe import variant_errors  # noqa: E402
 
