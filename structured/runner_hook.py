@@ -23,6 +23,10 @@ Logprobs are those of the masked distribution, as vLLM reports them (it applies 
 bitmask to the logits before its sampler takes the "raw" logprobs): the sampler runs the logits
 processor before its log-softmax.
 
+Tensor parallel: only the driver (rank 0) samples, from the logits gathered over the vocabulary
+shards, so the hook is the driver runner's alone; the workers drop their logits and take the
+sampled ids with the next step's inputs, so they hold no grammar and need none.
+
 Composition: speculative decoding's Verifier is `inner`: its share of the step is kept (feed,
 extra ids, claimed rows, several rows per verifying chunk); constrained rows carry no drafts (the
 scheduler's SpecDrafts skips them), so each is one plain row here.
