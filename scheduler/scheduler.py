@@ -16,8 +16,8 @@ is applied and a request retired its StepResults' (step_results.py): two objects
 with the collaborators they share with it. The requests are its own (one RequestTable), handed to
 them with each call that moves one. Per-step features attach as step hooks (step_hooks.py), called
 after the walk and on each sampled row's result. A request whose first sampled token waits (its
-grammar still compiling) is prefilled up to that token meanwhile (sampling_gates.py). KV tiers off: `tiers` is a NoTiers, which does
-nothing.
+grammar still compiling) is prefilled up to that token meanwhile (sampling_gates.py). KV tiers
+off: `tiers` is a NoTiers, which does nothing.
 """
 from __future__ import annotations
 
