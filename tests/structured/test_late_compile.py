@@ -3,7 +3,8 @@ its release) no longer holds its request before the queue: the request is queued
 to its last prompt token while the grammar compiles, only its first sampled token waits, and an
 unconstrained request runs to its end meanwhile. The output is the one a cached grammar gives. A
 compile that then fails, or outlasts --grammar-compile-timeout-s, is still a 400 naming the field
-(or the flag), over HTTP streamed or not and for an embedder, and leaves nothing queued or held."""
+(or the flag), over HTTP streamed or not and for an embedder, and leaves nothing queued or held;
+one that succeeds late streams the schema's output."""
 from __future__ import annotations
 
 import asyncio
@@ -118,8 +119,17 @@ async def test_a_late_compile_that_fails_or_times_out_is_a_400_and_leaves_nothin
                 compiles.release(GrammarError("refused"))
                 await task
             assert info.value.status == 400 and engine.num_active == 0 and scheduler.is_idle()
+            compiles.released.clear()  # a late compile that succeeds: the stream is the schema's
+            compiles.error = None
+            streamed = asyncio.create_task(client.post("/v1/chat/completions",
+                                                       json={**body, "stream": True, "max_tokens": 16}))
+            await until(lambda: bool(scheduler.requests) and all(
+                r.num_computed_tokens == r.num_tokens - 1 for r in scheduler.requests.values()))
+            compiles.release()
+            reply = await streamed
+            assert reply.status_code == 200, reply.text
+            chunks = [json.loads(line[6:]) for line in reply.text.splitlines()
+                      if line.startswith("data: ") and line != "data: [DONE]"]
+            content = "".join(c["choices"][0]["delta"].get("content", "") for c in chunks)
+            assert json.loads(content)["n"] in range(10) and chunks[-1]["choices"][0]["finish_reason"] == "stop"
         scheduler.check()
-        compiles.release()  # compiles pass again: a request after the refusals is served
-        ok = await run(engine, SamplingParams(max_tokens=16, temperature=0.0, structured=StructuredOutput(
-            "json_schema", json.dumps(SCHEMA))))
-        assert ok[0][1] == "stop" and json.loads(text(ok[0][0]))["n"] in range(10)
