@@ -85,7 +85,7 @@ class SchedulerStage(Stage[SchedulerMessage]):
                     TokenEvent(msg.request_id, [], finish_reason="error", error=error,
                                num_prompt_tokens=len(msg.prompt_token_ids), error_status=status)
                 )
-            elif msg.request_id in self.scheduler.gates.pending:
+            elif msg.sampling_gate is not None and msg.request_id in self.scheduler.gates.pending:
                 self._wake_when_done(msg.sampling_gate)
         elif isinstance(msg, Admission):
             self._admitted.append(msg)
