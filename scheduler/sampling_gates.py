@@ -26,6 +26,7 @@ from scheduler.request_state import RequestState, RequestStatus
 class SamplingGates:
     def __init__(self) -> None:
         self.pending: dict[str, RequestState] = {}  # request id -> its state, while its gate is pending
+        self.num_held = 0  # since start: requests queued with their gate pending
 
     def add(self, req: RequestState) -> bool:
         """At arrival: hold `req`'s sampling token if its gate is still pending -> whether it is."""
@@ -34,6 +35,7 @@ class SamplingGates:
             return False
         req.num_held_tokens = 1
         self.pending[req.request_id] = req
+        self.num_held += 1
         return True
 
     def sweep(self) -> None:

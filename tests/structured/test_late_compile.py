@@ -81,6 +81,7 @@ async def test_the_prefill_runs_while_the_grammar_compiles_and_others_are_not_de
         [(late_ids, finish)] = await asyncio.wait_for(late, 10)
         assert finish == "stop" and re.fullmatch(REGEX, text(late_ids)), text(late_ids)
         assert (await run(engine, constrained(REGEX)))[0][0] == late_ids  # as with the grammar cached
+        assert scheduler.gates.num_held == 1  # the cached grammar's request was not held
         assert scheduler.is_idle() and not scheduler.gates.pending
         scheduler.check()
 
@@ -132,4 +133,6 @@ async def test_a_late_compile_that_fails_or_times_out_is_a_400_and_leaves_nothin
                       if line.startswith("data: ") and line != "data: [DONE]"]
             content = "".join(c["choices"][0]["delta"].get("content", "") for c in chunks)
             assert json.loads(content)["n"] in range(10) and chunks[-1]["choices"][0]["finish_reason"] == "stop"
+            metrics = (await client.get("/metrics")).text
+            assert re.search(r"^ttft_grammar_late_compiles_total(\{[^}]*\})? 5\.0$", metrics, re.M), metrics[-2000:]
         scheduler.check()
