@@ -6,6 +6,7 @@ window); embedders build it from token ids and SamplingParams. The engine admits
 """
 from __future__ import annotations
 
+from concurrent.futures import Future
 from dataclasses import dataclass
 
 from protocol.requests.chat import ChatCompletionRequest
@@ -29,6 +30,9 @@ class PreparedRequest:
     api: CompletionRequest | ChatCompletionRequest | None = None
     echo_texts: list[str] | None = None
     output_plan: OutputPlan | None = None  # chat: how the reply is parsed (tools, reasoning)
+    # Its grammar's compile, still running when the prompt was ready: the request is queued beside
+    # it (its first sampled token waits for it), and Engine.admit awaits it. None: nothing pending.
+    grammar_pending: Future | None = None
 
     @property
     def prompt_token_ids(self) -> list[int]:

@@ -79,15 +79,15 @@ class IngressStage:
 
     async def prepare_completion(self, body: bytes, trace: RequestTrace) -> PreparedRequest:
         req: CompletionRequest = self._parse(body, trace, parse_completion_request)
-        grammar = self._start_grammar(req.params)
+        grammar = self.start_grammar(req.params)
         if isinstance(req.prompt, str):  # a batch is of one kind: all texts here
             prompts = await self.pool.run(trace, sum(map(len, req.prompts)), self.codec.encode_texts, req.prompts)
         else:
             prompts = [list(ids) for ids in req.prompts]
             trace.mark("tokenized")
-        if grammar is not None:
-            await self.structured.finish(grammar, req.params)
+        pending = self.settle_grammar(grammar, req.params) if grammar is not None else None
         prepared = self._finish(req, prompts, trace)
+        prepared.grammar_pending = pending
         if req.echo:  # each prompt's text as given, or its ids decoded (off the loop when long)
             prepared.echo_texts = list(req.prompts) if isinstance(req.prompt, str) else await self.pool.run(
                 None, sum(map(len, prompts)), self.codec.decode_all, prompts)
@@ -95,12 +95,12 @@ class IngressStage:
 
     async def prepare_chat(self, body: bytes, trace: RequestTrace) -> PreparedRequest:
         req: ChatCompletionRequest = self._parse(body, trace, parse_chat_request)
-        grammar = self._start_grammar(req.params)  # a response_format's or a forced tool choice's
+        grammar = self.start_grammar(req.params)  # a response_format's or a forced tool choice's
         num_chars = content_chars(req.messages) + (req.tools.num_chars if req.tools is not None else 0)
         ids = await self.pool.run(trace, num_chars, self.codec.encode_chat, req)
-        if grammar is not None:
-            await self.structured.finish(grammar, req.params)
+        pending = self.settle_grammar(grammar, req.params) if grammar is not None else None
         prepared = self._finish(req, [ids], trace)
+        prepared.grammar_pending = pending
         if req.tools is not None or self.parsers.reasoning_parser is not None:
             self._plan_output(prepared, req, ids)
         return prepared
@@ -115,7 +115,7 @@ class IngressStage:
             prepared.output_plan = plan
             prepared.params = planned_params(prepared.params, plan, self._think_end_ids)
 
-    def _start_grammar(self, params: SamplingParams) -> Future | None:
+    def start_grammar(self, params: SamplingParams) -> Future | None:
         """The request's grammar compile, started now (it runs beside the tokenizer)."""
         if params.structured is None:
             return None
@@ -123,10 +123,14 @@ class IngressStage:
             raise bad_request("structured outputs are not available on this server.", params.structured.param)
         return self.structured.start(params)
 
-    async def check_structured(self, params: SamplingParams) -> None:
-        """For embedders: the grammar of `params` compiles (ApiError 400 naming the problem if not)."""
-        if params.structured is not None:
-            await self.structured.finish(self._start_grammar(params), params)
+    def settle_grammar(self, grammar: Future, params: SamplingParams) -> Future | None:
+        """After tokenizing: a compile that failed is its ApiError now; one still running is the
+        request's to be queued beside (PreparedRequest.grammar_pending); else None."""
+        return self.structured.settle(grammar, params)
+
+    async def finish_grammar(self, pending: Future, params: SamplingParams) -> None:
+        """Wait for a compile the request was queued beside (its ApiError when it fails)."""
+        await self.structured.finish(pending, params)
 
     async def encode_prompt(self, prompt: str | list[int], trace: RequestTrace) -> list[int]:
         """For embedders: text (with the model's BOS rule; long text off the loop) or ids, checked

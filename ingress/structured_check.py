@@ -1,15 +1,22 @@
-"""StructuredCheck: a request's grammar compiled before it is queued, beside its tokenizing.
+"""StructuredCheck: a request's grammar compiled beside its tokenizing, and decided before or beside
+its queueing.
 
 `start` submits the compile (structured/compiler.py: a cache hit is a finished future) as soon as
-the body is parsed; `finish` awaits it after the prompt is tokenized. A schema, regex or grammar
-that does not compile is a 400 naming its field; one that takes longer than
---grammar-compile-timeout-s is a 400 naming the flag (the compile goes on in the background and is
-cached for the next request); a compile that fails for another reason is a 500 with its message.
+the body is parsed. After tokenizing, `settle` decides a compile that has ended (a cached grammar,
+or a quick one) at once; one still running is returned, and the request is queued with it as its
+sampling gate (scheduler/sampling_gates.py): its prefill runs beside the compile and only its first
+sampled token waits for it. The engine then awaits it (`finish`) before reading the reply.
+
+A schema, regex or grammar that does not compile is a 400 naming its field; one that takes longer
+than --grammar-compile-timeout-s (counted from the end of tokenizing) is a 400 naming the flag
+(the compile goes on in the background and is cached for the next request); a compile that fails
+for another reason is a 500 with its message. Decided after queueing, the request is aborted
+before the error is answered.
 """
 from __future__ import annotations
 
 import asyncio
-from concurrent.futures import Future
+from concurrent.futures import CancelledError, Future
 
 from protocol.errors import SERVER, ApiError, bad_request
 from stages.sampling import SamplingParams
@@ -25,21 +32,40 @@ class StructuredCheck:
     def start(self, params: SamplingParams) -> Future | None:
         return self.compiler.submit(params.structured) if params.structured is not None else None
 
+    def settle(self, pending: Future | None, params: SamplingParams) -> Future | None:
+        """The compile if it is still running (the request is queued beside it); None when there is
+        none or it succeeded; raises its ApiError when it failed."""
+        if pending is None or not pending.done():
+            return pending
+        try:
+            error = pending.exception()
+        except CancelledError:  # the compiler closed: the engine is stopping
+            error = RuntimeError("the grammar compiler stopped")
+        if error is not None:
+            raise compile_error(error, params.structured.param) from None
+        return None
+
     async def finish(self, pending: Future | None, params: SamplingParams) -> None:
+        """Wait for the compile (raises its ApiError, or the timeout's)."""
         if pending is None:
             return
         param = params.structured.param
         try:
             # Shielded: the compile is shared through the cache, a timeout here must not cancel it.
             await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(pending)), self.timeout_s)
-        except GrammarError as exc:
-            raise bad_request(f"'{param}' does not compile: {exc}", param) from None
         except TimeoutError:
             raise bad_request(f"'{param}' did not compile within {self.timeout_s:g} s "
                               "(--grammar-compile-timeout-s).", param) from None
         except Exception as exc:
-            raise ApiError(500, f"compiling '{param}' failed: {type(exc).__name__}: {exc}", SERVER, param) from None
+            raise compile_error(exc, param) from None
 
     async def check(self, params: SamplingParams) -> None:
-        """Both at once (an embedder's request, already tokenized)."""
+        """Both at once (a caller with nothing to overlap)."""
         await self.finish(self.start(params), params)
+
+
+def compile_error(exc: BaseException, param: str) -> ApiError:
+    """A failed compile's answer: 400 for a grammar the backend refuses, 500 for anything else."""
+    if isinstance(exc, GrammarError):
+        return bad_request(f"'{param}' does not compile: {exc}", param)
+    return ApiError(500, f"compiling '{param}' failed: {type(exc).__name__}: {exc}", SERVER, param)

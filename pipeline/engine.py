@@ -5,7 +5,8 @@
             print(out.text, end="")
 
 The HTTP app uses the same object: `engine.ingress` prepares a request, `engine.submit(prepared)`
-admits it (or raises a 503 ApiError at once) and returns its Reply, which the caller reads. The
+admits it (or raises a 503 ApiError at once) and returns its Reply, which the caller reads (after
+the grammar compile it was queued beside, if any: pipeline/pending_grammar.py). The
 admitted requests live in LiveRequests (pipeline/live_requests.py).
 """
 from __future__ import annotations
@@ -25,6 +26,7 @@ from pipeline.health import EngineHealth
 from pipeline.kv_event_log import KvEventLog, attach_kv_event_log
 from pipeline.metrics import EngineMetrics
 from pipeline.own_thread import run_in_own_thread
+from pipeline.pending_grammar import await_pending_grammar
 from pipeline.profiler import TorchProfiler
 from pipeline.live_requests import LiveRequests
 from observe.otlp_export import OtlpTraceExport, server_span_attributes
@@ -185,15 +187,20 @@ class Engine:
         trace.mark("parsed")
         if n < 1:
             raise bad_request(f"'n' must be at least 1, got {n}", "n")
-        await self.ingress.check_structured(params)  # a grammar that does not compile: 400 before queueing
+        grammar = self.ingress.start_grammar(params)  # compiled beside the tokenizing and the prefill
         ids = await self.ingress.encode_prompt(prompt, trace)
         if not ids:
             raise bad_request("the prompt is empty", "prompt")
         max_tokens = check_context_length(len(ids), params.max_tokens, self.built.max_model_len)
         params = dataclasses.replace(params, max_tokens=max_tokens)
-        reply = self.submit(PreparedRequest(rid, [ids], params, trace, n))
+        prepared = PreparedRequest(rid, [ids], params, trace, n)
+        if grammar is not None:
+            prepared.grammar_pending = self.ingress.settle_grammar(grammar, params)
+        reply = self.submit(prepared)
         if self.kv_events is not None and self.kv_events.subscribed:  # a router reads what the cache holds
             self.kv_events.admitted(rid, prompt_text({"prompt": prompt}), ids, None)
+        if prepared.grammar_pending is not None:  # queued beside its grammar's compile: a 400 if it fails
+            await await_pending_grammar(reply, prepared, self.ingress)
         num_left = n
         try:
             while num_left:

@@ -105,7 +105,8 @@ class LiveRequests:
         self._live[request_id] = _Live(stream, index, deadline_ns)
         trace.mark("queued")
         admission.requests.append(GenerateRequest(request_id, prompt, params, trace, deadline_ns, prepared.priority,
-                                                  prepared.cache_salt, leader_id=sample.leader_id))
+                                                  prepared.cache_salt, leader_id=sample.leader_id,
+                                                  sampling_gate=prepared.grammar_pending))
         admission.outputs.append((stream, emitter))
 
     def abort(self, request_id: str, reason: str = "abort") -> None:

@@ -60,7 +60,7 @@ class EngineGauges:
         yield from token_metrics(e.emitter_stage, fam)
         yield from tier_metrics(e.built.scheduler.tiers, fam)
         yield from spec_metrics(e.built.scheduler.hooks, fam)
-        yield from structured_metrics(e.built.grammars, e.built.runner, fam)
+        yield from structured_metrics(e.built.grammars, e.built.runner, e.built.scheduler.gates, fam)
         yield from cpu_path_metrics(e.stages, fam)
         yield from cpu_thread_metrics(e.stages, fam)
         yield from kv_cache_metrics(e.built.runner.kv_cache, fam)

@@ -23,6 +23,7 @@ from pipeline.asgi_stream import DisconnectWatch
 from pipeline.engine import Engine
 from pipeline.http_body import check_ready, receive_body
 from pipeline.json_response import error_response, json_response
+from pipeline.pending_grammar import await_pending_grammar
 from protocol.errors import ApiError, check_model
 from protocol.request_id import request_id_header, request_id_of
 from protocol.responses.replies import ReplyWriter, refusal, reply_format
@@ -64,6 +65,8 @@ async def _generate(request: Request, chat: bool) -> Response:
         prepared = await prepare(body, trace)
         check_model(prepared.api.model, engine.model_name)
         reply = engine.submit(prepared)
+        if prepared.grammar_pending is not None:  # queued beside its grammar's compile: a 400 if it fails
+            await await_pending_grammar(reply, prepared, engine.ingress)
         if engine.kv_events is not None and engine.kv_events.subscribed:  # a router reads what the cache holds
             engine.kv_events.admitted(request_id, body, prepared.prompts_token_ids[0], prepared.cache_salt)
     except ApiError as err:

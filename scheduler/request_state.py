@@ -28,7 +28,7 @@ class RequestState:
         "priority", "num_reserved_blocks", "has_reservation", "awaiting_reclaim",
         "num_bypassed", "num_claimed_hits", "is_long", "lane_since_step", "promoted",
         "num_queued_uncached",
-        "sample_leader", "num_shared_blocks", "num_guessed_in_flight",
+        "sample_leader", "num_shared_blocks", "num_guessed_in_flight", "num_held_tokens",
     )
 
     def __init__(self, request: GenerateRequest, arrival_seq: int) -> None:
@@ -76,6 +76,9 @@ class RequestState:
         self.num_shared_blocks = 0
         # Tokens a step hook guessed past the known ones in the step in flight (StepBuilder.add_guesses).
         self.num_guessed_in_flight = 0
+        # 1 while its first sampled token waits for its sampling gate (sampling_gates.py): its
+        # chunks stop before the last known token.
+        self.num_held_tokens = 0
 
     @property
     def num_tokens(self) -> int:

@@ -15,8 +15,9 @@ how one request enters the queue and a step is its StepPlacement's (step_placeme
 is applied and a request retired its StepResults' (step_results.py): two objects it owns, built
 with the collaborators they share with it. The requests are its own (one RequestTable), handed to
 them with each call that moves one. Per-step features attach as step hooks (step_hooks.py), called
-after the walk and on each sampled row's result. KV tiers off: `tiers` is a NoTiers, which does
-nothing.
+after the walk and on each sampled row's result. A request whose first sampled token waits (its
+grammar still compiling) is prefilled up to that token meanwhile (sampling_gates.py). KV tiers
+off: `tiers` is a NoTiers, which does nothing.
 """
 from __future__ import annotations
 
@@ -35,6 +36,7 @@ from scheduler.predictor import OutputLengthPredictor
 from scheduler.request_state import RequestState, RequestStatus, is_decode
 from scheduler.request_table import RequestTable
 from scheduler.sample_group import is_held, link
+from scheduler.sampling_gates import SamplingGates
 from scheduler.shadow import ShadowAdmission, fetch_room
 from scheduler.step_budget import StepBudgetConfig, StepTimeBudget
 from scheduler.step_builder import StepBuilder
@@ -73,6 +75,8 @@ class Scheduler:
         self.budget = StepTimeBudget(budget, config.chunked_prefill)  # learns from the results
         self.placement = StepPlacement(config, self.kv, self.shadow, self.policy, self.tiers, self.budget)
         self.results = StepResults(config, self.kv, self.shadow, self.tiers, self.predictor, self.hooks)
+        self.gates = SamplingGates()  # requests whose sampling waits for their grammar's compile
+        self._gated = self.gates.pending  # (tested once per step: empty but for a late compile)
         self._next_arrival = 0
         self.next_step_id = 0
         self.num_decodes_ahead = 0  # since start: decodes built before their input was sampled
@@ -95,6 +99,8 @@ class Scheduler:
         self._next_arrival += 1
         link(state, self.requests, self._block_size)  # a sample of an n > 1 request: its leader
         self.kv.update_hashes(state)
+        if req.sampling_gate is not None:
+            self.gates.add(state)
         self.table.add(state)
         req.trace.mark("queued")
         self.placement.queue(state, self.next_step_id)
@@ -126,7 +132,10 @@ class Scheduler:
         the step hooks see the step."""
         table, running = self.table, self.running
         step_id = self.next_step_id
-        if (self._decode_fast_path and not self.waiting and not self._tiers_on
+        gated = self._gated
+        if gated:
+            self.gates.sweep()
+        if (self._decode_fast_path and not self.waiting and not self._tiers_on and not gated
                 and self.shadow.is_settled()):
             num_allocatable = self.kv.pool.num_allocatable
             chunks = decode_chunks(running, step_id, self._block_size,
@@ -147,7 +156,7 @@ class Scheduler:
         ahead = self.can_schedule_ahead()
         place = self.placement
         running_status, block_size = RequestStatus.RUNNING, self._block_size
-        for req in self.policy.order(running, waiting, step_id):
+        for req in self.policy.order(self.gates.runnable(running) if gated else running, waiting, step_id):
             if step.budget_left <= 0:
                 break
             if step.num_prefill_tokens and not self.policy.admits_prefill(step) and not is_decode(req):
@@ -169,7 +178,7 @@ class Scheduler:
                 continue
             elif step.num_preempted and step.chunks:
                 continue  # blocks just taken back by preemption go to the running batch, not the queue
-            elif not place.try_admit(req, step, table) and self.policy.blocks_queue(req):
+            elif not place.try_admit(req, step, table) and self.policy.blocks_queue(req) and not req.num_held_tokens:
                 admitting = False  # admit nobody behind it; running requests still get served
         if self.hooks and step.chunks:
             self.hooks.on_schedule(step, table, place.grow)

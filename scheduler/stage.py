@@ -13,6 +13,7 @@ import asyncio
 import logging
 import time
 from collections import deque
+from concurrent.futures import Future
 from typing import Callable, Union
 
 from scheduler.host_charge import StepCostShares
@@ -33,7 +34,12 @@ class AheadDue:
     """The StepClock's tick: time to build the next step ahead (handled in after_burst)."""
 
 
-SchedulerMessage = Union[Admission, GenerateRequest, Abort, StepResult, KvDiskDone, AheadDue]
+class GateOpened:
+    """A held request's sampling gate is done (sampling_gates.py): a step may sample it now, and
+    nothing else may be coming to wake the stage (handled in after_burst)."""
+
+
+SchedulerMessage = Union[Admission, GenerateRequest, Abort, StepResult, KvDiskDone, AheadDue, GateOpened]
 RECLAIM_BLOCKS_PER_STEP = 256
 
 
@@ -79,6 +85,8 @@ class SchedulerStage(Stage[SchedulerMessage]):
                     TokenEvent(msg.request_id, [], finish_reason="error", error=error,
                                num_prompt_tokens=len(msg.prompt_token_ids), error_status=status)
                 )
+            elif msg.sampling_gate is not None and msg.request_id in self.scheduler.gates.pending:
+                self._wake_when_done(msg.sampling_gate)
         elif isinstance(msg, Admission):
             self._admitted.append(msg)
             for request in msg.requests:
@@ -87,7 +95,7 @@ class SchedulerStage(Stage[SchedulerMessage]):
             event = self.scheduler.abort(msg.request_id, msg.reason)
             if event is not None:
                 self._pending_events.append(event)
-        elif isinstance(msg, AheadDue):
+        elif isinstance(msg, (AheadDue, GateOpened)):
             pass  # after_burst builds the step
         elif isinstance(msg, KvDiskDone):
             self.scheduler.tiers.on_disk_done(msg)  # (NoTiers: an error, there is no disk stage)
@@ -180,6 +188,24 @@ class SchedulerStage(Stage[SchedulerMessage]):
             # Past the bound by at most one: one timer at a time, re-armed only by the loop that
             # drains this inbox.
             self.inbox.force_put(AheadDue())
+        except ChannelClosed:
+            pass
+
+    def _wake_when_done(self, gate: Future) -> None:
+        """A GateOpened in the inbox when `gate` is done (its callback runs on the compile thread)."""
+        loop = asyncio.get_running_loop()
+
+        def done(_: Future) -> None:
+            try:
+                loop.call_soon_threadsafe(self._gate_opened)
+            except RuntimeError:  # the loop is closed: the engine stopped
+                pass
+
+        gate.add_done_callback(done)
+
+    def _gate_opened(self) -> None:
+        try:
+            self.inbox.force_put(GateOpened())  # (past the bound by one per held request at most)
         except ChannelClosed:
             pass
 

@@ -90,6 +90,9 @@ class StepPlacement:
         # common decode, whose slot is in its last block, never gets here: schedule() adds it.)
         num_uncomputed = len(req.all_token_ids) - req.num_computed_tokens
         assert num_uncomputed > 0, req
+        num_uncomputed -= req.num_held_tokens  # (its sampling token waits: sampling_gates.py)
+        if num_uncomputed == 0:
+            return
         num_new = self.policy.chunk_size(req, num_uncomputed, step)
         if num_new == 0:
             return  # the policy keeps it for a later step
@@ -113,11 +116,14 @@ class StepPlacement:
             return False
         hits = admission_hits(req, self.kv.find_prefix(req), self._block_size)
         num_hit_tokens = len(hits) * self._block_size
-        num_new = self.policy.chunk_size(req, req.num_tokens - num_hit_tokens, step)
+        num_uncached = req.num_tokens - num_hit_tokens - req.num_held_tokens
+        if num_uncached == 0:
+            return False  # only its held sampling token is left (sampling_gates.py)
+        num_new = self.policy.chunk_size(req, num_uncached, step)
         if num_new == 0:
             return False  # the policy keeps it for a later step
         num_new = self.budget.cut(req, num_new, num_hit_tokens, step, table)
-        if not config.chunked_prefill and num_new < req.num_tokens - num_hit_tokens:
+        if not config.chunked_prefill and num_new < num_uncached:
             return False  # no chunked prefill: the whole (uncached) prompt in one step, or wait
         num_prompt_blocks = config.blocks_for(req.num_tokens) - len(hits)
         if not self.kv.can_admit(hits, num_hit_tokens + num_new) or not self.policy.can_start(

@@ -10,6 +10,7 @@ streams for the emitter, which the scheduler hands on ahead of the requests' fir
 """
 from __future__ import annotations
 
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from operator import attrgetter
 
@@ -31,6 +32,9 @@ class GenerateRequest:
     # n > 1: the id of sample 0 of the same HTTP request (same prompt), whose prompt blocks this
     # sample shares (scheduler/sample_group.py). None: a request of its own, or sample 0.
     leader_id: str | None = None
+    # What its first sampled token waits for (its grammar's compile, still running when it was
+    # queued: scheduler/sampling_gates.py); None: nothing.
+    sampling_gate: Future | None = None
 
 
 @dataclass(slots=True)

@@ -1,9 +1,9 @@
 """GrammarCompiler: compiles StructuredOutputs on its own threads, once per distinct (kind, spec).
 
-Ingress submits a request's grammar at arrival, before tokenizing, and awaits it before queueing
-(an invalid grammar is a 400 decided before the request takes a place in the queue); the compile
-runs beside the tokenizer. The runner hook looks the compiled grammar up when the request first
-samples, by the same key: a hit. Compiled grammars stay in an LRU of `max_cached` entries; a
+Ingress submits a request's grammar at arrival, before tokenizing; the compile runs beside the
+tokenizer and, when it outlasts it, beside the request's queueing and prefill (ingress/
+structured_check.py). The runner hook looks the compiled grammar up when the request first
+samples, which waits for the compile's end: by the same key, a hit. Compiled grammars stay in an LRU of `max_cached` entries; a
 failed compile is not kept (the next request retries and gets the same error, cheaply).
 
 The backend is built on the first thread that needs it (the tokenizer bridge takes ~0.5 s); the

@@ -23,6 +23,10 @@ Logprobs are those of the masked distribution, as vLLM reports them (it applies 
 bitmask to the logits before its sampler takes the "raw" logprobs): the sampler runs the logits
 processor before its log-softmax.
 
+Tensor parallel: only the driver (rank 0) samples, from the logits gathered over the vocabulary
+shards, so the hook is the driver runner's alone; the workers drop their logits and take the
+sampled ids with the next step's inputs, so they hold no grammar and need none.
+
 Composition: speculative decoding's Verifier is `inner`: its share of the step is kept (feed,
 extra ids, claimed rows, several rows per verifying chunk); constrained rows carry no drafts (the
 scheduler's SpecDrafts skips them), so each is one plain row here.
@@ -30,7 +34,6 @@ scheduler's SpecDrafts skips them), so each is one plain row here.
 from __future__ import annotations
 
 import threading
-from concurrent.futures import Future
 
 import torch
 
@@ -164,7 +167,7 @@ class GrammarHook:
         self.hand_over = bitmask.device.type == "cuda" if hand_over is None else hand_over
         self.grammars: dict[str, RequestGrammar | None] = {}  # constrained live requests (None: failed)
         self.errors: dict[str, str] = {}
-        self._futures: dict[str, tuple[Future, tuple[int, ...]]] = {}  # compiles not yet read
+        self._specs: dict[str, StructuredOutput] = {}  # grammars not yet looked up
         self._last: GrammarStep | None = None
         self.lock = threading.Lock()  # a step's completion against its successor's registration
 
@@ -175,26 +178,27 @@ class GrammarHook:
         for new in batch.new_requests:
             if new.params.structured is not None:
                 self.grammars[new.request_id] = None
-                self._start(new.request_id, new.params.structured)
+                self._specs[new.request_id] = new.params.structured
         grammars = self.grammars
         if inner is None and not any(c.sample and c.request_id in grammars for c in batch.chunks):
             return None
         step = self._last = GrammarStep(self, inner, self._last)
         return step
 
-    def _start(self, request_id: str, structured: StructuredOutput) -> None:
-        future = self.compiler.submit(structured)
-        self._futures[request_id] = (future, structured.after_token_ids)
-
     def grammar_of(self, request_id: str) -> RequestGrammar | None:
-        """The request's grammar, built from its compile on first use (ingress awaited the compile
-        already, so this does not wait; an embedder's request may)."""
+        """The request's grammar, built from its compile (looked up by its text) on first use: its
+        first sampled row, which the scheduler holds back until the compile has succeeded
+        (scheduler/sampling_gates.py), so this does not wait (but for a compile evicted from the
+        cache and started again meanwhile). Not looked up when the request is first scheduled: a
+        compile that failed has left the cache, and its request, aborted before it samples, must
+        not start it again."""
         grammar = self.grammars.get(request_id)
         if grammar is not None or request_id in self.errors:
             return grammar
-        future, after = self._futures.pop(request_id)
+        structured = self._specs.pop(request_id)
         try:
-            grammar = RequestGrammar(future.result(timeout=self.compile_timeout_s), after)
+            compiled = self.compiler.submit(structured).result(timeout=self.compile_timeout_s)
+            grammar = RequestGrammar(compiled, structured.after_token_ids)
         except Exception as exc:
             self.errors[request_id] = f"{type(exc).__name__}: {exc}"
             return None
@@ -211,7 +215,7 @@ class GrammarHook:
             self.inner.release(request_id)
         self.grammars.pop(request_id, None)
         self.errors.pop(request_id, None)
-        self._futures.pop(request_id, None)
+        self._specs.pop(request_id, None)
 
     @property
     def num_live(self) -> int:

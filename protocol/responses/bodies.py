@@ -93,12 +93,13 @@ def completion_body(meta: ResponseMeta, choices: Sequence[ResponseAccumulator],
 
 def parsed_message(chain: OutputChain, text: str) -> dict[str, Any]:
     """OpenAI's message from a whole reply read by `chain`: content (null when there are only
-    tool calls), reasoning_content when a reasoning parser is on, tool_calls when there are any."""
+    tool calls or only reasoning, as vLLM answers), reasoning_content when a reasoning parser is
+    on, tool_calls when there are any."""
     whole = AssembledMessage()
     whole.add(chain.feed(text))
     whole.add(chain.finish())
-    message: dict[str, Any] = {"role": "assistant",
-                               "content": None if whole.calls and not whole.content else whole.content}
+    nothing_else = not whole.content and (whole.calls or whole.reasoning)
+    message: dict[str, Any] = {"role": "assistant", "content": None if nothing_else else whole.content}
     if chain.reasoning is not None:
         message["reasoning_content"] = whole.reasoning or None
     if whole.calls:

@@ -81,7 +81,7 @@ def response_schemas() -> dict[str, Schema]:
                                     "properties": {"name": {"type": "string"}, "arguments": {"type": "string"}}}}}
     message = {"type": "object", "required": ["role", "content"],
                "properties": {"role": {"const": "assistant"},
-                              "content": {"type": ["string", "null"], "description": "null: only tool calls."},
+                              "content": {"type": ["string", "null"], "description": "null: only tool calls or only reasoning."},
                               "reasoning_content": {"type": ["string", "null"],
                                                     "description": "With --reasoning-parser: the <think> text."},
                               "tool_calls": {"type": "array", "items": tool_call}}}

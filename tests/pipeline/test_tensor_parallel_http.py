@@ -1,11 +1,12 @@
 """`ttft serve -tp 2` on CPU (gloo): the same answers as `-tp 1` through the OpenAI client
-(streaming, n > 1 with seeds), prefix caching, a disconnect that frees its blocks (one pool of
+(streaming, n > 1 with seeds, structured outputs and a named tool call), prefix caching, a disconnect that frees its blocks (one pool of
 block ids for every rank), a worker killed mid-stream (error events, /health 503, exit status 1,
 no process left), SIGTERM's drain (streams finish, exit 0, no process left), and two torchrun
 "nodes" on loopback serving one engine, then draining on SIGTERM with every rank exiting 0."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import socket
@@ -64,6 +65,35 @@ def test_openai_streams_and_samples_equal_one_process(pair):
                                          messages=[{"role": "user", "content": "hi"}], extra_body={"ignore_eos": True})
         texts.append((greedy, sorted((ch.index, ch.message.content) for ch in chat.choices)))
     assert texts[0] == texts[1] and len(texts[0][1]) == 3 and texts[0][0]
+
+
+SCHEMA = {"type": "object", "properties": {"id": {"type": "integer", "minimum": 0, "maximum": 99},
+                                           "tag": {"enum": ["red", "green"]}},
+          "required": ["id", "tag"], "additionalProperties": False}
+TOOL = {"type": "function", "function": {"name": "pick", "parameters": SCHEMA}}
+
+
+def test_constrained_outputs_equal_one_process(pair):
+    """A json_schema response_format (greedy, and seeded with n=2) and a named tool call: only the
+    driver samples, so only it masks (the workers drop their logits and are fed its sampled ids);
+    the outputs are one process's, and follow the schema (tiny's random weights would not)."""
+    answers = []
+    for server in pair:
+        c = client(server)
+        model = c.models.list().data[0].id
+        ask = dict(model=model, messages=[{"role": "user", "content": "pick"}], max_tokens=40)
+        fmt = {"type": "json_schema", "json_schema": {"name": "pick", "schema": SCHEMA}}
+        greedy = c.chat.completions.create(**ask, temperature=0, response_format=fmt)
+        seeded = c.chat.completions.create(**ask, temperature=0.9, seed=5, n=2, response_format=fmt)
+        call = c.chat.completions.create(**ask, temperature=0, tools=[TOOL],
+                                         tool_choice={"type": "function", "function": {"name": "pick"}})
+        [tool_call] = call.choices[0].message.tool_calls
+        assert call.choices[0].finish_reason == "tool_calls" and tool_call.function.name == "pick"
+        answers.append([ch.message.content for ch in greedy.choices + seeded.choices] + [tool_call.function.arguments])
+    assert answers[0] == answers[1], answers
+    for text in answers[0]:
+        obj = json.loads(text)
+        assert set(obj) == {"id", "tag"} and 0 <= obj["id"] <= 99 and obj["tag"] in ("red", "green"), text
 
 
 def test_prefix_cache_hits_and_a_cut_stream_frees_its_blocks(pair):

@@ -1,8 +1,9 @@
 """Structured outputs' bad input and faults over HTTP (a `ttft serve --model dummy:tiny` with a small
 --max-grammar-chars): invalid schemas, regexes, grammars and types, two ways of asking at once,
 oversized specs and a compile past --grammar-compile-timeout-s are 400s naming the field (or the
-flag) before anything is queued; a compile that raises something else is a 500 with its message,
-never a traceback."""
+flag), with nothing left queued (a request queued beside a compile that outlasted its tokenizing is
+aborted first: test_late_compile.py); a compile that raises something else is a 500 with its
+message, never a traceback."""
 from __future__ import annotations
 
 import asyncio

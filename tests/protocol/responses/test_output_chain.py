@@ -129,6 +129,20 @@ def test_reasoning_only_plan_and_its_message():
     assert whole(plan, "all thought")["message"]["reasoning_content"] == "all thought"
 
 
+@pytest.mark.parametrize("text", ["all thought", "all thought</think>"])
+def test_a_reply_that_is_all_reasoning_has_null_content_and_no_content_delta(text):
+    """vLLM's reasoning parsers answer null content when nothing follows the reasoning; a stream
+    sends the role chunk's empty content (OpenAI's first chunk) and no content delta after it."""
+    plan = plan_output(None, OutputParsers(None, "deepseek_r1"), "")
+    body_choice = whole(plan, text)
+    assert body_choice["message"] == {"role": "assistant", "content": None, "reasoning_content": "all thought"}
+    chunks, _ = stream(plan, [text[i:i + 2] for i in range(0, len(text), 2)])
+    deltas = [c["choices"][0]["delta"] for c in chunks]
+    assert [d for d in deltas if "content" in d] == [{"role": "assistant", "content": ""}] == deltas[:1]
+    assert "".join(d.get("reasoning_content", "") for d in deltas) == "all thought"
+    assert whole(plan_output(None, OutputParsers(None, "deepseek_r1"), ""), "", "length")["message"]["content"] == ""
+
+
 def test_plain_requests_have_no_plan_and_keep_the_split_template():
     assert plan_output(None, OutputParsers(), "") is None
     assert plan_output(ToolRequest((WEATHER,), "none"), OutputParsers("hermes"), "") is None
