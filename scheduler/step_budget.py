@@ -27,6 +27,13 @@ larger budget lets it catch up, and with one long prompt at a time the budget is
 Cut chunks take more steps; a cut prefill's age (lanes' aging) counts only the steps it waits, as
 with context-aware chunks, or it would be promoted for progressing and head every step.
 
+The decode ratio (off unless set: StepBudgetConfig.decode_ratio) bounds the stall itself rather than
+a step's time: while decodes run, the prefill chunk that opens a step of them (any prompt's, short
+lane included) is cut so that the step is predicted at most `decode_ratio` times what its decodes
+alone take. It bounds every stream's inter-token gap at that many decode steps, but on a CPU, where
+a decode step holds only a few dozen prefill tokens' time, a prompt's prefill then spreads over
+most steps: the gaps' median rises towards their bound, and first tokens come later.
+
 The model learns from every step's measured device time (`observe`). This is the one-stream form
 of the latency and long-prefill lanes: the steps it builds say which lane they serve
 (StepBuilder.lane), so a device that can run a long-prefill step beside a latency step (a second,
