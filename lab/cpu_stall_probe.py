@@ -6,8 +6,10 @@ step logged (lab/cpu_step_log.py):
 
 Each config is a string of extra `ttft serve` flags ("" for the defaults); the configs run
 interleaved (A, B, A, B, ...) so that they share the machine's load. Prints and writes DIR/probe.json:
-TTFT P50/P95, ITL P50/P95, TPOT P50, output tokens/s per run, and the step log's split (decode-only
-steps against steps with prefill chunks, chunk sizes).
+TTFT P50/P95, ITL P50/P95/P99, TPOT P50, output tokens/s per run, and the step log's split (decode-only
+steps against steps with prefill chunks, chunk sizes); DIR/cX-rY.json keeps the client's per-request
+gaps (`itls`). The CLI sets the OpenMP environment before torch loads; the step log imports torch first,
+so the probe sets it (OMP_WAIT_POLICY=PASSIVE, GOMP_SPINCOUNT=20000) in the server's environment.
 """
 from __future__ import annotations
 
