@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import statistics
+from typing import Callable
 
 import numpy as np
 
@@ -59,19 +60,15 @@ WORKLOADS = {  # name: (clients, [(prompt_len, output_len)] per request)
 }
 
 
-def simulate(workload: str, budget: int, chunk: int, cap: int, seed: int = 0, delay_ms: float = 0.0) -> dict:
-    """`delay_ms`: each client waits up to this long (uniform) before its next request, so that the
-    clients drift out of lockstep as real ones do."""
-    clients, shapes = WORKLOADS[workload]
-    rng = np.random.default_rng(seed)
-    requests = [SimRequest(f"r{i}", 0.0, rng.integers(100, 30000, n).tolist(), out, "x")
-                for i, (n, out) in enumerate(shapes)]
-    sched = Scheduler(SchedulerConfig(
-        num_blocks=4096, block_size=16, max_num_seqs=64, max_num_batched_tokens=budget, max_model_len=2048,
-        max_queued=len(requests) + 1, long_prefill_threshold=chunk, prefill_step_tokens=cap, policy="lanes",
-        async_scheduling=False))
-    loop = ClosedLoop(requests, clients, delay_ms / 1e3, seed)
-    arrival, tokens = {}, {r.request_id: [] for r in requests}
+def run_closed_loop(sched: Scheduler, requests: list[SimRequest], clients: int, delay_s: float, seed: int,
+                    step_s: Callable[[StepBatch], float] = lambda batch: step_ms(batch) / 1e3,
+                    ) -> tuple[dict[str, float], dict[str, list[float]], float]:
+    """Serve `requests` from `clients` closed-loop clients in simulated time, each step taking
+    `step_s(batch)` (also its result's measured duration) -> (arrival times, each request's token
+    times, the end)."""
+    loop = ClosedLoop(requests, clients, delay_s, seed)
+    arrival: dict[str, float] = {}
+    tokens: dict[str, list[float]] = {r.request_id: [] for r in requests}
     now, step = 0.0, 0
     while True:
         for r, at in loop.due(now):
@@ -83,16 +80,31 @@ def simulate(workload: str, budget: int, chunk: int, cap: int, seed: int = 0, de
         if batch is None:
             nxt = loop.next_arrival_s()
             if nxt is None and sched.is_idle():
-                break
+                return arrival, tokens, now
             now = max(now, nxt or now)
             continue
-        now += step_ms(batch) / 1e3
+        duration = step_s(batch)
+        now += duration
         step += 1
         sampled = [SampledToken(c.request_id, 1000 + step % 5000) for c in batch.chunks if c.sample]
-        for ev in sched.update(batch, StepResult(batch.step_id, sampled)):
+        for ev in sched.update(batch, StepResult(batch.step_id, sampled, duration_ns=int(duration * 1e9))):
             tokens[ev.request_id] += [now] * len(ev.token_ids)
             if ev.finish_reason is not None:
                 loop.on_finished(now)
+
+
+def simulate(workload: str, budget: int, chunk: int, cap: int, seed: int = 0, delay_ms: float = 0.0) -> dict:
+    """`delay_ms`: each client waits up to this long (uniform) before its next request, so that the
+    clients drift out of lockstep as real ones do."""
+    clients, shapes = WORKLOADS[workload]
+    rng = np.random.default_rng(seed)
+    requests = [SimRequest(f"r{i}", 0.0, rng.integers(100, 30000, n).tolist(), out, "x")
+                for i, (n, out) in enumerate(shapes)]
+    sched = Scheduler(SchedulerConfig(
+        num_blocks=4096, block_size=16, max_num_seqs=64, max_num_batched_tokens=budget, max_model_len=2048,
+        max_queued=len(requests) + 1, long_prefill_threshold=chunk, prefill_step_tokens=cap, policy="lanes",
+        async_scheduling=False))
+    arrival, tokens, now = run_closed_loop(sched, requests, clients, delay_ms / 1e3, seed)
     ttft = [(t[0] - arrival[rid]) * 1e3 for rid, t in tokens.items()]
     itl = [(b - a) * 1e3 for t in tokens.values() for a, b in zip(t, t[1:])]
     return {"ttft_p50": statistics.median(ttft), "itl_p50": statistics.median(itl),

@@ -197,7 +197,8 @@ def _build_rest(cfg: EngineConfig, source: ModelSource, runner: ModelRunner,
         eos_token_ids=frozenset(tok.eos_token_ids), speculative=speculative(cfg),
         prefill_context_weight=source.config.attention_weight() if cfg.context_aware_chunks else 0.0,
     ), tiers=tiers.config, disk_blocks=tiers.disk_blocks,
-        budget=StepBudgetConfig(cfg.step_budget_ms, cfg.step_cost_device) if cfg.concurrent_lanes else None)
+        budget=StepBudgetConfig(cfg.step_budget_ms, cfg.step_cost_device, cfg.step_decode_ratio)
+        if cfg.concurrent_lanes else None)
     template = ChatTemplate(
         template_override or tok.chat_template, bos_token=getattr(tok, "bos_token", None), eos_token=getattr(tok, "eos_token", None)
     )

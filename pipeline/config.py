@@ -100,6 +100,14 @@ class EngineConfig:
     step_budget_ms: float | None = option(
         None, "concurrent lanes: the longest predicted step while a latency-bound request waits "
               f"(default {GPU_STEP_BUDGET_MS:g} on a GPU, {CPU_STEP_BUDGET_MS:g} on CPU)")
+    # Off by default: beside a CPU decode step only ~32 prefill tokens fit, so a prompt's prefill
+    # spreads over most steps, and the ITL P95 comes within 2x the P50 by raising the P50, the
+    # TTFT and the run's time (bench/results/20261207-cpu/decode-ratio-probe/). For streams that
+    # must not stall whatever it costs.
+    step_decode_ratio: float = option(
+        0.0, "concurrent lanes: while decodes run, a step that opens with a prefill chunk is cut to at most this "
+             "many times its decodes' predicted time (e.g. 1.8: ITL P95 within 2x its P50, at a cost in TTFT "
+             "and throughput; 0: off)")
     step_cost_device: str = "cpu"  # the step cost model's seed: "cpu" or "cuda" (set by resolve_budgets)
     # Off, the scheduler refuses to start unless the step budget holds max_model_len.
     enable_chunked_prefill: bool = option(

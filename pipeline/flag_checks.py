@@ -78,6 +78,7 @@ RULES = (
     Rule("prefill_step_tokens", at_least(0), "must be >= 0 (0: no cap)"),
     Rule("prefill_backlog_steps", at_least(0), "must be >= 0 (0: never)"),
     Rule("step_budget_ms", positive, "must be > 0 (--no-concurrent-lanes: no budget)"),
+    Rule("step_decode_ratio", lambda v: v == 0 or v > 1, "must be 0 (off) or > 1"),
     Rule("kv_host_gb", at_least(0), "must be >= 0 (0: no host tier)"),
     Rule("kv_disk_path", lambda v: bool(v.strip()), "must be a directory path"),
     Rule("kv_disk_gb", positive, "must be > 0"),

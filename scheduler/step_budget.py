@@ -27,6 +27,13 @@ larger budget lets it catch up, and with one long prompt at a time the budget is
 Cut chunks take more steps; a cut prefill's age (lanes' aging) counts only the steps it waits, as
 with context-aware chunks, or it would be promoted for progressing and head every step.
 
+The decode ratio (off unless set: StepBudgetConfig.decode_ratio) bounds the stall itself rather than
+a step's time: while decodes run, the prefill chunk that opens a step of them (any prompt's, short
+lane included) is cut so that the step is predicted at most `decode_ratio` times what its decodes
+alone take. It bounds every stream's inter-token gap at that many decode steps, but on a CPU, where
+a decode step holds only a few dozen prefill tokens' time, a prompt's prefill then spreads over
+most steps: the gaps' median rises towards their bound, and first tokens come later.
+
 The model learns from every step's measured device time (`observe`). This is the one-stream form
 of the latency and long-prefill lanes: the steps it builds say which lane they serve
 (StepBuilder.lane), so a device that can run a long-prefill step beside a latency step (a second,
@@ -54,10 +61,15 @@ class StepBudgetConfig:
 
     budget_ms: float
     device: str = "cpu"
+    # While decodes run, a step carrying a prefill chunk is predicted at most this many times what
+    # its other work (the decode rows, the fixed cost) takes alone, whatever the budget (0: off).
+    decode_ratio: float = 0.0
 
     def __post_init__(self) -> None:
         if not self.budget_ms > 0:
             raise ValueError(f"StepBudgetConfig: budget_ms must be > 0, got {self.budget_ms}")
+        if not (self.decode_ratio == 0 or self.decode_ratio > 1):
+            raise ValueError(f"StepBudgetConfig: decode_ratio must be 0 (off) or > 1, got {self.decode_ratio}")
         if self.device not in SEEDS:
             raise ValueError(f"StepBudgetConfig: device must be one of {sorted(SEEDS)}, got {self.device!r}")
 
@@ -67,24 +79,37 @@ class StepTimeBudget:
         """`config` None, or no chunked prefill (a prompt then runs whole): off."""
         self.enabled = config is not None and chunked_prefill
         self.budget_s = config.budget_ms / 1000.0 if self.enabled else 0.0
+        self.decode_ratio = config.decode_ratio if self.enabled else 0.0
         self.cost = StepCostModel(SEEDS[config.device if config is not None else "cpu"])
         self.num_cuts = 0  # since start: chunks cut to the budget
 
     def cut(self, req: RequestState, num_new: int, context: int, step: StepBuilder,
             table: RequestTable) -> int:
         """The tokens `req` (a prefill of `num_new` tokens after `context` computed ones) may take
-        in `step`: `num_new`, or fewer when it is a long prompt that would push the step past the
-        budget while someone latency-bound waits."""
-        if not self.enabled or not req.is_long or num_new <= MIN_CHUNK or not _latency_bound(req, table):
+        in `step`: `num_new`, or fewer when it would push the step past the budget while someone
+        latency-bound waits (a long prompt), or past the decode ratio while decodes run (any
+        prompt's chunk that opens a step of decodes)."""
+        if not self.enabled or num_new <= MIN_CHUNK:
             return num_new
-        tokens, kpairs = step_features((len(c.token_ids), c.start_pos) for c in step.chunks)
-        # Never below half the step: a chunk that costs less than the rest of its step (the decode
-        # rows, the fixed cost) would prefill the prompt at under half speed. And the budget grows
-        # with the long prompts queued behind this one (see the module's docstring): the lane
-        # keeps up with its arrivals whatever the cost model gets wrong.
-        budget_s = self.budget_s * (1 + _long_backlog(req, table))
-        limit_s = max(budget_s, 2.0 * self.cost.predict_s(tokens, kpairs))
-        fit = self.cost.max_tokens(limit_s, tokens, kpairs, context)
+        limits = []
+        tokens, kpairs = -1, 0.0
+        # The step holds only decode rows so far: its first prefill chunk. (Prompts that join
+        # after it are whole and few: the lanes' cap bounds them.)
+        if self.decode_ratio and step.chunks and not step.num_prefill_tokens:
+            tokens, kpairs = step_features((len(c.token_ids), c.start_pos) for c in step.chunks)
+            limits.append(self.decode_ratio * self.cost.predict_s(tokens, kpairs))
+        if req.is_long and _latency_bound(req, table):
+            if tokens < 0:
+                tokens, kpairs = step_features((len(c.token_ids), c.start_pos) for c in step.chunks)
+            # Never below half the step: a chunk that costs less than the rest of its step (the
+            # decode rows, the fixed cost) would prefill the prompt at under half speed. And the
+            # budget grows with the long prompts queued behind this one (see the module's
+            # docstring): the lane keeps up with its arrivals whatever the cost model gets wrong.
+            budget_s = self.budget_s * (1 + _long_backlog(req, table))
+            limits.append(max(budget_s, 2.0 * self.cost.predict_s(tokens, kpairs)))
+        if not limits:
+            return num_new
+        fit = self.cost.max_tokens(min(limits), tokens, kpairs, context)
         if fit >= num_new:
             return num_new
         self.num_cuts += 1

@@ -41,6 +41,7 @@ FLAGS += ["--tool-call-parser", "--reasoning-parser", "--enable-auto-tool-choice
 FLAGS += ["--otlp-traces-endpoint"]  # issue 45
 FLAGS += ["--data-parallel-size", "-dp"]  # issue 48
 FLAGS += ["--skinny-gemm"]  # issue 46
+FLAGS += ["--step-decode-ratio"]  # issue 47
 
 
 def parser() -> argparse.ArgumentParser:

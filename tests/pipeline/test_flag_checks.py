@@ -20,7 +20,7 @@ BAD = {
     "max_num_seqs": (0, "--max-num-seqs"), "max_num_batched_tokens": (0, "--max-num-batched-tokens"),
     "max_queued": (-1, "--max-queued"), "long_prefill_threshold": (-1, "--long-prefill-threshold"),
     "prefill_step_tokens": (-1, "--prefill-step-tokens"), "prefill_backlog_steps": (-1, "--prefill-backlog-steps"),
-    "step_budget_ms": (0.0, "--step-budget-ms"),
+    "step_budget_ms": (0.0, "--step-budget-ms"), "step_decode_ratio": (1.0, "--step-decode-ratio"),
     "kv_host_gb": (-0.5, "--kv-host-gb"), "kv_disk_path": (" ", "--kv-disk-path"), "kv_disk_gb": (0.0, "--kv-disk-gb"),
     "request_timeout_s": (0.0, "--request-timeout-s"), "body_read_timeout_s": (-1.0, "--body-read-timeout-s"),
     "max_connections": (0, "--max-connections"), "stream_stall_timeout_s": (0.0, "--stream-stall-timeout-s"),
@@ -72,7 +72,8 @@ def test_a_bad_value_is_one_line_naming_its_flag(dest):
 def test_edges_of_the_ranges():
     flags = flag_names(parser())
     for dest, good in (("port", 1), ("port", 65535), ("port", 0), ("gpu_memory_utilization", 1.0),
-                       ("gpu_memory_utilization", 0.01), ("shutdown_grace_s", 0.0), ("log_level", "DEBUG")):
+                       ("gpu_memory_utilization", 0.01), ("shutdown_grace_s", 0.0), ("log_level", "DEBUG"),
+                       ("step_decode_ratio", 0.0), ("step_decode_ratio", 1.01)):
         args = defaults()
         setattr(args, dest, good)
         check_flag_ranges(args, flags)

@@ -30,6 +30,8 @@ def test_the_flags_set_it() -> None:
     assert config_from_args(p.parse_args(["--concurrent-lanes"])).concurrent_lanes is True
     assert config_from_args(p.parse_args(["--no-concurrent-lanes"])).concurrent_lanes is False
     assert config_from_args(p.parse_args(["--step-budget-ms", "25"])).step_budget_ms == 25.0
+    assert config_from_args(p.parse_args([])).step_decode_ratio == 0.0  # off unless asked
+    assert config_from_args(p.parse_args(["--step-decode-ratio", "1.8"])).step_decode_ratio == 1.8
 
 
 def test_the_scheduler_budget_is_off_without_lanes_or_chunks() -> None:
@@ -49,6 +51,10 @@ def test_the_settings_reach_the_scheduler() -> None:
     on = build_model(EngineConfig(model="dummy:tiny", num_kv_blocks=64, max_model_len=256, device="cpu"))
     assert on.scheduler.budget.enabled and on.scheduler.budget.budget_s == CPU_STEP_BUDGET_MS / 1000
     assert on.scheduler.budget.cost.coefficients == StepTimeBudget(StepBudgetConfig(1.0, "cpu")).cost.coefficients
+    assert on.scheduler.budget.decode_ratio == 0.0
+    ratio = build_model(EngineConfig(model="dummy:tiny", num_kv_blocks=64, max_model_len=256, device="cpu",
+                                     step_decode_ratio=1.8))
+    assert ratio.scheduler.budget.decode_ratio == 1.8
     off = build_model(EngineConfig(model="dummy:tiny", num_kv_blocks=64, max_model_len=256, device="cpu",
                                    concurrent_lanes=False))
     assert not off.scheduler.budget.enabled
