@@ -2,13 +2,8 @@
 interpreter's launch on the CPU)."""
 from __future__ import annotations
 
-import os
-
 import pytest
-import torch
 
-if not torch.cuda.is_available():  # the interpreter, also when this file runs alone (tests/gpu_stage's conftest
-    os.environ.setdefault("TRITON_INTERPRET", "1")  # sets it too): before Triton is imported
 pytest.importorskip("triton")
 
 from lab.kv8_exactness_probe import variant_errors  # noqa: E402
