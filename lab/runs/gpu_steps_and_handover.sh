@@ -20,7 +20,7 @@ if [ -n "${TESTS:-}" ]; then
 fi
 timeout 170 python3 -m lab.stream_priority_probe --out "$OUT/stream_priority.json" > "$OUT/stream_priority.log" 2>&1
 echo "stream priority rc=$?"; tail -50 "$OUT/stream_priority.log"
-for mode in on off; do
+for mode in ${STEPS_MODES:-on off}; do
     timeout 130 python3 -m lab.interference_steps "$mode" --model dummy:llama-3.1-8b --device cuda \
         --max-model-len 40960 --long-len 32768 --streams 8 --short-every-s 0.25 --out "$OUT/steps_$mode.jsonl" \
         > "$OUT/steps_$mode.log" 2>&1
