@@ -1,11 +1,14 @@
 """Shared test set-up: asyncio tests run on their own loop without a plugin; `gpu`-marked tests
-are skipped where CUDA is absent (in every folder)."""
+are skipped where CUDA is absent (in every folder); `smollm_server` is defined here, once, so that
+every folder's files share one per worker (tests/live_server.py)."""
 from __future__ import annotations
 
 import asyncio
 import inspect
 
 import pytest
+
+from live_server import smollm_server  # noqa: F401
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -1,6 +1,6 @@
 """GGUF files: config from metadata, weights dequantized to HF layout, tokenizer from metadata.
 
-The file is memory-mapped (GGUFReader) and tensors are dequantized one at a time as the engine
+The file is memory-mapped (FastGGUFReader) and tensors are dequantized one at a time as the engine
 asks for them, so peak host memory is one float32 tensor, not the whole model.
 
 llama.cpp's converter permutes the rows of q and k for `llama` architectures so that its RoPE can
@@ -20,6 +20,7 @@ import torch
 from gguf import GGMLQuantizationType, GGUFReader
 from gguf.quants import _type_traits, dequantize  # the block types' own dequantizers
 
+from gpu_stage.loaders.gguf_fast_reader import FastGGUFReader
 from gpu_stage.loaders.model_source import ModelSource
 from gpu_stage.model.config import ModelConfig
 from gpu_stage.model.registry import gguf_architecture
@@ -36,18 +37,6 @@ _LAYER_NAMES = {
 }
 _TOP_NAMES = {"token_embd": "model.embed_tokens", "output_norm": "model.norm", "output": "lm_head"}
 _BLOCK_RE = re.compile(r"blk\.(\d+)\.(\w+)\.(weight|bias)$")
-
-
-class FastGGUFReader(GGUFReader):
-    """GGUFReader on a plain ndarray view of its memory map. The stock reader slices a
-    `np.memmap` once per metadata string, and memmap's per-slice bookkeeping makes parsing a 50k
-    token vocabulary take seconds; a plain view of the same mapping is ~3x faster to parse and
-    still reads tensor data lazily from the page cache."""
-
-    def _get(self, offset: int, dtype: Any, count: int = 1, override_order: Any = None) -> np.ndarray:
-        if type(self.data) is not np.ndarray:
-            self.data = self.data.view(np.ndarray)
-        return super()._get(offset, dtype, count, override_order)
 
 
 def gguf_to_hf_name(name: str) -> str | None:

@@ -2,7 +2,10 @@
 from __future__ import annotations
 
 import argparse
+import io
 import json
+from contextlib import redirect_stdout
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -17,13 +20,29 @@ WORKLOAD = ["--input-len", "32", "--output-len", "8", "--num-requests", "6", "--
             "--vocab-size", "512", "--warmup", "1"]
 
 
-def test_every_configuration_gets_a_row(tmp_path, capsys):
-    code = ttft_main(["bench", "--ablate", "random", "--model", "dummy:tiny", SERVE, *WORKLOAD,
-                      "--result-dir", str(tmp_path)])
-    printed = capsys.readouterr().out
-    assert code == 0, printed
+MECHANISMS = ["--ablate-workloads", "shared-prefix,multi-turn,pool-full,decode-64", "--ablate-scale", "smoke",
+              "--ablate-configs", "no-cuda-graphs,no-async-scheduling,no-chunked-prefill,no-prefix-caching,fcfs,"
+              "no-shadow,kv-fp8"]
+
+
+@pytest.fixture(scope="module")
+def ablation(tmp_path_factory) -> tuple[Path, dict, str]:
+    """One `ttft bench --ablate random` of every configuration, each also on the workloads of the
+    mechanism it switches off: a configuration's reference row and its mechanism runs share its
+    server, so the two tables below cost one server per configuration (and pool size), not two.
+    -> (the run's folder, ablation.json, what it printed)."""
+    tmp_path = tmp_path_factory.mktemp("ablate")
+    printed = io.StringIO()
+    with redirect_stdout(printed):
+        code = ttft_main(["bench", "--ablate", "random", "--model", "dummy:tiny", SERVE, *WORKLOAD, *MECHANISMS,
+                          "--result-dir", str(tmp_path)])
+    assert code == 0, printed.getvalue()
     [out_dir] = tmp_path.glob("ablation-*")
-    result = json.loads((out_dir / "ablation.json").read_text())
+    return out_dir, json.loads((out_dir / "ablation.json").read_text()), printed.getvalue()
+
+
+def test_every_configuration_gets_a_row(ablation):
+    out_dir, result, printed = ablation
     rows = {r["name"]: r for r in result["rows"]}
     assert list(rows) == [a.name for a in ABLATIONS]
     assert rows["no-cuda-graphs"]["status"] == "n/a"  # CPU: there are no graphs to switch off
@@ -67,23 +86,14 @@ def test_selection_deltas_and_device():
     assert "| fcfs | 250.0 |" in text and "+25.0%" in text and "| no-shadow | error | | | | boom |" in text
 
 
-MECHANISMS = ["--ablate-workloads", "shared-prefix,multi-turn,pool-full,decode-64", "--ablate-scale", "smoke",
-              "--ablate-configs", "no-prefix-caching,no-shadow,kv-fp8"]
-
-
-def test_each_mechanism_runs_on_its_own_workload_beside_full(tmp_path, capsys):
-    code = ttft_main(["bench", "--ablate", "random", "--model", "dummy:tiny", SERVE, *WORKLOAD, *MECHANISMS,
-                      "--result-dir", str(tmp_path)])
-    printed = capsys.readouterr().out
-    assert code == 0, printed
-    [out_dir] = tmp_path.glob("ablation-*")
-    result = json.loads((out_dir / "ablation.json").read_text())
-    assert [r["name"] for r in result["rows"]] == ["full", "no-prefix-caching", "no-shadow"]  # reference rows kept
+def test_each_mechanism_runs_on_its_own_workload_beside_full(ablation):
+    out_dir, result, printed = ablation
+    assert [r["name"] for r in result["rows"]] == [a.name for a in ABLATIONS]  # reference rows kept
     rows = {(r["workload"], r["name"]): r for r in result["mechanism_rows"]}
     assert list(rows) == [("shared-prefix", "full"), ("shared-prefix", "no-prefix-caching"),
                           ("multi-turn", "full"), ("multi-turn", "no-prefix-caching"),
                           ("pool-full", "full"), ("pool-full", "no-shadow"),
-                          ("decode-64", "full"), ("decode-64", "kv-fp8")]
+                          ("decode-64", "full"), ("decode-64", "no-async-scheduling"), ("decode-64", "kv-fp8")]
     fp8 = rows[("decode-64", "kv-fp8")]
     assert fp8["status"] == "ok" or (fp8["status"] == "not run" and "--kv-cache-dtype" in fp8["note"])
     for key, r in rows.items():

@@ -1,2 +1,2 @@
 """A real `ttft serve` process on loopback for HTTP tests (tests/live_server.py)."""
-from live_server import ServerProcess, free_port, launch, smollm_server, start_server, tiny_server  # noqa: F401
+from live_server import ServerProcess, free_port, launch, start_server, tiny_server  # noqa: F401

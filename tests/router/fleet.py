@@ -14,7 +14,7 @@ import httpx
 
 from live_server import ROOT, ServerProcess, free_port
 
-TINY = ("--model", "dummy:tiny", "--max-model-len", "2048")
+TINY = ("--model", "dummy:tiny", "--max-model-len", "2048", "--num-kv-blocks", "4096")  # not 1 GiB (live_server.TINY_FLAGS)
 
 
 @dataclass

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from ingress.dummy_tokenizer import DummyTokenizer
-from live_server import launch, smollm_server, start_server  # noqa: F401
+from live_server import launch, start_server  # noqa: F401
 from structured.llguidance_backend import LlguidanceBackend
 from structured.tokenizer_bridge import ll_tokenizer, warm
 
