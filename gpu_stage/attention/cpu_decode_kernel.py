@@ -1,5 +1,5 @@
-"""A decode attention for the CPU that reads the paged KV pool in place: a C++ kernel compiled at
-start-up (torch.utils.cpp_extension, g++), opted into with `--cpu-decode-kernel`.
+"""A decode attention for the CPU that reads the paged KV pool in place: a small C++ kernel compiled at
+start-up (g++, no torch headers), opted into with `--cpu-decode-kernel`.
 
 The torch path (torch_backend._decode) gathers every decode sequence's whole context out of the pool
 per layer (index_select into a fresh [Bd * Ld, kv_heads * head_dim] copy) and then runs SDPA's flash
@@ -7,19 +7,29 @@ kernel over that copy: the context's K/V cross memory three times (read, written
 kernel reads each K and V row once, where it lies, by the same per-position row indices the plan
 already holds (decode_k_rows; a value's row is its key's + v_delta): one work item per sequence, all
 query heads at once for each row read (a row holds every kv head, so its cache lines are fetched
-once), the scores' exponentials vectorised (ATen's Vectorized). On a 2-core AVX2 EPYC, 30 layers of
-4 sequences at 1,200 tokens: ~29 ms against ~55 ms for the gather and SDPA on one thread; at 288
-tokens 6.0 against 11.1 ms. Output equals SDPA's within float32 rounding (relative 1e-6).
+once), the scores' exponentials eight at a time. On a 2-core AVX2 EPYC, 30 layers of 4 sequences at
+1,200 tokens: ~29 ms against ~55 ms for the gather and SDPA on one thread; at 288 tokens 6.0 against
+11.1 ms. Output equals SDPA's within float32 rounding (relative 1e-6).
 
-Compiling takes ~30 s on two cores the first time and is cached (torch's extensions folder) under a
-name that carries the source's and the CPU flags' hash, so a build made for another processor is
-never loaded. Without a compiler, or where the build fails, the torch path stays (a warning says so).
+The source includes ATen's parallel_for and vectorised exp but not torch/extension.h and pybind11,
+whose parsing was most of a build's time: it compiles in ~2-3 s, where an extension built with
+torch.utils.cpp_extension took ~30-45 s on two cores (the time a first start, and every clean test
+run, paid). It is linked against torch's own libraries (its threads are torch's pool) and called
+through ctypes on the tensors' data pointers; ctypes releases the GIL for the call. The build is
+cached under $TTFT_CACHE_DIR (default ~/.cache/ttft) by a name that carries the source's, the flags',
+torch's version and the CPU flags' hash, so a build made for another processor or torch is never
+loaded. Without a compiler, or where the build fails, the torch path stays (a warning says so).
 `enable()` compiles and switches it on for the process; `kernel()` is what the backend asks.
 """
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import logging
+import os
+import subprocess
+import tempfile
+from pathlib import Path
 
 import torch
 
@@ -27,24 +37,21 @@ from gpu_stage.cpu_caps import detect
 
 log = logging.getLogger("ttft.gpu")
 
+COMPILER = os.environ.get("CXX", "g++")
+FLAGS = ("-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-std=c++17")
 SOURCE = r"""
-#include <torch/extension.h>
 #include <ATen/Parallel.h>
+#include <ATen/cpu/vec/vec.h>
 #include <cmath>
+#include <cstdint>
 #include <vector>
 #include <algorithm>
-#include <ATen/cpu/vec/vec.h>
 using Vec = at::vec::Vectorized<float>;
 typedef float v8 __attribute__((vector_size(32)));
-torch::Tensor paged_decode(torch::Tensor q, torch::Tensor rows, torch::Tensor k_rows, torch::Tensor lens,
-                           int64_t max_len, int64_t v_delta, double scale) {
-  const int64_t B = q.size(0), H = q.size(1), D = q.size(2);
-  const int64_t KVH = rows.size(1) / D, G = H / KVH, rs = rows.stride(0);
-  auto out = torch::empty_like(q);
-  const float* qp = q.data_ptr<float>(); const float* rp = rows.data_ptr<float>();
-  const int64_t* kr = k_rows.data_ptr<int64_t>(); const int64_t* lp = lens.data_ptr<int64_t>();
-  float* op = out.data_ptr<float>();
-  const float sc = (float)scale;
+extern "C" void paged_decode(const float* qp, const float* rp, int64_t rs, const int64_t* kr, const int64_t* lp,
+                             int64_t B, int64_t H, int64_t D, int64_t KVH, int64_t max_len, int64_t v_delta,
+                             float sc, float* op) {
+  const int64_t G = H / KVH;
   at::parallel_for(0, B, 1, [&](int64_t begin, int64_t end) {
     std::vector<float> s(H * max_len), acc(H * D), denom(H);
     for (int64_t b = begin; b < end; ++b) {
@@ -89,39 +96,73 @@ torch::Tensor paged_decode(torch::Tensor q, torch::Tensor rows, torch::Tensor k_
       }
     }
   });
-  return out;
 }
 """
 
 _state: dict[str, object] = {"kernel": None}
+_ARGS = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
+         ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, ctypes.c_float,
+         ctypes.c_void_p]
 
 
 def kernel():
-    """The compiled module while enabled, else None (the torch path)."""
+    """The compiled function while enabled, else None (the torch path)."""
     return _state["kernel"]
 
 
 def build_name(flags: frozenset[str]) -> str:
-    digest = hashlib.sha256((SOURCE + ",".join(sorted(flags))).encode()).hexdigest()[:12]
+    key = SOURCE + " ".join(FLAGS) + ",".join(sorted(flags)) + torch.__version__  # ATen's ABI is the version's
+    digest = hashlib.sha256(key.encode()).hexdigest()[:12]
     return f"ttft_cpu_decode_{digest}"
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("TTFT_CACHE_DIR") or Path.home() / ".cache" / "ttft")
+
+
+def _build(name: str) -> Path:
+    """The shared object of `name`: the cached one, or compiled now (atomically: a concurrent start
+    compiles its own copy and the last rename wins, never a half-written file)."""
+    folder = cache_dir()
+    target = folder / f"{name}.so"
+    if target.exists():
+        return target
+    folder.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=folder) as tmp:
+        src, out = Path(tmp) / f"{name}.cpp", Path(tmp) / f"{name}.so"
+        src.write_text(SOURCE)
+        compile_flags, link_flags = _aten_flags()
+        run = subprocess.run([COMPILER, *FLAGS, *compile_flags, str(src), "-o", str(out), *link_flags],
+                             capture_output=True, text=True, timeout=300)
+        if run.returncode != 0:
+            raise RuntimeError(f"{COMPILER} failed:\n{run.stderr.strip()}")
+        os.replace(out, target)
+    return target
+
+
+def _aten_flags() -> tuple[list[str], list[str]]:
+    """ATen's headers (its parallel_for and vectorised exp, not torch/extension.h and pybind11, whose
+    parsing was most of a build's time) and torch's own libraries to link against."""
+    from torch.utils.cpp_extension import include_paths
+
+    lib = Path(torch.__file__).parent / "lib"
+    defines = ["-DCPU_CAPABILITY=AVX2", "-DCPU_CAPABILITY_AVX2"] if "avx2" in detect().flags else []
+    # the libraries after the source: a linker with --as-needed drops those named before their use
+    return [*defines, *(f"-I{p}" for p in include_paths())], [f"-L{lib}", f"-Wl,-rpath,{lib}", "-ltorch_cpu", "-lc10"]
 
 
 def enable() -> bool:
     """Compile (or load the cached build of) the kernel and use it for decodes; False where it cannot."""
     if _state["kernel"] is not None:
         return True
-    caps = detect()
-    defines = ["-DCPU_CAPABILITY=AVX2", "-DCPU_CAPABILITY_AVX2"] if "avx2" in caps.flags else []
     try:
-        from torch.utils.cpp_extension import load_inline
-
-        _state["kernel"] = load_inline(build_name(caps.flags), cpp_sources=SOURCE, functions=["paged_decode"],
-                                       extra_cflags=["-O3", "-march=native", "-fopenmp", *defines],
-                                       extra_ldflags=["-fopenmp"])
-    except Exception as exc:  # no compiler, no headers, a failed build: the torch path serves
+        fn = ctypes.CDLL(str(_build(build_name(detect().flags)))).paged_decode
+    except Exception as exc:  # no compiler, a failed build, an unloadable object: the torch path serves
         log.warning("CPU decode kernel: not built (%s: %s); decodes gather and use SDPA", type(exc).__name__,
                     str(exc).strip().splitlines()[-1][:200] if str(exc).strip() else "")
         return False
+    fn.argtypes, fn.restype = _ARGS, None
+    _state["kernel"] = fn
     log.info("CPU decode kernel: built; decodes read the KV pool in place")
     return True
 
@@ -140,4 +181,12 @@ def paged_decode(q: torch.Tensor, rows: torch.Tensor, k_rows: torch.Tensor, lens
                  v_delta: int) -> torch.Tensor:
     """q [Bd, num_heads, head_dim] -> [Bd, num_heads, head_dim]: query b over rows k_rows[b * max_len + t]
     (t < lens[b]) as keys, those rows + v_delta as values."""
-    return _state["kernel"].paged_decode(q.contiguous(), rows, k_rows, lens, max_len, v_delta, q.shape[2] ** -0.5)
+    q = q.contiguous()
+    k_rows, lens = k_rows.contiguous(), lens.contiguous()
+    assert k_rows.dtype == lens.dtype == torch.int64 and rows.stride(1) == 1
+    batch, num_heads, head_dim = q.shape
+    out = torch.empty_like(q)
+    _state["kernel"](q.data_ptr(), rows.data_ptr(), rows.stride(0), k_rows.data_ptr(), lens.data_ptr(), batch,
+                     num_heads, head_dim, rows.shape[1] // head_dim, max_len, v_delta, head_dim ** -0.5,
+                     out.data_ptr())
+    return out

@@ -1,7 +1,7 @@
 """The CPU decode kernel (attention/cpu_decode_kernel.py): once built, decodes of any lengths and
 head groupings in the paged pool give the dense reference's outputs and the torch path's within
 float32 rounding; a sliding-window layer and other dtypes keep the torch path; a build that fails
-leaves the torch path with a warning. Building takes ~30 s the first time (then cached): slow."""
+leaves the torch path with a warning; a build is cached by its name."""
 from __future__ import annotations
 
 import logging
@@ -22,7 +22,6 @@ def built():
     cpu_decode_kernel.disable()
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("num_heads,num_kv_heads,head_dim", [(4, 4, 16), (9, 3, 64), (8, 2, 8), (6, 1, 32)])
 def test_decodes_match_the_dense_reference_and_the_torch_path(built, num_heads: int, num_kv_heads: int,
                                                               head_dim: int) -> None:
@@ -39,7 +38,6 @@ def test_decodes_match_the_dense_reference_and_the_torch_path(built, num_heads: 
     assert _rel(decodes_only, ref) < 1e-5
 
 
-@pytest.mark.slow
 def test_a_sliding_window_layer_keeps_the_torch_path(built, monkeypatch) -> None:
     def refuse(*args):
         raise AssertionError("the kernel reads the whole context: not for a window")
@@ -59,19 +57,37 @@ def test_other_dtypes_and_head_sizes_are_not_the_kernel_s() -> None:
     assert not cpu_decode_kernel.usable(torch.zeros(2, 4, 16), object())  # an 8-bit pool's row reader
 
 
-def test_a_failed_build_leaves_the_torch_path(monkeypatch, caplog) -> None:
-    import torch.utils.cpp_extension as cpp
-
-    def no_compiler(*args, **kwargs):
-        raise RuntimeError("Error building extension\ng++: not found")
-
+def test_a_failed_build_leaves_the_torch_path(monkeypatch, caplog, tmp_path) -> None:
     saved = cpu_decode_kernel.kernel()
     cpu_decode_kernel.disable()
-    monkeypatch.setattr(cpp, "load_inline", no_compiler)
+    monkeypatch.setenv("TTFT_CACHE_DIR", str(tmp_path))  # no cached build to fall back on
+    monkeypatch.setattr(cpu_decode_kernel, "COMPILER", "no-such-compiler-g++")
     try:
         with caplog.at_level(logging.WARNING, logger="ttft.gpu"):
             assert not cpu_decode_kernel.enable()
-        assert cpu_decode_kernel.kernel() is None and "g++: not found" in caplog.text
+        assert cpu_decode_kernel.kernel() is None and "no-such-compiler-g++" in caplog.text
+        monkeypatch.setattr(cpu_decode_kernel, "SOURCE", cpu_decode_kernel.SOURCE + "\nnot C++\n")
+        monkeypatch.setattr(cpu_decode_kernel, "COMPILER", "g++")
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="ttft.gpu"):
+            assert not cpu_decode_kernel.enable()  # a compile error: the compiler's message, no object left
+        assert cpu_decode_kernel.kernel() is None and "not built" in caplog.text
+        assert not list(tmp_path.glob("*.so"))
+    finally:
+        cpu_decode_kernel._state["kernel"] = saved
+
+
+def test_a_build_is_cached_by_name_and_loaded_again(monkeypatch, tmp_path) -> None:
+    saved = cpu_decode_kernel.kernel()
+    cpu_decode_kernel.disable()
+    monkeypatch.setenv("TTFT_CACHE_DIR", str(tmp_path))
+    try:
+        assert cpu_decode_kernel.enable()
+        built = list(tmp_path.glob("ttft_cpu_decode_*.so"))
+        assert len(built) == 1 and not [p for p in tmp_path.iterdir() if p.is_dir()]  # no build folder left
+        cpu_decode_kernel.disable()
+        monkeypatch.setattr(cpu_decode_kernel, "COMPILER", "no-such-compiler-g++")  # the cache serves
+        assert cpu_decode_kernel.enable() and cpu_decode_kernel.kernel() is not None
     finally:
         cpu_decode_kernel._state["kernel"] = saved
 
