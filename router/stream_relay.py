@@ -31,7 +31,7 @@ class StreamRelay:
     def __init__(self, channel: ClientChannel, router: Router, dispatch: Dispatch, conn: UpstreamConnection) -> None:
         self.channel, self.router, self.dispatch, self.conn = channel, router, dispatch, conn
         self.taken = False  # the head was a stream's and was passed on
-        self.finished: asyncio.Future = asyncio.get_running_loop().create_future()
+        self.finished: asyncio.Future = conn.loop.create_future()
 
     def head(self, status: int, headers: list[tuple[bytes, bytes]]) -> bool:
         if status == 503 or not is_event_stream(headers):

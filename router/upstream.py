@@ -46,6 +46,8 @@ class UpstreamConnection(asyncio.Protocol):
     """One keep-alive connection to a replica; `reusable` once a response has been read whole."""
 
     def __init__(self) -> None:
+        # Kept: asking for the running loop is a getpid() system call each time, twice per request.
+        self.loop = asyncio.get_running_loop()
         self.transport: asyncio.Transport | None = None
         self.reusable = False
         self.active_at = time.monotonic()  # last request written or bytes read: a silent one may be hung
@@ -176,7 +178,7 @@ class UpstreamConnection(asyncio.Protocol):
         self.active_at = time.monotonic()
 
     async def _wait(self) -> None:
-        self._waiter = asyncio.get_running_loop().create_future()
+        self._waiter = self.loop.create_future()
         try:
             await self._waiter
         finally:
