@@ -15,12 +15,12 @@ from http import HTTPStatus
 from typing import Callable
 
 
+_REASONS = {s.value: s.phrase.encode() for s in HTTPStatus}  # built once: HTTPStatus(n) is slow per response
+
+
 def reason(status: int) -> bytes:
     """The status line's reason phrase ('' for a code HTTP does not name)."""
-    try:
-        return HTTPStatus(status).phrase.encode()
-    except ValueError:
-        return b""
+    return _REASONS.get(status, b"")
 
 
 class ClientChannel:
