@@ -125,6 +125,9 @@ class RouterApp:
         except UpstreamError as exc:
             replica.set_state(DOWN, str(exc))
             return ApiError(502, f"replica {replica.url} unreachable", type="server_error")
+        if client.gone:  # went away while the connection was being made: no request for nobody
+            replica.release(conn)
+            return None
         client.conn = conn
         relay = StreamRelay(channel, self.router, d, conn)
         try:
