@@ -12,7 +12,10 @@ that rotates per round: an A/B of two versions of the router in one run, on the 
 is cut into `--repeats` blocks whose medians are reported, with the median of those medians.
 
     python -m lab.router_overhead --num-requests 2000 --out bench/results/<date>-cpu/router/overhead.json
-    python -m lab.router_overhead --baseline-root /work/main --num-requests 3000 --repeats 6
+    python -m lab.router_overhead --baseline-root /work/main --num-requests 3000 --repeats 6 --with-floor
+
+`--with-floor` (with `--baseline-root`) adds a side through lab/router_floor.py, a byte pipe with no
+HTTP and no routing: the part of a router's cost that is the extra hops and wake-ups, not its code.
 """
 from __future__ import annotations
 
@@ -40,13 +43,14 @@ def free_port() -> int:
 
 
 def start(cmd: list[str], url: str, timeout_s: float = 180.0, log_path: str | None = None,
-          root: str | None = None) -> subprocess.Popen:
-    """`ttft <cmd>` from this tree, or from the checkout at `root` (its own modules first)."""
+          root: str | None = None, module: str = "pipeline.cli") -> subprocess.Popen:
+    """`ttft <cmd>` (or `python -m <module> <cmd>`) from this tree, or from the checkout at `root` (its
+    own modules first), once `url`/health answers 200."""
     import urllib.request
 
     log = open(log_path, "wb") if log_path else subprocess.DEVNULL
     env = None if root is None else {**os.environ, "PYTHONPATH": root}
-    proc = subprocess.Popen([sys.executable, "-m", "pipeline.cli", *cmd], stdout=log, stderr=subprocess.STDOUT,
+    proc = subprocess.Popen([sys.executable, "-m", module, *cmd], stdout=log, stderr=subprocess.STDOUT,
                             cwd=root, env=env)
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -173,8 +177,11 @@ def main() -> None:
     p.add_argument("--prompt-chars", type=int, default=200)
     p.add_argument("--baseline-root", help="a checkout whose router runs beside this tree's (A/B)")
     p.add_argument("--repeats", type=int, default=5, help="blocks of an A/B run, each with its medians")
+    p.add_argument("--with-floor", action="store_true", help="an A/B side through lab/router_floor.py too")
     p.add_argument("--out")
     a = p.parse_args()
+    if a.with_floor and a.baseline_root is None:
+        p.error("--with-floor needs --baseline-root (it is a side of the A/B run)")
     procs = []
     try:
         if a.replica_url is None:
@@ -192,8 +199,15 @@ def main() -> None:
             procs.append(start(["route", "--replica", a.replica_url, "--port", str(port)], baseline_url,
                                root=a.baseline_root))
             pids = {"new": procs[-2].pid, "baseline": procs[-1].pid} if len(procs) == 3 else {}
-            result = asyncio.run(measure_ab(a.replica_url, {"baseline": baseline_url, "new": a.router_url},
-                                            a.num_requests, a.repeats, a.prompt_chars, pids))
+            routers = {"baseline": baseline_url, "new": a.router_url}
+            if a.with_floor:
+                port = free_port()
+                routers["floor"] = f"http://127.0.0.1:{port}"
+                procs.append(start(["--replica-url", a.replica_url, "--port", str(port)], routers["floor"], 30,
+                                   module="lab.router_floor"))
+                pids["floor"] = procs[-1].pid
+            result = asyncio.run(measure_ab(a.replica_url, routers, a.num_requests, a.repeats, a.prompt_chars,
+                                            pids))
             result["baseline_root"] = a.baseline_root
         else:
             pids = dict(zip(["replica", "router"], [p.pid for p in procs])) if len(procs) == 2 else {}

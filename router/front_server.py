@@ -8,7 +8,9 @@ first token. This server parses with the same C parser, hands the app the whole 
 router reads it whole anyway, bounded by `max_body_bytes`: past it the answer is a 413 before the
 rest is read), and writes a response's head with its first body part, so a one-token stream leaves
 in one send. The ASGI subset is what RouterApp uses: `http` and `lifespan` scopes, a receive that
-gives the body then waits for the disconnect, a send of `http.response.start` and `.body`.
+gives the body then waits for the disconnect, a send of `http.response.start` and `.body`, and the
+scope's `extensions["ttft.channel"]`: the request's ClientChannel (router/client_channel.py), which
+that send wraps, for an app that writes from callbacks and wants a disconnect as a callback.
 Keep-alive per HTTP/1.1 (idle connections closed after `keep_alive_s`), pipelined requests answered
 in order, `Expect: 100-continue` answered. SIGINT/SIGTERM stop it: no new connections, requests in
 flight get `shutdown_s` to finish, then the app's lifespan shutdown.
@@ -19,7 +21,6 @@ import asyncio
 import logging
 import socket
 from collections import deque
-from http import HTTPStatus
 from typing import Any, Callable
 from urllib.parse import unquote
 
@@ -27,22 +28,16 @@ import httptools
 
 from pipeline.loop_signals import signals_on_loop
 from protocol.errors import ApiError
+from router.client_channel import ClientChannel, reason
 
 log = logging.getLogger("ttft.router")
 MAX_HEADERS, MAX_HEAD_BYTES = 100, 64 * 1024
 
 
-def _reason(status: int) -> bytes:
-    try:
-        return HTTPStatus(status).phrase.encode()
-    except ValueError:
-        return b""
-
-
 def _error_response(err: ApiError, keep_alive: bool) -> bytes:
     body = err.to_body()
     head = b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\n" % (
-        err.status, _reason(err.status), len(body))
+        err.status, reason(err.status), len(body))
     head += b"".join(b"%s: %s\r\n" % (k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in err.headers.items())
     return head + (b"" if keep_alive else b"connection: close\r\n") + b"\r\n" + body
 
@@ -50,14 +45,11 @@ def _error_response(err: ApiError, keep_alive: bool) -> bytes:
 class _Request:
     """One parsed request and its response's state."""
 
-    __slots__ = ("scope", "body", "keep_alive", "refusal", "head", "chunked", "done", "disconnect")
+    __slots__ = ("scope", "body", "channel", "refusal", "disconnect")
 
-    def __init__(self, scope: dict, body: bytes, keep_alive: bool, refusal: ApiError | None = None) -> None:
-        self.scope, self.body, self.keep_alive = scope, body, keep_alive
+    def __init__(self, scope: dict, body: bytes, channel: ClientChannel, refusal: ApiError | None = None) -> None:
+        self.scope, self.body, self.channel = scope, body, channel
         self.refusal = refusal  # answered by the server, not the app (a body over the limit)
-        self.head = b""  # held until the first body part, then written with it
-        self.chunked = False
-        self.done = False
         self.disconnect: asyncio.Future | None = None
 
 
@@ -73,6 +65,7 @@ class FrontProtocol(asyncio.Protocol):
         self.closed = False
         self._can_write: asyncio.Future | None = None
         self._idle: asyncio.TimerHandle | None = None
+        self.last_active = self.loop.time()
         self._reset_message()
 
     # -- connection ---------------------------------------------------------------------------
@@ -90,23 +83,27 @@ class FrontProtocol(asyncio.Protocol):
         if self._idle is not None:
             self._idle.cancel()
         req = self.current
-        if req is not None and req.disconnect is not None and not req.disconnect.done():
-            req.disconnect.set_result(None)
+        if req is not None:
+            req.channel.lost()
+            if req.disconnect is not None and not req.disconnect.done():
+                req.disconnect.set_result(None)
         if self._can_write is not None and not self._can_write.done():
             self._can_write.set_result(None)
 
     def pause_writing(self) -> None:
         self._can_write = self.loop.create_future()
+        if self.current is not None:
+            self.current.channel.pause()
 
     def resume_writing(self) -> None:
         if self._can_write is not None and not self._can_write.done():
             self._can_write.set_result(None)
         self._can_write = None
+        if self.current is not None:
+            self.current.channel.resume()
 
     def data_received(self, data: bytes) -> None:
-        if self._idle is not None:
-            self._idle.cancel()
-            self._idle = None
+        self.last_active = self.loop.time()
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserUpgrade:
@@ -126,14 +123,26 @@ class FrontProtocol(asyncio.Protocol):
     def close(self) -> None:
         if not self.closed:
             self.closed = True
+            if self.current is not None:  # nothing more will be written: whatever feeds it may stop
+                self.current.channel.lost()
             self.transport.close()
 
     def _arm_idle(self) -> None:
+        """One timer per connection, moved on only when it fires, rather than a timer per request:
+        idle means no bytes from the client and no request in hand for `keep_alive_s`."""
         self._idle = self.loop.call_later(self.server.keep_alive_s, self._close_if_idle)
 
     def _close_if_idle(self) -> None:
-        if self.current is None and not self.queue:
-            self.close()
+        if self.closed:
+            return
+        if self.current is not None or self.queue:  # busy: the idle clock starts when the answer ends
+            left = self.server.keep_alive_s
+        else:
+            left = self.last_active + self.server.keep_alive_s - self.loop.time()
+            if left <= 0:
+                self.close()
+                return
+        self._idle = self.loop.call_later(left, self._close_if_idle)
 
     # -- httptools callbacks ------------------------------------------------------------------
     def _reset_message(self) -> None:
@@ -159,14 +168,16 @@ class FrontProtocol(asyncio.Protocol):
 
     def on_headers_complete(self) -> None:
         limit = self.server.max_body_bytes
+        expect = False
         for name, value in self.headers:
             if name == b"content-length" and value.isdigit() and int(value) > limit:
                 self.refusal = ApiError(413, f"request body over {limit} bytes")
-        for name, value in self.headers:
-            if name == b"expect" and value.lower() == b"100-continue":
-                if self.refusal is not None:  # the client waits for a word before its body: this one
-                    raise _TooLarge(self.refusal)
-                self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+            elif name == b"expect" and value.lower() == b"100-continue":
+                expect = True
+        if expect:
+            if self.refusal is not None:  # the client waits for a word before its body: this one
+                raise _TooLarge(self.refusal)
+            self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
 
     def on_body(self, body: bytes) -> None:
         """Bodies over the limit are read and dropped, not cut off: closing on unread bytes would reset
@@ -183,13 +194,16 @@ class FrontProtocol(asyncio.Protocol):
     def on_message_complete(self) -> None:
         parsed = httptools.parse_url(self.url)
         raw_path = parsed.path
-        scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": self.parser.get_http_version(),
-                 "method": self.parser.get_method().decode("ascii"), "scheme": "http",
+        method = self.parser.get_method().decode("ascii")
+        version = self.parser.get_http_version()
+        channel = ClientChannel(self.transport, version, method == "HEAD", self.parser.should_keep_alive())
+        scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": version,
+                 "method": method, "scheme": "http",
                  "path": unquote(raw_path.decode("ascii", "replace")), "raw_path": raw_path,
                  "query_string": parsed.query or b"", "root_path": "", "headers": self.headers,
-                 "server": None, "client": None}
-        body = b"".join(self.body_parts)
-        self.queue.append(_Request(scope, body, self.parser.should_keep_alive(), self.refusal))
+                 "server": None, "client": None, "extensions": {"ttft.channel": channel}}
+        body = b"".join(self.body_parts) if len(self.body_parts) != 1 else self.body_parts[0]
+        self.queue.append(_Request(scope, body, channel, self.refusal))
         if self.current is None:
             self._next()
         else:
@@ -205,30 +219,30 @@ class FrontProtocol(asyncio.Protocol):
         self.task.add_done_callback(self.server.tasks.discard)
 
     async def _run(self, req: _Request) -> None:
+        channel = req.channel
         try:
             if req.refusal is not None:
-                self.transport.write(_error_response(req.refusal, req.keep_alive))
-                req.done = True
+                self.transport.write(_error_response(req.refusal, channel.keep_alive))
+                channel.done = True
             else:
-                await self.server.app(req.scope, self._receiver(req), self._sender(req))
+                await self.server.app(req.scope, self._receiver(req), self._sender(channel))
         except Exception:
             log.exception("the router failed on %s %s", req.scope["method"], req.scope["path"])
-            if not req.head and not req.done and not self.closed:
+            if not channel.started and not self.closed:
                 self.transport.write(_error_response(ApiError(500, "internal router error", type="server_error"),
                                                      keep_alive=False))
             self.close()
             return
-        if not req.done:  # the app gave up on a response it started (the client went away)
+        if not channel.done:  # the app gave up on a response it started (the client went away)
             self.close()
             return
         self.current = None
-        if not req.keep_alive or self.server.stopping:
+        self.last_active = self.loop.time()
+        if not channel.keep_alive or self.server.stopping:
             self.close()
         elif self.queue:
             self.transport.resume_reading()
             self._next()
-        else:
-            self._arm_idle()
 
     def _receiver(self, req: _Request) -> Callable:
         sent = False
@@ -246,40 +260,12 @@ class FrontProtocol(asyncio.Protocol):
 
         return receive
 
-    def _sender(self, req: _Request) -> Callable:
+    def _sender(self, channel: ClientChannel) -> Callable:
         async def send(message: dict) -> None:
-            if self.closed or req.done:
-                return
             if message["type"] == "http.response.start":
-                status, headers = message["status"], message.get("headers", [])
-                lines = [b"HTTP/1.1 %d %s\r\n" % (status, _reason(status))]
-                has_length = False
-                for name, value in headers:
-                    has_length |= name.lower() == b"content-length"
-                    lines.append(b"%s: %s\r\n" % (name, value))
-                # HTTP/1.0 knows no chunks: a body of unknown length ends where the connection does
-                req.chunked = not has_length and req.scope["http_version"] == "1.1"
-                if not has_length and not req.chunked:
-                    req.keep_alive = False
-                if req.chunked:
-                    lines.append(b"transfer-encoding: chunked\r\n")
-                if not req.keep_alive:
-                    lines.append(b"connection: close\r\n")
-                req.head = b"".join(lines) + b"\r\n"
+                channel.start(message["status"], message.get("headers", []))
                 return
-            body, more = message.get("body", b""), message.get("more_body", False)
-            if req.chunked:
-                data = (b"%x\r\n%s\r\n" % (len(body), body) if body else b"") + (b"" if more else b"0\r\n\r\n")
-            else:
-                data = body
-            if req.scope["method"] == "HEAD":
-                data = b""  # the head only
-            if req.head:
-                data, req.head = req.head + data, b""
-            if data:
-                self.transport.write(data)
-            if not more:
-                req.done = True
+            channel.body(message.get("body", b""), message.get("more_body", False))
             if self._can_write is not None:
                 await self._can_write
 

@@ -7,17 +7,21 @@ Before any byte has reached the client a failed replica costs nothing but a retr
 refused connection, a replica lost or draining); after, a lost replica ends the stream with an
 SSE error event and `[DONE]`. A client that goes away has its replica connection closed at once,
 which the replica takes as the abort it is.
+
+It runs under the router's own front server (router/front_server.py), whose `ttft.channel` scope
+extension it relies on: a stream is written to the client from the replica connection's callback
+(router/stream_relay.py) and a disconnect is a callback, not a task per request awaiting `receive`.
 """
 from __future__ import annotations
-
-import asyncio
 
 import orjson
 
 from protocol.errors import ApiError
+from router.client_channel import ClientChannel
 from router.core import Router
 from router.replica import DOWN, DRAINING, Replica
 from router.request_key import RoutedRequest, routed_request
+from router.stream_relay import StreamRelay
 from router.upstream import UpstreamConnection, UpstreamError
 
 JSON = [(b"content-type", b"application/json")]
@@ -27,13 +31,14 @@ SSE_DONE = b"data: [DONE]\n\n"
 class ClientGone:
     """Set when the client disconnects; closes the replica connection in use at that moment."""
 
-    def __init__(self) -> None:
+    __slots__ = ("gone", "conn")
+
+    def __init__(self, channel: ClientChannel) -> None:
         self.gone = False
         self.conn: UpstreamConnection | None = None
+        channel.on_gone(self._disconnected)
 
-    async def watch(self, receive) -> None:
-        while (await receive())["type"] != "http.disconnect":
-            pass
+    def _disconnected(self) -> None:
         self.gone = True
         if self.conn is not None:
             self.conn.close()
@@ -58,7 +63,7 @@ class RouterApp:
             return await _send_json(send, 200, b'{"status":"live"}')
         body = await self._read_body(receive, send)
         if body is not None:
-            await self._forward(scope, receive, send, body)
+            await self._forward(scope, send, body)
 
     async def _lifespan(self, receive, send) -> None:
         while True:
@@ -87,35 +92,32 @@ class RouterApp:
             if not message.get("more_body", False):
                 return b"".join(parts)
 
-    async def _forward(self, scope, receive, send, body: bytes) -> None:
+    async def _forward(self, scope, send, body: bytes) -> None:
         request = routed_request(body) if scope["method"] == "POST" else RoutedRequest((), 0)
         headers = scope["headers"]  # lower-case already (ASGI)
         target = scope["raw_path"] + (b"?" + scope["query_string"] if scope["query_string"] else b"")
-        client = ClientGone()
-        watcher = asyncio.ensure_future(client.watch(receive))
+        channel: ClientChannel = scope["extensions"]["ttft.channel"]
+        client = ClientGone(channel)
         tried: set[int] = set()
         last: ApiError | None = None
-        try:
-            while not client.gone:
-                d = self.router.dispatch(request, tried)
-                if d is None:
-                    break
-                tried.add(d.replica_index)
-                try:
-                    outcome = await self._try(d, scope["method"].encode(), target, headers, body, client, send)
-                finally:
-                    self.router.finish(d)
-                if outcome is None:
-                    return
-                last = outcome
-            if not client.gone:
-                await _send_error(send, last or ApiError(503, f"no replica is ready: {self.router.why_none_ready()}",
-                                                         type="server_error", headers={"retry-after": "1"}))
-        finally:
-            watcher.cancel()
+        while not client.gone:
+            d = self.router.dispatch(request, tried)
+            if d is None:
+                break
+            tried.add(d.replica_index)
+            try:
+                outcome = await self._try(d, scope["method"].encode(), target, headers, body, client, channel, send)
+            finally:
+                self.router.finish(d)
+            if outcome is None:
+                return
+            last = outcome
+        if not client.gone:
+            await _send_error(send, last or ApiError(503, f"no replica is ready: {self.router.why_none_ready()}",
+                                                     type="server_error", headers={"retry-after": "1"}))
 
     async def _try(self, d, method: bytes, target: bytes, headers, body: bytes, client: ClientGone,
-                   send) -> ApiError | None:
+                   channel: ClientChannel, send) -> ApiError | None:
         """Send to one replica and answer the client; an ApiError when another replica may be tried."""
         replica: Replica = d.replica
         try:
@@ -123,9 +125,13 @@ class RouterApp:
         except UpstreamError as exc:
             replica.set_state(DOWN, str(exc))
             return ApiError(502, f"replica {replica.url} unreachable", type="server_error")
+        if client.gone:  # went away while the connection was being made: no request for nobody
+            replica.release(conn)
+            return None
         client.conn = conn
+        relay = StreamRelay(channel, self.router, d, conn)
         try:
-            conn.send(method, target, replica.host_header, headers, body)
+            conn.send(method, target, replica.host_header, headers, body, relay)
             status, resp_headers = await conn.read_head()
         except UpstreamError as exc:
             replica.release(conn)
@@ -140,43 +146,38 @@ class RouterApp:
             return ApiError(503, _message(raw) or "replica overloaded", type="server_error",
                             headers={"retry-after": "1"})
         try:
-            await self._relay(d, conn, status, resp_headers, client, send)
+            if relay.taken:
+                await self._stream_end(d, relay, client, channel)
+            else:
+                await self._whole(d, conn, status, resp_headers, client, send)
         finally:
             client.conn = None
             replica.release(conn)
         return None
 
-    async def _relay(self, d, conn: UpstreamConnection, status: int, headers, client: ClientGone, send) -> None:
-        stream = any(k == b"content-type" and v.startswith(b"text/event-stream") for k, v in headers)
-        if not stream:
-            try:
-                data = b"".join([c async for c in conn.body_chunks()])
-            except UpstreamError as exc:
-                self._lost(d.replica, client, exc)
-                return await _send_error(send, ApiError(502, f"replica {d.replica.url} failed mid-answer",
-                                                        type="server_error"))
-            self.router.first_token(d)
-            headers.append((b"content-length", str(len(data)).encode()))
-            await send({"type": "http.response.start", "status": status, "headers": headers})
-            return await send({"type": "http.response.body", "body": data})
-        await send({"type": "http.response.start", "status": status, "headers": headers})
+    async def _stream_end(self, d, relay: StreamRelay, client: ClientGone, channel: ClientChannel) -> None:
+        """The relay writes the stream as it comes; here only its end is awaited, and a stream lost
+        part-way is ended with an error event."""
+        why = await relay.finished
+        if why is None or client.gone:
+            return
+        self._lost(d.replica, client, UpstreamError(why))
+        err = ApiError(502, f"replica {d.replica.url} was lost mid-stream", type="server_error", code="replica_lost")
+        channel.body(b"data: " + err.to_body() + b"\n\n" + SSE_DONE, True)
+        channel.body(b"", False)
+
+    async def _whole(self, d, conn: UpstreamConnection, status: int, headers, client: ClientGone, send) -> None:
+        """An answer that is not a stream, read whole: a replica lost half-way gives a clean 502."""
         try:
-            # One write per read from the replica: the last part goes with the stream's end.
-            async for part, last in conn.body_parts():
-                if not d.started:
-                    self.router.first_token(d)
-                if last:
-                    return await send({"type": "http.response.body", "body": part})
-                await send({"type": "http.response.body", "body": part, "more_body": True})
+            data = b"".join([c async for c in conn.body_chunks()])
         except UpstreamError as exc:
-            if client.gone:
-                return
             self._lost(d.replica, client, exc)
-            err = ApiError(502, f"replica {d.replica.url} was lost mid-stream", type="server_error",
-                           code="replica_lost")
-            await send({"type": "http.response.body", "body": b"data: " + err.to_body() + b"\n\n" + SSE_DONE,
-                        "more_body": True})
-        await send({"type": "http.response.body", "body": b""})
+            return await _send_error(send, ApiError(502, f"replica {d.replica.url} failed mid-answer",
+                                                    type="server_error"))
+        self.router.first_token(d)
+        headers.append((b"content-length", str(len(data)).encode()))
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": data})
 
     @staticmethod
     def _lost(replica: Replica, client: ClientGone, exc: Exception) -> None:

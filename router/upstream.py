@@ -7,12 +7,16 @@ StreamReader buffer, no search for the head's end in Python, no re-parsing of ch
 read from the socket held is handed on as one part, never held back for the next. It speaks only
 what a ttft replica answers: a status line, headers, then a `Content-Length` or chunked body
 (trailers are refused).
+
+A streamed body can be handed on from the transport's own callback, with no task woken per part: a
+`Relay` given with the request is offered the head as soon as it is parsed and, if it takes the body,
+gets each part (what one read held) as it arrives, then the end or why there will be none.
 """
 from __future__ import annotations
 
 import asyncio
 import time
-from typing import AsyncIterator
+from typing import AsyncIterator, Protocol
 
 import httptools
 
@@ -25,10 +29,25 @@ class UpstreamError(Exception):
     """The replica closed, reset or sent something that is not HTTP/1.1."""
 
 
+class Relay(Protocol):
+    """Where a response's body goes straight from `data_received` (router/stream_relay.py)."""
+
+    def head(self, status: int, headers: list[tuple[bytes, bytes]]) -> bool:
+        """The status and end-to-end headers: True to take the body as it arrives."""
+
+    def part(self, data: bytes, last: bool) -> None:
+        """What one read held of the body (maybe empty with `last`)."""
+
+    def lost(self, why: str) -> None:
+        """No more of the body will come."""
+
+
 class UpstreamConnection(asyncio.Protocol):
     """One keep-alive connection to a replica; `reusable` once a response has been read whole."""
 
     def __init__(self) -> None:
+        # Kept: asking for the running loop is a getpid() system call each time, twice per request.
+        self.loop = asyncio.get_running_loop()
         self.transport: asyncio.Transport | None = None
         self.reusable = False
         self.active_at = time.monotonic()  # last request written or bytes read: a silent one may be hung
@@ -36,10 +55,13 @@ class UpstreamConnection(asyncio.Protocol):
         self._waiter: asyncio.Future | None = None
         self._lost: str | None = None  # why no more bytes will come
         self._expecting = False  # a request was sent and its response is not complete
+        self._relay: Relay | None = None  # offered the head; kept only if it took the body
+        self._relaying = False
         self._reset()
 
     def _reset(self) -> None:
         self._headers: list[tuple[bytes, bytes]] = []
+        self._end_headers: list[tuple[bytes, bytes]] = []  # without the hop-by-hop ones
         self._head_done = False
         self._keep_alive = False
         self._parts: list[bytes] = []
@@ -63,9 +85,24 @@ class UpstreamConnection(asyncio.Protocol):
         try:
             self._parser.feed_data(data)
         except (httptools.HttpParserError, ValueError) as exc:  # (a callback's error comes wrapped or not)
-            self._fail(f"the replica sent something that is not HTTP/1.1: {type(exc).__name__}")
+            error = f"the replica sent something that is not HTTP/1.1: {type(exc).__name__}"
+        else:
+            error = None
+        if self._relaying and (self._parts or self._done):  # what came before an error is passed on too
+            self._hand_on()
+        if error is not None:
+            self._fail(error)
             self.transport.abort()
         self._wake()
+
+    def _hand_on(self) -> None:
+        parts, self._parts = self._parts, []
+        part = parts[0] if len(parts) == 1 else b"".join(parts)
+        relay = self._relay
+        if self._done:
+            self.reusable = self._keep_alive and self._lost is None
+            self._relay, self._relaying = None, False
+        relay.part(part, self._done)
 
     def eof_received(self) -> bool:
         self._fail("the replica closed the connection")
@@ -78,6 +115,9 @@ class UpstreamConnection(asyncio.Protocol):
         self.reusable = False
         if self._lost is None:
             self._lost = why
+        if self._relaying:
+            self._relaying = False
+            self._relay.lost(self._lost)
         self._wake()
 
     def _wake(self) -> None:
@@ -98,6 +138,11 @@ class UpstreamConnection(asyncio.Protocol):
     def on_headers_complete(self) -> None:
         self._head_done = True
         self._keep_alive = self._parser.should_keep_alive()  # (after the message ends it says False)
+        self._end_headers = [(name, value) for name, value in self._headers if name not in HOP_HEADERS]
+        if self._relay is not None:
+            self._relaying = self._relay.head(self._parser.get_status_code(), self._end_headers)
+            if not self._relaying:
+                self._relay = None
 
     def on_body(self, body: bytes) -> None:
         self._parts.append(body)
@@ -118,20 +163,22 @@ class UpstreamConnection(asyncio.Protocol):
             self.transport.abort()
 
     def send(self, method: bytes, path: bytes, host: bytes, headers: list[tuple[bytes, bytes]],
-             body: bytes) -> None:
+             body: bytes, relay: Relay | None = None) -> None:
+        """Write one request; `relay`, if given, is offered the response's head (see the module's doc)."""
         head = [method, b" ", path, b" HTTP/1.1\r\nhost: ", host, b"\r\n"]
         for name, value in headers:
             if name not in HOP_HEADERS and name != b"host":
                 head += [name, b": ", value, b"\r\n"]
         head += [b"content-length: ", str(len(body)).encode(), b"\r\n\r\n", body]
         self._reset()
+        self._relay, self._relaying = relay, False
         self._expecting = True
         self.reusable = False
         self.transport.write(b"".join(head))
         self.active_at = time.monotonic()
 
     async def _wait(self) -> None:
-        self._waiter = asyncio.get_running_loop().create_future()
+        self._waiter = self.loop.create_future()
         try:
             await self._waiter
         finally:
@@ -143,8 +190,7 @@ class UpstreamConnection(asyncio.Protocol):
             if self._lost is not None:
                 raise UpstreamError(f"no response from the replica: {self._lost}")
             await self._wait()
-        headers = [(name, value) for name, value in self._headers if name not in HOP_HEADERS]
-        return self._parser.get_status_code(), headers
+        return self._parser.get_status_code(), self._end_headers
 
     async def body_chunks(self) -> AsyncIterator[bytes]:
         """The body as it arrives (see `body_parts`), without the empty parts."""

@@ -14,6 +14,7 @@ import pytest
 from router.front_server import FrontServer
 
 LIMIT = 1000
+GONE: list[str] = []  # paths whose client went away mid-answer, told by the channel's callback
 
 
 async def app(scope, receive, send) -> None:
@@ -28,6 +29,13 @@ async def app(scope, receive, send) -> None:
     if path == "/fail-late":
         await send({"type": "http.response.start", "status": 200, "headers": []})
         raise RuntimeError("the app fails after its head")
+    if path == "/wait-for-gone":
+        scope["extensions"]["ttft.channel"].on_gone(lambda: GONE.append(path))
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/event-stream")]})
+        await send({"type": "http.response.body", "body": b"data: 1\n\n", "more_body": True})
+        while not GONE:
+            await asyncio.sleep(0.01)
+        return
     if path == "/echo":
         out = orjson.dumps({"path": path, "query": scope["query_string"].decode(), "body": body.decode(),
                             "method": scope["method"]})
@@ -35,7 +43,7 @@ async def app(scope, receive, send) -> None:
                     "headers": [(b"content-length", str(len(out)).encode())]})
         return await send({"type": "http.response.body", "body": out})
     await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/event-stream")]})
-    await asyncio.sleep(0.2 if path == "/slow" else 0.05)  # the first token comes later: the head waits for it
+    await asyncio.sleep({"/slow": 0.2, "/long": 0.7}.get(path, 0.05))  # the first token comes later: the head waits for it
     await send({"type": "http.response.body", "body": b"data: 1\n\n", "more_body": True})
     await send({"type": "http.response.body", "body": b""})
 
@@ -169,3 +177,29 @@ async def test_an_http_1_0_client_gets_no_chunks_and_the_end_of_the_connection_e
         assert head.startswith(b"HTTP/1.1 200") and b"chunked" not in head and b"connection: close" in head
         assert body == b"data: 1\n\n"
         writer.close()
+
+
+async def test_a_request_longer_than_the_keep_alive_is_not_cut_and_the_idle_clock_starts_after_it() -> None:
+    async with serving() as (_, port):
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"GET /long HTTP/1.1\r\nhost: x\r\n\r\n")  # 0.7 s, keep_alive_s 0.5
+        assert b"data: 1" in await asyncio.wait_for(read_response(reader), 2)
+        await asyncio.sleep(0.25)  # idle, but not for keep_alive_s since the answer
+        writer.write(b"GET /echo HTTP/1.1\r\nhost: x\r\n\r\n")
+        assert (await asyncio.wait_for(read_response(reader), 2)).startswith(b"HTTP/1.1 200")
+        assert await asyncio.wait_for(reader.read(1), 2) == b""  # then idle: closed
+        writer.close()
+
+
+async def test_the_channel_tells_the_app_when_the_client_goes_away() -> None:
+    GONE.clear()
+    async with serving() as (_, port):
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"GET /wait-for-gone HTTP/1.1\r\nhost: x\r\n\r\n")
+        assert b"data: 1" in await asyncio.wait_for(reader.readuntil(b"data: 1\n\n"), 2)
+        writer.close()
+        for _ in range(200):
+            if GONE:
+                break
+            await asyncio.sleep(0.01)
+        assert GONE == ["/wait-for-gone"]
