@@ -59,8 +59,7 @@ class Router:
             return None
         i = self.policy.choose(candidates, request)
         replica = self.replicas[i]
-        hit = self.index.num_cached_blocks(i, request.block_hashes)
-        host = self.index.num_host_blocks(i, request.block_hashes, hit)
+        hit, host = self.index.held(i, request.block_hashes)  # (the policy's own look-up, if it made one)
         uncached = self.predictor.prefill_tokens(request.num_prompt_tokens, hit, host)
         load = replica.load
         was_idle = load.num_in_flight == 0 and load.num_waiting == 0

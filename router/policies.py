@@ -52,7 +52,7 @@ class PrefixAffinity(RoundRobin):
     def choose(self, candidates: list[tuple[int, Replica]], request: RoutedRequest) -> int:
         self._next += 1
         n = len(candidates)
-        best = max(range(n), key=lambda k: (self.index.num_cached_blocks(candidates[k][0], request.block_hashes),
+        best = max(range(n), key=lambda k: (self.index.held(candidates[k][0], request.block_hashes)[0],
                                             -((k - self._next) % n)))
         return candidates[best][0]
 
@@ -67,8 +67,7 @@ class PredictedTtft(RoundRobin):
         n = len(candidates)
         scored = []
         for k, (i, replica) in enumerate(candidates):
-            hit = self.index.num_cached_blocks(i, request.block_hashes)
-            host = self.index.num_host_blocks(i, request.block_hashes, hit)
+            hit, host = self.index.held(i, request.block_hashes)
             scored.append((self.predictor.predict_s(replica, request.num_prompt_tokens, hit, host), hit, k))
         best_s = min(s for s, _, _ in scored)
         ties = [t for t in scored if t[0] <= best_s + self.tie_s]

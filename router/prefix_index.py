@@ -22,12 +22,15 @@ class PrefixIndex:
         self._holders: OrderedDict[bytes, dict[int, int]] = OrderedDict()  # hash -> {replica: epoch}
         self._epochs: dict[int, int] = {}
         self._on_host: dict[int, set[bytes]] = {}  # replica -> held blocks that are in its host tier only
+        self._version = 0  # moved on by every change: what `held` remembers is good while it stands
+        self._held: dict[int, tuple[Sequence[bytes], int, tuple[int, int]]] = {}
 
     def __len__(self) -> int:
         return len(self._holders)
 
     def record(self, replica: int, block_hashes: Sequence[bytes], on_host: bool = False) -> None:
         """`replica` holds these blocks: on its device (a dispatch, a `stored` event), or `on_host`."""
+        self._version += 1
         epoch = self._epochs.get(replica, 0)
         holders = self._holders
         for h in block_hashes:
@@ -47,6 +50,19 @@ class PrefixIndex:
             for r in entry:
                 if r in self._on_host:
                     self._on_host[r].discard(h)
+
+    def held(self, replica: int, block_hashes: Sequence[bytes]) -> tuple[int, int]:
+        """(`num_cached_blocks`, `num_host_blocks` of them): a policy's look-up, remembered (one per
+        replica, until the index changes) so that the dispatch that follows it does not walk the
+        prompt's blocks again. The memo holds `block_hashes` itself, so `is` cannot be fooled by a
+        freed sequence's address."""
+        memo = self._held.get(replica)
+        if memo is not None and memo[0] is block_hashes and memo[1] == self._version:
+            return memo[2]
+        n = self.num_cached_blocks(replica, block_hashes)
+        got = (n, self.num_host_blocks(replica, block_hashes, n))
+        self._held[replica] = (block_hashes, self._version, got)
+        return got
 
     def num_cached_blocks(self, replica: int, block_hashes: Sequence[bytes]) -> int:
         """Leading blocks of `block_hashes` that `replica` holds (as far as this router knows)."""
@@ -68,6 +84,7 @@ class PrefixIndex:
 
     def remove(self, replica: int, block_hashes: Sequence[bytes]) -> None:
         """`replica` no longer holds these blocks (it evicted them)."""
+        self._version += 1
         epoch = self._epochs.get(replica, 0)
         holders = self._holders
         for h in block_hashes:
@@ -80,5 +97,6 @@ class PrefixIndex:
             self._on_host[replica].difference_update(block_hashes)
 
     def forget(self, replica: int) -> None:
+        self._version += 1
         self._epochs[replica] = self._epochs.get(replica, 0) + 1
         self._on_host.pop(replica, None)

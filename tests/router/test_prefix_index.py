@@ -52,3 +52,19 @@ def test_host_blocks_are_bounded_with_the_index() -> None:
     index.record(0, hashes, on_host=True)  # the two oldest fall out of the index, and of the host set
     assert index.num_cached_blocks(0, hashes[2:]) == 3 and index.num_host_blocks(0, hashes[2:], 3) == 3
     assert index._on_host[0] == set(hashes[2:])
+
+
+def test_held_is_the_two_look_ups_remembered_only_while_the_index_stands() -> None:
+    index = PrefixIndex()
+    hashes = (b"a", b"b", b"c")
+    index.record(0, hashes[:2])
+    index.record(0, hashes[1:2], on_host=True)
+    assert index.held(0, hashes) == (2, 1) == (index.num_cached_blocks(0, hashes), index.num_host_blocks(0, hashes, 2))
+    assert index.held(1, hashes) == (0, 0) and index.held(0, hashes) == (2, 1)  # one remembered per replica
+    for change in (lambda: index.record(0, hashes), lambda: index.remove(0, hashes[1:]), lambda: index.forget(0)):
+        before = index.held(0, hashes)
+        change()
+        assert index.held(0, hashes) == (index.num_cached_blocks(0, hashes),
+                                         index.num_host_blocks(0, hashes, index.num_cached_blocks(0, hashes)))
+        assert index.held(0, hashes) != before  # each change is seen at once
+    assert index.held(0, (b"other",)) == (0, 0)  # another prompt is looked up, not taken from the memo
