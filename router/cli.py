@@ -102,7 +102,7 @@ def serve_router(urls: list[str], opts: RouteOptions, listener) -> int:
     log = logging.getLogger("ttft.router")
 
     async def serve() -> None:
-        server = FrontServer(app, opts.max_body_bytes, shutdown_s=5.0)
+        server = FrontServer(app, opts.max_body_bytes, shutdown_s=5.0, forward=app)
         await server.serve(listener.sockets, lambda: log.info("routing to %d replicas (%s) on %s", len(urls),
                                                               opts.routing_policy, listener.url))
 

@@ -11,6 +11,10 @@ in one send. The ASGI subset is what RouterApp uses: `http` and `lifespan` scope
 gives the body then waits for the disconnect, a send of `http.response.start` and `.body`, and the
 scope's `extensions["ttft.channel"]`: the request's ClientChannel (router/client_channel.py), which
 that send wraps, for an app that writes from callbacks and wants a disconnect as a callback.
+A `Forwarder` given beside the app takes the POSTs to its paths with none of that: the parsed
+request (method, target, header list and body as bytes) is handed to it from the parser's
+callback, and no task is made unless it asks for one. Per request the ASGI layer costs a scope
+dict, two closures, a task and its coroutine frames, all before the replica's write.
 Keep-alive per HTTP/1.1 (idle connections closed after `keep_alive_s`), pipelined requests answered
 in order, `Expect: 100-continue` answered. SIGINT/SIGTERM stop it: no new connections, requests in
 flight get `shutdown_s` to finish, then the app's lifespan shutdown.
@@ -21,7 +25,7 @@ import asyncio
 import logging
 import socket
 from collections import deque
-from typing import Any, Callable
+from typing import Any, Callable, Coroutine, Protocol
 from urllib.parse import unquote
 
 import httptools
@@ -42,15 +46,37 @@ def _error_response(err: ApiError, keep_alive: bool) -> bytes:
     return head + (b"" if keep_alive else b"connection: close\r\n") + b"\r\n" + body
 
 
-class _Request:
-    """One parsed request and its response's state."""
+class FrontRequest:
+    """One parsed request and its response's channel; `done` or `spawn` says how its answer ends."""
 
-    __slots__ = ("scope", "body", "channel", "refusal", "disconnect")
+    __slots__ = ("protocol", "method", "target", "http_version", "headers", "body", "channel", "refusal",
+                 "disconnect")
 
-    def __init__(self, scope: dict, body: bytes, channel: ClientChannel, refusal: ApiError | None = None) -> None:
-        self.scope, self.body, self.channel = scope, body, channel
+    def __init__(self, protocol: "FrontProtocol", method: bytes, target: bytes, http_version: str,
+                 headers: list[tuple[bytes, bytes]], body: bytes, channel: ClientChannel,
+                 refusal: ApiError | None) -> None:
+        self.protocol, self.method, self.target, self.http_version = protocol, method, target, http_version
+        self.headers, self.body, self.channel = headers, body, channel  # header names lower-case
         self.refusal = refusal  # answered by the server, not the app (a body over the limit)
         self.disconnect: asyncio.Future | None = None
+
+    def done(self) -> None:
+        """The answer is over (written whole, or given up on): the connection goes on to the next."""
+        self.protocol.ended(self)
+
+    def spawn(self, coro: Coroutine) -> None:
+        """Go on in a task: the answer is over when `coro` returns (a failure is a 500 or a close)."""
+        self.protocol.run_task(self, coro)
+
+    def scope(self) -> dict:
+        """The ASGI `http` scope, built only for a request the app answers."""
+        parsed = httptools.parse_url(self.target)
+        raw_path = parsed.path
+        return {"type": "http", "asgi": {"version": "3.0"}, "http_version": self.http_version,
+                "method": self.method.decode("ascii"), "scheme": "http",
+                "path": unquote(raw_path.decode("ascii", "replace")), "raw_path": raw_path,
+                "query_string": parsed.query or b"", "root_path": "", "headers": self.headers,
+                "server": None, "client": None, "extensions": {"ttft.channel": self.channel}}
 
 
 class FrontProtocol(asyncio.Protocol):
@@ -59,9 +85,8 @@ class FrontProtocol(asyncio.Protocol):
         self.loop = asyncio.get_running_loop()
         self.parser = httptools.HttpRequestParser(self)
         self.transport: asyncio.Transport | None = None
-        self.queue: deque[_Request] = deque()  # parsed, not yet answered (pipelining)
-        self.current: _Request | None = None
-        self.task: asyncio.Task | None = None
+        self.queue: deque[FrontRequest] = deque()  # parsed, not yet answered (pipelining)
+        self.current: FrontRequest | None = None
         self.closed = False
         self._can_write: asyncio.Future | None = None
         self._idle: asyncio.TimerHandle | None = None
@@ -101,6 +126,8 @@ class FrontProtocol(asyncio.Protocol):
         self._can_write = None
         if self.current is not None:
             self.current.channel.resume()
+        elif self.queue:  # a pipelined request waited for the last answer to drain
+            self._next()
 
     def data_received(self, data: bytes) -> None:
         self.last_active = self.loop.time()
@@ -192,59 +219,69 @@ class FrontProtocol(asyncio.Protocol):
         self.body_parts.append(body)
 
     def on_message_complete(self) -> None:
-        parsed = httptools.parse_url(self.url)
-        raw_path = parsed.path
-        method = self.parser.get_method().decode("ascii")
+        method = self.parser.get_method()
         version = self.parser.get_http_version()
-        channel = ClientChannel(self.transport, version, method == "HEAD", self.parser.should_keep_alive())
-        scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": version,
-                 "method": method, "scheme": "http",
-                 "path": unquote(raw_path.decode("ascii", "replace")), "raw_path": raw_path,
-                 "query_string": parsed.query or b"", "root_path": "", "headers": self.headers,
-                 "server": None, "client": None, "extensions": {"ttft.channel": channel}}
+        channel = ClientChannel(self.transport, version, method == b"HEAD", self.parser.should_keep_alive())
         body = b"".join(self.body_parts) if len(self.body_parts) != 1 else self.body_parts[0]
-        self.queue.append(_Request(scope, body, channel, self.refusal))
+        self.queue.append(FrontRequest(self, method, self.url, version, self.headers, body, channel, self.refusal))
         if self.current is None:
             self._next()
-        else:
+        if self.queue:
             self.transport.pause_reading()  # one answered at a time: no more parsed meanwhile
 
-    # -- running the app ----------------------------------------------------------------------
+    # -- answering ----------------------------------------------------------------------------
     def _next(self) -> None:
-        if not self.queue or self.closed:
+        if not self.queue or self.closed or self._can_write is not None:  # (a full buffer: on resume)
             return
         self.current = req = self.queue.popleft()
-        self.task = self.loop.create_task(self._run(req))
-        self.server.tasks.add(self.task)
-        self.task.add_done_callback(self.server.tasks.discard)
-
-    async def _run(self, req: _Request) -> None:
-        channel = req.channel
-        try:
-            if req.refusal is not None:
-                self.transport.write(_error_response(req.refusal, channel.keep_alive))
-                channel.done = True
-            else:
-                await self.server.app(req.scope, self._receiver(req), self._sender(channel))
-        except Exception:
-            log.exception("the router failed on %s %s", req.scope["method"], req.scope["path"])
-            if not channel.started and not self.closed:
-                self.transport.write(_error_response(ApiError(500, "internal router error", type="server_error"),
-                                                     keep_alive=False))
-            self.close()
+        if req.refusal is not None:
+            self.transport.write(_error_response(req.refusal, req.channel.keep_alive))
+            req.channel.done = True
+            return self.ended(req)
+        forward = self.server.forward
+        if forward is not None and req.method == b"POST" and req.target in forward.paths:
+            try:
+                forward.forward(req)
+            except Exception:
+                self._failed(req)
             return
-        if not channel.done:  # the app gave up on a response it started (the client went away)
+        self.run_task(req, self.server.app(req.scope(), self._receiver(req), self._sender(req.channel)))
+
+    def run_task(self, req: FrontRequest, coro: Coroutine) -> None:
+        task = self.loop.create_task(self._run(req, coro))
+        self.server.tasks.add(task)
+        task.add_done_callback(self.server.tasks.discard)
+
+    async def _run(self, req: FrontRequest, coro: Coroutine) -> None:
+        try:
+            await coro
+        except Exception:
+            return self._failed(req)
+        self.ended(req)
+
+    def _failed(self, req: FrontRequest) -> None:
+        log.exception("the router failed on %s %s", req.method.decode("ascii", "replace"),
+                      req.target.decode("ascii", "replace"))
+        if not req.channel.started and not self.closed:
+            self.transport.write(_error_response(ApiError(500, "internal router error", type="server_error"),
+                                                 keep_alive=False))
+        self.close()
+
+    def ended(self, req: FrontRequest) -> None:
+        if req is not self.current:  # (its connection closed meanwhile, and the answer's end came late)
+            return
+        if not req.channel.done:  # the app gave up on a response it started (the client went away)
             self.close()
             return
         self.current = None
         self.last_active = self.loop.time()
-        if not channel.keep_alive or self.server.stopping:
+        if not req.channel.keep_alive or self.server.stopping:
             self.close()
         elif self.queue:
             self.transport.resume_reading()
             self._next()
 
-    def _receiver(self, req: _Request) -> Callable:
+    def _receiver(self, req: FrontRequest) -> Callable:
         sent = False
 
         async def receive() -> dict:
@@ -277,9 +314,20 @@ class _TooLarge(Exception):
         self.error = error
 
 
+class Forwarder(Protocol):
+    """What answers the POSTs to some paths without ASGI (router/proxy.py's RouterApp)."""
+
+    paths: frozenset[bytes]  # request targets, exactly as sent (a query string goes the ASGI way)
+
+    def forward(self, req: FrontRequest) -> None:
+        """Start answering `req`; it ends with `req.done()` or with the task given `req.spawn`."""
+
+
 class FrontServer:
-    def __init__(self, app: Any, max_body_bytes: int, keep_alive_s: float = 5.0, shutdown_s: float = 5.0) -> None:
+    def __init__(self, app: Any, max_body_bytes: int, keep_alive_s: float = 5.0, shutdown_s: float = 5.0,
+                 forward: Forwarder | None = None) -> None:
         self.app = app
+        self.forward = forward
         self.max_body_bytes = max_body_bytes
         self.keep_alive_s = keep_alive_s
         self.shutdown_s = shutdown_s
@@ -307,8 +355,10 @@ class FrontServer:
         for conn in list(self.connections):
             if conn.current is None:
                 conn.close()
-        if self.tasks:
-            await asyncio.wait(list(self.tasks), timeout=self.shutdown_s)
+        # Requests in flight end in a task or in a callback: polled, since a forwarded stream has no task.
+        deadline = loop.time() + self.shutdown_s
+        while any(conn.current is not None for conn in self.connections) and loop.time() < deadline:
+            await asyncio.sleep(0.02)
         for conn in list(self.connections):
             conn.close()
         for task in list(self.tasks):
@@ -323,7 +373,6 @@ class _Lifespan:
         self.app = app
         self.inbox: asyncio.Queue = asyncio.Queue()
         self.events: asyncio.Queue = asyncio.Queue()
-        self.task: asyncio.Task | None = None
 
     async def startup(self) -> None:
         self.task = asyncio.create_task(self.app({"type": "lifespan"}, self.inbox.get, self.events.put))

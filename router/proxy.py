@@ -8,9 +8,12 @@ refused connection, a replica lost or draining); after, a lost replica ends the 
 SSE error event and `[DONE]`. A client that goes away has its replica connection closed at once,
 which the replica takes as the abort it is.
 
-It runs under the router's own front server (router/front_server.py), whose `ttft.channel` scope
-extension it relies on: a stream is written to the client from the replica connection's callback
-(router/stream_relay.py) and a disconnect is a callback, not a task per request awaiting `receive`.
+It runs under the router's own front server (router/front_server.py), which hands it the POSTs to
+the completion routes straight from its parser (`forward`: no ASGI scope, no task unless the answer
+is not a stream) and everything else through ASGI, with the request's ClientChannel in the scope's
+`ttft.channel` extension. Either way a stream is written to the client from the replica
+connection's callback (router/stream_relay.py), the answer is written through the channel, and a
+disconnect is a callback, not a task per request awaiting `receive`.
 """
 from __future__ import annotations
 
@@ -18,7 +21,8 @@ import orjson
 
 from protocol.errors import ApiError
 from router.client_channel import ClientChannel
-from router.core import Router
+from router.core import Dispatch, Router
+from router.front_server import FrontRequest
 from router.replica import DOWN, DRAINING, Replica
 from router.request_key import RoutedRequest, routed_request
 from router.stream_relay import StreamRelay
@@ -45,6 +49,11 @@ class ClientGone:
 
 
 class RouterApp:
+    # POSTs the front server hands to `forward` with no ASGI scope, receive nor send: the routes
+    # whose latency is the router's whole cost. Anything else (any other path, a query string, a
+    # HEAD) goes through the ASGI app and the same forwarding, run as a task.
+    paths = frozenset({b"/v1/chat/completions", b"/v1/completions"})
+
     def __init__(self, router: Router, max_body_bytes: int = 16 * 1024 * 1024, connect_timeout_s: float = 1.0) -> None:
         self.router = router
         self.max_body_bytes = max_body_bytes
@@ -62,8 +71,39 @@ class RouterApp:
         if path == "/live":
             return await _send_json(send, 200, b'{"status":"live"}')
         body = await self._read_body(receive, send)
-        if body is not None:
-            await self._forward(scope, send, body)
+        if body is None:
+            return
+        method = scope["method"]
+        request = routed_request(body) if method == "POST" else RoutedRequest((), 0)
+        target = scope["raw_path"] + (b"?" + scope["query_string"] if scope["query_string"] else b"")
+        channel: ClientChannel = scope["extensions"]["ttft.channel"]
+        await self._forward(Forwarded(method.encode(), target, scope["headers"], body, request, channel))
+
+    def forward(self, req: FrontRequest) -> None:
+        """A POST to one of `paths`, sent from the front connection's own callback: the body parsed
+        once, a replica picked and the request written to an idle connection to it before the
+        callback returns. A stream then goes to the client from the replica connection's callbacks
+        and ends in one (`ended`): no task. Anything else (no idle
+        connection, no replica, an answer that is not a stream, a failure before the head) goes on in
+        the task path from where it stands."""
+        f = Forwarded(b"POST", req.target, req.headers, req.body, routed_request(req.body), req.channel)
+        d = self.router.dispatch(f.request)
+        conn = d.replica.idle_connection() if d is not None else None
+        if conn is None:
+            return req.spawn(self._forward(f, d))
+        f.client.conn = conn
+
+        def ended(why: str | None) -> None:
+            f.client.conn = None
+            if why is not None:
+                self._stream_lost(d, f, why)
+            self.router.finish(d)
+            d.replica.release(conn)
+            req.done()
+
+        relay = StreamRelay(f.channel, self.router, d, conn, ended,
+                            lambda: req.spawn(self._forward(f, d, conn, relay)))
+        conn.send(b"POST", f.target, d.replica.host_header, f.headers, f.body, relay)
 
     async def _lifespan(self, receive, send) -> None:
         while True:
@@ -92,46 +132,51 @@ class RouterApp:
             if not message.get("more_body", False):
                 return b"".join(parts)
 
-    async def _forward(self, scope, send, body: bytes) -> None:
-        request = routed_request(body) if scope["method"] == "POST" else RoutedRequest((), 0)
-        headers = scope["headers"]  # lower-case already (ASGI)
-        target = scope["raw_path"] + (b"?" + scope["query_string"] if scope["query_string"] else b"")
-        channel: ClientChannel = scope["extensions"]["ttft.channel"]
-        client = ClientGone(channel)
+    async def _forward(self, f: Forwarded, d: Dispatch | None = None, conn: UpstreamConnection | None = None,
+                       relay: StreamRelay | None = None) -> None:
+        """Send to replicas in turn until one answers (or none is left); `d`, `conn` and `relay`: a
+        first try the callback path already dispatched (and sent, with `conn`)."""
         tried: set[int] = set()
         last: ApiError | None = None
-        while not client.gone:
-            d = self.router.dispatch(request, tried)
+        while not f.client.gone:
             if d is None:
-                break
+                d = self.router.dispatch(f.request, tried)
+                if d is None:
+                    break
             tried.add(d.replica_index)
             try:
-                outcome = await self._try(d, scope["method"].encode(), target, headers, body, client, channel, send)
+                outcome = await self._try(d, f, conn, relay)
             finally:
                 self.router.finish(d)
             if outcome is None:
                 return
-            last = outcome
-        if not client.gone:
-            await _send_error(send, last or ApiError(503, f"no replica is ready: {self.router.why_none_ready()}",
+            last, d, conn, relay = outcome, None, None, None
+        if not f.client.gone:
+            _write_error(f.channel, last or ApiError(503, f"no replica is ready: {self.router.why_none_ready()}",
                                                      type="server_error", headers={"retry-after": "1"}))
 
-    async def _try(self, d, method: bytes, target: bytes, headers, body: bytes, client: ClientGone,
-                   channel: ClientChannel, send) -> ApiError | None:
-        """Send to one replica and answer the client; an ApiError when another replica may be tried."""
+    async def _try(self, d: Dispatch, f: Forwarded, conn: UpstreamConnection | None,
+                   relay: StreamRelay | None) -> ApiError | None:
+        """Send to one replica (unless `conn` was sent the request already) and answer the client; an
+        ApiError when another replica may be tried."""
         replica: Replica = d.replica
+        client = f.client
+        if conn is None:
+            try:
+                conn = await replica.connection(self.connect_timeout_s)
+            except UpstreamError as exc:
+                replica.set_state(DOWN, str(exc))
+                return ApiError(502, f"replica {replica.url} unreachable", type="server_error")
+            if client.gone:  # went away while the connection was being made: no request for nobody
+                replica.release(conn)
+                return None
+            client.conn = conn
+            ends = conn.loop.create_future()
+            relay = StreamRelay(f.channel, self.router, d, conn, lambda why: ends.done() or ends.set_result(why))
+            conn.send(f.method, f.target, replica.host_header, f.headers, f.body, relay)
+        else:
+            ends = None  # the callback path's relay declined the answer: it is read here
         try:
-            conn = await replica.connection(self.connect_timeout_s)
-        except UpstreamError as exc:
-            replica.set_state(DOWN, str(exc))
-            return ApiError(502, f"replica {replica.url} unreachable", type="server_error")
-        if client.gone:  # went away while the connection was being made: no request for nobody
-            replica.release(conn)
-            return None
-        client.conn = conn
-        relay = StreamRelay(channel, self.router, d, conn)
-        try:
-            conn.send(method, target, replica.host_header, headers, body, relay)
             status, resp_headers = await conn.read_head()
         except UpstreamError as exc:
             replica.release(conn)
@@ -147,43 +192,56 @@ class RouterApp:
                             headers={"retry-after": "1"})
         try:
             if relay.taken:
-                await self._stream_end(d, relay, client, channel)
+                why = await ends
+                if why is not None:
+                    self._stream_lost(d, f, why)
             else:
-                await self._whole(d, conn, status, resp_headers, client, send)
+                await self._whole(d, conn, status, resp_headers, f)
         finally:
             client.conn = None
             replica.release(conn)
         return None
 
-    async def _stream_end(self, d, relay: StreamRelay, client: ClientGone, channel: ClientChannel) -> None:
-        """The relay writes the stream as it comes; here only its end is awaited, and a stream lost
-        part-way is ended with an error event."""
-        why = await relay.finished
-        if why is None or client.gone:
+    def _stream_lost(self, d: Dispatch, f: Forwarded, why: str) -> None:
+        """A stream lost part-way is ended with an error event (unless the client is gone)."""
+        if f.client.gone:
             return
-        self._lost(d.replica, client, UpstreamError(why))
+        self._lost(d.replica, f.client, UpstreamError(why))
         err = ApiError(502, f"replica {d.replica.url} was lost mid-stream", type="server_error", code="replica_lost")
-        channel.body(b"data: " + err.to_body() + b"\n\n" + SSE_DONE, True)
-        channel.body(b"", False)
+        f.channel.body(b"data: " + err.to_body() + b"\n\n" + SSE_DONE, True)
+        f.channel.body(b"", False)
 
-    async def _whole(self, d, conn: UpstreamConnection, status: int, headers, client: ClientGone, send) -> None:
+    async def _whole(self, d: Dispatch, conn: UpstreamConnection, status: int, headers, f: Forwarded) -> None:
         """An answer that is not a stream, read whole: a replica lost half-way gives a clean 502."""
         try:
             data = b"".join([c async for c in conn.body_chunks()])
         except UpstreamError as exc:
-            self._lost(d.replica, client, exc)
-            return await _send_error(send, ApiError(502, f"replica {d.replica.url} failed mid-answer",
+            self._lost(d.replica, f.client, exc)
+            return _write_error(f.channel, ApiError(502, f"replica {d.replica.url} failed mid-answer",
                                                     type="server_error"))
         self.router.first_token(d)
-        headers.append((b"content-length", str(len(data)).encode()))
-        await send({"type": "http.response.start", "status": status, "headers": headers})
-        await send({"type": "http.response.body", "body": data})
+        if f.method != b"HEAD":  # (a HEAD's head keeps the replica's length, of a body not sent)
+            headers.append((b"content-length", b"%d" % len(data)))
+        f.channel.start(status, headers)
+        f.channel.body(data, False)
 
     @staticmethod
     def _lost(replica: Replica, client: ClientGone, exc: Exception) -> None:
         """A replica that failed mid-answer is down (unless the failure was our own close, for a client gone)."""
         if not client.gone and replica.state != DOWN:
             replica.set_state(DOWN, str(exc))
+
+
+class Forwarded:
+    """One request on its way to a replica: what is sent, what routes it, where the answer goes."""
+
+    __slots__ = ("method", "target", "headers", "body", "request", "channel", "client")
+
+    def __init__(self, method: bytes, target: bytes, headers: list[tuple[bytes, bytes]], body: bytes,
+                 request: RoutedRequest, channel: ClientChannel) -> None:
+        self.method, self.target, self.headers, self.body = method, target, headers, body
+        self.request, self.channel = request, channel
+        self.client = ClientGone(channel)
 
 
 async def _safe_chunks(conn: UpstreamConnection):
@@ -210,3 +268,10 @@ async def _send_json(send, status: int, body: bytes, extra: list | None = None) 
 async def _send_error(send, err: ApiError) -> None:
     extra = [(k.encode(), v.encode()) for k, v in err.headers.items()]
     await _send_json(send, err.status, err.to_body(), extra)
+
+
+def _write_error(channel: ClientChannel, err: ApiError) -> None:
+    body = err.to_body()
+    extra = [(k.encode(), v.encode()) for k, v in err.headers.items()]
+    channel.start(err.status, JSON + [(b"content-length", b"%d" % len(body))] + extra)
+    channel.body(body, False)

@@ -75,16 +75,22 @@ class Replica:
                 conn.close()
             self.idle.clear()
 
-    async def connection(self, timeout_s: float) -> UpstreamConnection:
-        """An idle keep-alive connection, or a new one; it counts as busy until `release`."""
+    def idle_connection(self) -> UpstreamConnection | None:
+        """An idle keep-alive connection, counted busy until `release`; None when there is none."""
         while self.idle:
             conn = self.idle.pop()
             if conn.is_usable():
-                break
+                self.busy.add(conn)
+                return conn
             conn.close()
-        else:
+        return None
+
+    async def connection(self, timeout_s: float) -> UpstreamConnection:
+        """An idle keep-alive connection, or a new one; it counts as busy until `release`."""
+        conn = self.idle_connection()
+        if conn is None:
             conn = await UpstreamConnection.open(self.host, self.port, timeout_s)
-        self.busy.add(conn)
+            self.busy.add(conn)
         return conn
 
     def release(self, conn: UpstreamConnection) -> None:

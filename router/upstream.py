@@ -39,7 +39,7 @@ class Relay(Protocol):
         """What one read held of the body (maybe empty with `last`)."""
 
     def lost(self, why: str) -> None:
-        """No more of the body will come."""
+        """No more of the body will come (or, before the head, no response will)."""
 
 
 class UpstreamConnection(asyncio.Protocol):
@@ -57,6 +57,7 @@ class UpstreamConnection(asyncio.Protocol):
         self._expecting = False  # a request was sent and its response is not complete
         self._relay: Relay | None = None  # offered the head; kept only if it took the body
         self._relaying = False
+        self._head_only = False  # the request was a HEAD: its response ends at its head
         self._reset()
 
     def _reset(self) -> None:
@@ -115,9 +116,10 @@ class UpstreamConnection(asyncio.Protocol):
         self.reusable = False
         if self._lost is None:
             self._lost = why
-        if self._relaying:
-            self._relaying = False
-            self._relay.lost(self._lost)
+        relay = self._relay
+        if relay is not None and (self._relaying or not self._head_done):
+            self._relay, self._relaying = None, False
+            relay.lost(self._lost)
         self._wake()
 
     def _wake(self) -> None:
@@ -138,7 +140,14 @@ class UpstreamConnection(asyncio.Protocol):
     def on_headers_complete(self) -> None:
         self._head_done = True
         self._keep_alive = self._parser.should_keep_alive()  # (after the message ends it says False)
-        self._end_headers = [(name, value) for name, value in self._headers if name not in HOP_HEADERS]
+        if self._head_only:
+            # The parser cannot be told that no body follows a HEAD's head, so the response ends here
+            # and the connection is not reused (its next bytes would be read as this body). The
+            # length is the GET's, which the client is owed.
+            self._end_headers = [(n, v) for n, v in self._headers if n not in HOP_HEADERS or n == b"content-length"]
+            self._done, self._expecting, self._keep_alive = True, False, False
+        else:
+            self._end_headers = [(name, value) for name, value in self._headers if name not in HOP_HEADERS]
         if self._relay is not None:
             self._relaying = self._relay.head(self._parser.get_status_code(), self._end_headers)
             if not self._relaying:
@@ -172,6 +181,7 @@ class UpstreamConnection(asyncio.Protocol):
         head += [b"content-length: ", str(len(body)).encode(), b"\r\n\r\n", body]
         self._reset()
         self._relay, self._relaying = relay, False
+        self._head_only = method == b"HEAD"
         self._expecting = True
         self.reusable = False
         self.transport.write(b"".join(head))

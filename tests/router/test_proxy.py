@@ -1,7 +1,7 @@
 """`ttft route` in front of three live `dummy:tiny` replicas and one socket that never answers:
-streaming without buffering, the API passed through, aborts forwarded, and the faults of issue 48
-(a replica hung, killed with -9 mid-stream, drained by SIGTERM). The fault tests end one replica
-each; replica 0 is never touched, so every test has somewhere to route."""
+streaming without buffering, the API passed through (a HEAD ended at its head), aborts forwarded,
+and the faults of issue 48 (a replica hung, killed with -9 mid-stream, drained by SIGTERM). The
+fault tests end one replica each; replica 0 is never touched, so every test has somewhere to route."""
 from __future__ import annotations
 
 import os
@@ -59,6 +59,15 @@ def test_answers_equal_a_replica_answered_directly(fleet) -> None:
     direct = replicas[0].http("POST", "/v1/chat/completions", json=body).json()
     routed = router.http("POST", "/v1/chat/completions", json=body).json()
     assert routed["choices"] == direct["choices"]
+    assert router.http("GET", "/v1/models").json()["data"][0]["id"] == "dummy:tiny"
+
+
+def test_a_head_request_gets_the_replicas_head_at_once(fleet) -> None:
+    replicas, router, _ = fleet
+    direct = replicas[0].http("HEAD", "/v1/models")
+    routed = router.http("HEAD", "/v1/models")  # not a wait for a body that never comes (10 s: a timeout)
+    assert routed.status_code == direct.status_code == 200 and routed.content == b""
+    assert routed.headers["content-length"] == direct.headers["content-length"] != "0"
     assert router.http("GET", "/v1/models").json()["data"][0]["id"] == "dummy:tiny"
 
 

@@ -1,5 +1,6 @@
 """UpstreamConnection against scripted servers: chunks handed on as they arrive, length bodies,
-keep-alive, hop-by-hop headers dropped, and every way a replica can fail (refused, garbage, early end)."""
+keep-alive, hop-by-hop headers dropped, the answer to a HEAD ended at its head, and every way a
+replica can fail (refused, garbage, early end)."""
 from __future__ import annotations
 
 import asyncio
@@ -141,5 +142,28 @@ async def test_a_response_read_whole_in_one_read_keeps_the_connection_alive() ->
         assert (await conn.read_head())[0] == 200
         assert [c async for c in conn.body_chunks()] == [b"{}"]
         assert conn.reusable and conn.is_usable()
+    conn.close()
+    server.close()
+
+
+@pytest.mark.parametrize("framing, kept", [(b"content-length: 42\r\n", [(b"content-length", b"42")]),
+                                           (b"transfer-encoding: chunked\r\n", [])])
+async def test_the_answer_to_a_head_ends_at_its_head_with_its_length_and_is_not_reused(framing, kept) -> None:
+    async def script(reader, writer):
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n" + framing + b"\r\n")
+        await reader.read()  # the connection stays open: its end must not be what ends the answer
+
+    server, port = await serve(script)
+    conn = await UpstreamConnection.open("127.0.0.1", port, 1.0)
+    conn.send(b"HEAD", b"/v1/models", b"h", [], b"")
+    status, headers = await asyncio.wait_for(conn.read_head(), 1)
+    assert status == 200 and headers == [(b"content-type", b"application/json")] + kept
+
+    async def parts():
+        return [p async for p in conn.body_parts()]
+
+    assert await asyncio.wait_for(parts(), 1) == [(b"", True)]
+    assert not conn.reusable  # the parser would take the next answer's bytes for this one's body
     conn.close()
     server.close()
