@@ -1,6 +1,8 @@
 """RoutedRequest: prompt text from chat and completion bodies, chained block hashes, bad bodies."""
 from __future__ import annotations
 
+import hashlib
+
 import orjson
 
 from router.request_key import BLOCK_CHARS, chained_block_hashes, prompt_text, routed_request
@@ -42,3 +44,14 @@ def test_bodies_the_router_cannot_read_route_as_empty_prompts() -> None:
     odd = {"messages": [None, 3, {"role": "user", "content": [{"type": "text", "text": "hi"}]}, {"content": None}]}
     assert "hi" in prompt_text(odd)
     assert chained_block_hashes("\ud800" * 100)  # a lone surrogate from a JSON escape does not raise
+
+
+def test_the_hashes_are_the_chain_replicas_publish_blake2b_of_parent_and_block() -> None:
+    """Replicas publish their blocks with the same function (pipeline/kv_event_log.py): its values
+    are a wire format, whatever the loop that computes them."""
+    text = "The library opens at nine. Ünïcode too. " * 5
+    data, parent, expected = text.encode("utf-8"), b"", []
+    for k in range(len(data) // 64):
+        parent = hashlib.blake2b(parent + data[64 * k:64 * (k + 1)], digest_size=16).digest()
+        expected.append(parent)
+    assert chained_block_hashes(text) == tuple(expected) and len(expected) == 3
