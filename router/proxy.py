@@ -94,12 +94,14 @@ class RouterApp:
         f.client.conn = conn
 
         def ended(why: str | None) -> None:
-            f.client.conn = None
-            if why is not None:
-                self._stream_lost(d, f, why)
-            self.router.finish(d)
-            d.replica.release(conn)
-            req.done()
+            try:  # in the replica connection's callback: whatever fails here, the front moves on
+                f.client.conn = None
+                if why is not None:
+                    self._stream_lost(d, f, why)
+                self.router.finish(d)
+                d.replica.release(conn)
+            finally:
+                req.done()
 
         relay = StreamRelay(f.channel, self.router, d, conn, ended,
                             lambda: req.spawn(self._forward(f, d, conn, relay)))

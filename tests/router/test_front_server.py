@@ -1,7 +1,8 @@
 """FrontServer against raw sockets: a response's head leaves with its first body part, keep-alive
 and pipelined requests are answered in order, a body over the limit gets its 413 (whole, not a
 reset), a malformed request a 400, `Expect: 100-continue` its interim answer, HEAD no body, an app
-that fails a 500 or a closed connection, and a stop waits for the request in flight."""
+that fails a 500 or a closed connection, a stop waits for the request in flight, and no request is
+started while the client's socket buffer is full."""
 from __future__ import annotations
 
 import asyncio
@@ -203,3 +204,18 @@ async def test_the_channel_tells_the_app_when_the_client_goes_away() -> None:
                 break
             await asyncio.sleep(0.01)
         assert GONE == ["/wait-for-gone"]
+
+
+async def test_a_request_waits_while_the_clients_buffer_is_full_then_goes() -> None:
+    async with serving() as (server, port):
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"GET /echo HTTP/1.1\r\nhost: x\r\n\r\n")
+        await asyncio.wait_for(read_response(reader), 2)
+        (conn,) = server.connections
+        conn.pause_writing()  # as the transport does when the client's socket buffer fills
+        writer.write(b"POST /echo HTTP/1.1\r\nhost: x\r\ncontent-length: 1\r\n\r\na")
+        await asyncio.sleep(0.1)
+        assert conn.queue and conn.current is None  # parsed, not answered: no answer piles up unread
+        conn.resume_writing()
+        assert b'"body":"a"' in await asyncio.wait_for(read_response(reader), 2)
+        writer.close()
