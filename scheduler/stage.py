@@ -6,6 +6,10 @@ while decode steps are in flight it builds the next one just before the device i
 finish them (StepClock), so the device does not wait for the host and requests that arrive in
 the meantime still join it. Results and the clock's ticks come back through the same inbox, so
 one task owns the scheduler and no lock is needed.
+
+Its two outputs are calls, not inboxes: `submit` hands a step to the GPU stage's launch thread and
+`emit` runs the emitter on a step's events, here in this task. A step's first token thus goes from
+its result to its reader's stream in the one event-loop turn that handles the result.
 """
 from __future__ import annotations
 
@@ -47,15 +51,17 @@ class SchedulerStage(Stage[SchedulerMessage]):
     def __init__(
         self,
         scheduler: Scheduler,
-        gpu_inbox: Channel[StepBatch | KvTransferOps],
-        emitter_inbox: Channel[StepEvents],
+        submit: Callable[[StepBatch | KvTransferOps], None] | None,
+        emit: Callable[[StepEvents], None] | None,
         inbox_size: int,
         on_engine_error: Callable[[str], None],
     ) -> None:
+        """`submit`: to the GPU stage (GpuStage.submit); `emit`: to the emitter (EmitterStage.deliver).
+        Neither waits; both may be joined after construction (pipeline/wiring.py)."""
         super().__init__("scheduler", inbox_size)
         self.scheduler = scheduler
-        self.gpu_inbox = gpu_inbox
-        self.emitter_inbox = emitter_inbox
+        self.submit = submit
+        self.emit = emit
         self.on_engine_error = on_engine_error
         self.disk_inbox: Channel[KvDiskRequest] | None = None  # the KV disk tier's stage, if any
         # Steps sent and not yet answered, oldest first, with when each was sent: one, or two
@@ -137,10 +143,11 @@ class SchedulerStage(Stage[SchedulerMessage]):
     async def after_burst(self) -> None:
         self._send_disk_jobs()  # reads started by arrivals go out before anything else
         if (early := self.scheduler.tiers.take_early_ops(self.scheduler.next_step_id)) is not None:
-            await self.gpu_inbox.put(early)  # loads for new arrivals start now, beside the steps
-        # The next step goes out first: the GPU stage wakes before the emitter, so the model runs
-        # step N+1 while this step's tokens are detokenized and written to their sockets. With
-        # async scheduling, a decode step in flight gets its successor now, not after its result.
+            self.submit(early)  # loads for new arrivals start now, beside the steps
+        # The next step goes out first: its launch thread has it before the emitter runs, so the
+        # model runs step N+1 while this step's tokens are detokenized and written to their
+        # sockets. With async scheduling, a decode step in flight gets its successor now, not
+        # after its result.
         while self.scheduler.has_work() and len(self.in_flight) < MAX_STEPS_IN_FLIGHT:
             now_ns = time.perf_counter_ns()
             if self.in_flight:
@@ -161,11 +168,11 @@ class SchedulerStage(Stage[SchedulerMessage]):
             self.in_flight.append((batch, now_ns))
             self.clock.on_sent(now_ns)
             self.num_steps += 1
-            await self.gpu_inbox.put(batch)
+            self.submit(batch)
         if self._pending_events:
             events, self._pending_events = self._pending_events, []
             admitted, self._admitted = self._admitted, []
-            await self.emitter_inbox.put(StepEvents(self.num_steps, events, admitted))
+            self.emit(StepEvents(self.num_steps, events, admitted))
         if self.in_flight:
             # While the model runs, evict cold cached blocks that waiting reservations need, so
             # that admission never pays for it.

@@ -1,7 +1,7 @@
 """SchedulerStage: when a decode step is built ahead, and how a step's host cost reaches the traces.
 
 The stage is driven by hand (handle + after_burst, as its run loop calls them) against bare
-channels standing in for the GPU and emitter stages."""
+channels standing in for the GPU and emitter stages (their `submit` and `emit` put there)."""
 from __future__ import annotations
 
 import asyncio
@@ -23,7 +23,9 @@ def make_stage(max_num_seqs: int) -> tuple[SchedulerStage, Channel]:
     sched = Scheduler(SchedulerConfig(num_blocks=64, block_size=4, eos_token_ids=frozenset({EOS}),
                                       max_num_seqs=max_num_seqs, async_scheduling=True, policy="fcfs"))
     gpu: Channel = Channel("gpu", 16)
-    stage = SchedulerStage(sched, gpu, Channel("emitter", 16), inbox_size=16, on_engine_error=lambda e: None)
+    emitter: Channel = Channel("emitter", 16)
+    stage = SchedulerStage(sched, gpu.force_put, emitter.force_put, inbox_size=16, on_engine_error=lambda e: None)
+    stage.emitted = emitter  # (the test's own handle on what was emitted)
     return stage, gpu
 
 
@@ -122,11 +124,11 @@ def test_an_admission_reaches_the_emitter_with_its_requests_first_events() -> No
         admission = Admission(requests, [("stream", "emitter")] * 2)
         await stage.handle(admission)
         await stage.after_burst()
-        assert stage.emitter_inbox.get_nowait() is None  # no events yet: it waits for them
+        assert stage.emitted.get_nowait() is None  # no events yet: it waits for them
         [prefill] = sent(gpu)
         assert sorted(c.request_id for c in prefill.chunks) == ["a-0", "a-1"]
         await answer(stage, prefill, SECOND_NS)
-        events = stage.emitter_inbox.get_nowait()
+        events = stage.emitted.get_nowait()
         assert events.admitted == [admission] and {e.request_id for e in events.events} == {"a-0", "a-1"}
 
     asyncio.run(run())
