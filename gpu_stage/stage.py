@@ -29,6 +29,7 @@ import queue
 import threading
 import time
 import traceback
+from typing import Callable
 
 import torch
 
@@ -38,7 +39,6 @@ from gpu_stage.cpu_threads import CpuThreadPolicy, HostCpuLoad
 from gpu_stage.launch_queue import LaunchQueue
 from gpu_stage.model.cpu_ops import CpuOps
 from gpu_stage.model_runner import LaunchedStep, ModelRunner
-from stages.channel import Channel, ChannelClosed
 from stages.messages import MAX_STEPS_IN_FLIGHT, KvTransferOps, StepBatch, StepResult
 
 log = logging.getLogger("ttft.gpu")
@@ -49,12 +49,14 @@ HOST_LOAD_READABLE = os.path.exists("/proc/stat") and os.path.exists("/proc/self
 
 
 class GpuStage:
-    def __init__(self, runner: ModelRunner, result_inbox: Channel, cpu_threads: int | None = None) -> None:
+    def __init__(self, runner: ModelRunner, on_result: Callable[[StepResult], None],
+                 cpu_threads: int | None = None) -> None:
+        """`on_result`: each step's result, called on the event loop (SchedulerStage.take_result)."""
         self.name = "gpu"
         # Steps, and the early copies of a burst of arrivals: bounded by the scheduler (see above).
         self.inbox: LaunchQueue[StepBatch | KvTransferOps] = LaunchQueue("gpu.inbox", MAX_STEPS_IN_FLIGHT + 1)
         self.runner = runner
-        self.result_inbox = result_inbox
+        self.on_result = on_result
         self.busy_ns = 0  # device-side time of the steps, overlaps not counted twice
         self._cpu_threads = cpu_threads
         self.thread_policy: CpuThreadPolicy | None = None  # CPU: made on the launch thread
@@ -172,7 +174,4 @@ class GpuStage:
 
     def _deliver(self, result: StepResult) -> None:
         self.busy_ns += result.duration_ns
-        try:
-            self.result_inbox.force_put(result)  # bounded by the scheduler's steps in flight
-        except ChannelClosed:
-            pass  # shutting down: the scheduler is gone, and so is whoever waited for this step
+        self.on_result(result)  # (a stopped scheduler drops it: nobody waits for this step any more)

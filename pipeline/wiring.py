@@ -3,7 +3,8 @@
     ingress (in the handler task) -> engine (one Admission) -> scheduler <-> gpu, scheduler -> emitter,
     scheduler <-> kv_disk
 
-The GPU stage and the disk stage reply into the scheduler's inbox; the scheduler is the one owner
+The GPU stage hands each step's result to the scheduler on the loop (SchedulerStage.take_result),
+the disk stage replies into the scheduler's inbox; the scheduler is the one owner
 of the cores it drives, hands each step straight to the GPU stage's launch thread, and runs the
 emitter in its own task on each step's events (with the Admissions' streams ahead of them). `all`
 lists the running actors in stop order: the disk stage last, so it flushes pending block writes on
@@ -50,7 +51,7 @@ def wire_stages(built: BuiltModel, cfg: EngineConfig, on_engine_error: Callable[
                            StructuredCheck(built.grammars, cfg.grammar_compile_timeout_s) if built.grammars else None)
     scheduler = SchedulerStage(built.scheduler, submit=None, emit=None,  # joined below
                                inbox_size=cfg.scheduler_inbox_size, on_engine_error=on_engine_error)
-    gpu = GpuStage(built.runner, scheduler.inbox, cfg.cpu_threads)
+    gpu = GpuStage(built.runner, scheduler.take_result, cfg.cpu_threads)
     emitter = EmitterStage(scheduler.inbox, on_finished)
     scheduler.submit, scheduler.emit = gpu.submit, emitter.deliver
     kv_disk = None

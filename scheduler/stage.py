@@ -8,8 +8,11 @@ the meantime still join it. Results and the clock's ticks come back through the 
 one task owns the scheduler and no lock is needed.
 
 Its two outputs are calls, not inboxes: `submit` hands a step to the GPU stage's launch thread and
-`emit` runs the emitter on a step's events, here in this task. A step's first token thus goes from
-its result to its reader's stream in the one event-loop turn that handles the result.
+`emit` runs the emitter on a step's events, here in this task. A step's result comes in as a call
+too (`take_result`, from the loop callback the GPU stage's completion thread schedules), and its
+burst runs in that callback: a step's first token goes from the device to its reader's stream in
+one event-loop turn. That is safe because no handler here ever suspends, so the stage's task is
+always parked in its inbox's `get` when a callback runs, and a burst is never interleaved.
 """
 from __future__ import annotations
 
@@ -79,6 +82,27 @@ class SchedulerStage(Stage[SchedulerMessage]):
         self._update_cost = StepCostShares()
 
     async def handle(self, msg: SchedulerMessage) -> None:
+        self._take(msg)
+
+    async def after_burst(self) -> None:
+        self._after_burst()
+
+    def take_result(self, result: StepResult) -> None:
+        """A step's result, on the loop: its burst (this result, whatever else waits in the inbox,
+        the next step, the emit) runs now rather than after a wake of the stage's task."""
+        if self.inbox.closed:
+            return  # stopping: nobody waits for this step any more
+        try:
+            self.timed(result, self._take)
+            while (more := self.inbox.get_nowait()) is not None:
+                self.timed(more, self._take)
+            self._after_burst()
+        except Exception as exc:  # as the run loop does: the stage fails and stops
+            self.failure = exc
+            log.exception("stage %s failed", self.name)
+            self.inbox.close()
+
+    def _take(self, msg: SchedulerMessage) -> None:
         if isinstance(msg, StepResult):
             self._on_result(msg)
         elif isinstance(msg, GenerateRequest):
@@ -96,7 +120,7 @@ class SchedulerStage(Stage[SchedulerMessage]):
         elif isinstance(msg, Admission):
             self._admitted.append(msg)
             for request in msg.requests:
-                await self.handle(request)
+                self._take(request)
         elif isinstance(msg, Abort):
             event = self.scheduler.abort(msg.request_id, msg.reason)
             if event is not None:
@@ -140,7 +164,7 @@ class SchedulerStage(Stage[SchedulerMessage]):
             if state is not None:
                 state.request.trace.add_host("schedule", cpu, wall)
 
-    async def after_burst(self) -> None:
+    def _after_burst(self) -> None:
         self._send_disk_jobs()  # reads started by arrivals go out before anything else
         if (early := self.scheduler.tiers.take_early_ops(self.scheduler.next_step_id)) is not None:
             self.submit(early)  # loads for new arrivals start now, beside the steps

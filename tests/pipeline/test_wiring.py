@@ -20,7 +20,7 @@ def test_without_tiers_the_scheduler_drives_the_gpu_and_the_emitter() -> None:
     assert [s.name for s in stages.all] == ["scheduler", "gpu"]  # the emitter runs in the scheduler's task
     assert stages.scheduler.submit == stages.gpu.submit
     assert stages.scheduler.emit == stages.emitter.deliver
-    assert stages.gpu.result_inbox is stages.scheduler.inbox
+    assert stages.gpu.on_result == stages.scheduler.take_result
 
 
 def test_a_disk_tier_adds_the_disk_stage_last(tmp_path: Path) -> None:

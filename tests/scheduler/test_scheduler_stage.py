@@ -132,3 +132,25 @@ def test_an_admission_reaches_the_emitter_with_its_requests_first_events() -> No
         assert events.admitted == [admission] and {e.request_id for e in events.events} == {"a-0", "a-1"}
 
     asyncio.run(run())
+
+
+def test_a_result_taken_on_the_loop_runs_its_burst_with_what_waits_in_the_inbox() -> None:
+    """take_result (the GPU stage's call): the result, then the messages already waiting, then the
+    next step and the emit, all at once; once the inbox is closed, a late result is dropped."""
+    async def run() -> None:
+        stage, gpu = make_stage(max_num_seqs=4)
+        await stage.handle(GenerateRequest("r0", [100, 101, 102], SamplingParams(max_tokens=8), RequestTrace("r0")))
+        await stage.after_burst()
+        [prefill] = sent(gpu)
+        stage.inbox.put_nowait(GenerateRequest("r1", [100, 101], SamplingParams(max_tokens=8), RequestTrace("r1")))
+        stage.take_result(StepResult(prefill.step_id, [SampledToken("r0", 10)], duration_ns=SECOND_NS))
+        assert len(stage.inbox) == 0 and stage.timings["StepResult"].num_messages == 1
+        [step] = sent(gpu)
+        assert sorted(c.request_id for c in step.chunks) == ["r0", "r1"]  # the arrival joined the next step
+        events = stage.emitted.get_nowait()
+        assert [(e.request_id, e.token_ids) for e in events.events] == [("r0", [10])]
+        stage.inbox.close()
+        stage.take_result(StepResult(step.step_id, [], duration_ns=SECOND_NS))
+        assert sent(gpu) == [] and stage.emitted.get_nowait() is None
+        await stage.on_stop()
+    asyncio.run(run())
