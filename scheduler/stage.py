@@ -26,6 +26,7 @@ from typing import Callable, Union
 from scheduler.host_charge import StepCostShares
 from scheduler.scheduler import OVERLOADED, Scheduler
 from scheduler.step_clock import StepClock
+from scheduler.step_handoff import StepHandOff
 from stages.channel import Channel, ChannelClosed
 from stages.messages import (
     MAX_STEPS_IN_FLIGHT, Abort, Admission, GenerateRequest, KvDiskDone, KvDiskRequest, KvTransferOps, StepBatch, StepEvents,
@@ -65,6 +66,7 @@ class SchedulerStage(Stage[SchedulerMessage]):
         self.scheduler = scheduler
         self.submit = submit
         self.emit = emit
+        self.handoff = StepHandOff(lambda item: self.submit(item))  # (submit may be joined later)
         self.on_engine_error = on_engine_error
         self.disk_inbox: Channel[KvDiskRequest] | None = None  # the KV disk tier's stage, if any
         # Steps sent and not yet answered, oldest first, with when each was sent: one, or two
@@ -167,11 +169,14 @@ class SchedulerStage(Stage[SchedulerMessage]):
     def _after_burst(self) -> None:
         self._send_disk_jobs()  # reads started by arrivals go out before anything else
         if (early := self.scheduler.tiers.take_early_ops(self.scheduler.next_step_id)) is not None:
-            self.submit(early)  # loads for new arrivals start now, beside the steps
+            self.handoff.send(early)  # loads for new arrivals start now, beside the steps
         # The next step goes out first: its launch thread has it before the emitter runs, so the
         # model runs step N+1 while this step's tokens are detokenized and written to their
         # sockets. With async scheduling, a decode step in flight gets its successor now, not
-        # after its result.
+        # after its result. Unless a request's first token is among them (step_handoff.py).
+        first_tokens = any(e.token_ids and e.num_output_tokens == len(e.token_ids) for e in self._pending_events)
+        if first_tokens:
+            self.handoff.hold()
         while self.scheduler.has_work() and len(self.in_flight) < MAX_STEPS_IN_FLIGHT:
             now_ns = time.perf_counter_ns()
             if self.in_flight:
@@ -192,11 +197,13 @@ class SchedulerStage(Stage[SchedulerMessage]):
             self.in_flight.append((batch, now_ns))
             self.clock.on_sent(now_ns)
             self.num_steps += 1
-            self.submit(batch)
+            self.handoff.send(batch)
         if self._pending_events:
             events, self._pending_events = self._pending_events, []
             admitted, self._admitted = self._admitted, []
             self.emit(StepEvents(self.num_steps, events, admitted))
+        if first_tokens:
+            self.handoff.release_soon()
         if self.in_flight:
             # While the model runs, evict cold cached blocks that waiting reservations need, so
             # that admission never pays for it.
