@@ -18,7 +18,9 @@ and three sums give the parts a GPU run shares with this one:
                                 update, emit, the reader's wake, SSE framing, the socket write)
 
 plus the client's TTFT (request sent to the first content chunk read). Prints medians (and P90) in
-microseconds per server, and writes every sample to `--out` as JSON when asked.
+microseconds per server and, with two servers, the paired differences (each round's B minus A: the
+median, and how often B was faster), which the machine's load moves less than either median;
+writes every sample to `--out` as JSON when asked. `--summarize FILE` prints both again from it.
 """
 from __future__ import annotations
 
@@ -109,6 +111,32 @@ def summary(samples: list[dict[str, float]]) -> dict[str, dict[str, float]]:
     return out
 
 
+def paired(report: dict) -> dict[str, dict[str, float]]:
+    """Per span: the median of B - A over the rounds (us), and the share of rounds B was faster."""
+    a, b = report["servers"]["A"]["samples"], report["servers"]["B"]["samples"]
+    out = {}
+    for key in b[0]:
+        diffs = sorted(y[key] - x[key] for x, y in zip(a, b) if key in x and key in y)
+        if diffs:
+            out[key] = {"median_b_minus_a_us": round(statistics.median(diffs), 1),
+                        "b_faster_share": round(sum(d < 0 for d in diffs) / len(diffs), 2)}
+    return out
+
+
+def print_report(report: dict) -> None:
+    names = list(report["servers"])
+    keys = list(report["servers"][names[0]]["summary"])
+    print(f"{'span (us, p50 / p90)':48s}" + "".join(f"{n + ' ' + report['servers'][n]['commit']:>22s}" for n in names)
+          + ("   B - A paired: median, B faster" if "paired" in report else ""))
+    for k in keys:
+        cells = "".join(f"{report['servers'][n]['summary'].get(k, {}).get('p50_us', float('nan')):>12.1f}"
+                        f" / {report['servers'][n]['summary'].get(k, {}).get('p90_us', float('nan')):>7.1f}"
+                        for n in names)
+        if (pair := report.get("paired", {}).get(k)) is not None:
+            cells += f"   {pair['median_b_minus_a_us']:+9.1f} {pair['b_faster_share']:>6.0%}"
+        print(f"{k:48s}{cells}")
+
+
 def commit_of(root: Path) -> str:
     try:
         return subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True,
@@ -132,7 +160,11 @@ def main() -> None:
     # One OpenMP thread by default: the step's own time then does not follow what the CPU thread
     # policy reads of the other server's load (b is the model's part, not the host path's).
     p.add_argument("--server-args", default="--cpu-threads 1", help="extra `ttft serve` flags, one string")
+    p.add_argument("--summarize", default=None, help="print the tables of an --out file and exit")
     a = p.parse_args()
+    if a.summarize:
+        print_report(json.loads(Path(a.summarize).read_text()))
+        return
     roots = {"B": Path(a.root)} | ({"A": Path(a.ab)} if a.ab else {})
     servers = {name: start(root, Path(a.log_dir), a.server_args.split()) for name, root in roots.items()}
     prompt = prompt_of(a.prompt_tokens)
@@ -161,7 +193,8 @@ def main() -> None:
                 samples = []
                 for rid, us in zip(rids[name], client_us[name]):
                     if rid in by_id:
-                        samples.append({**spans_us(by_id[rid]["edges_ms"]), "client_ttft": us})
+                        spans = {**spans_us(by_id[rid]["edges_ms"]), "client_ttft": us}
+                        samples.append({k: round(v, 1) for k, v in spans.items()})
                 num_tokens = {by_id[r]["info"].get("num_prompt_tokens") for r in rids[name] if r in by_id}
                 report["servers"][name] = {"root": str(roots[name]), "commit": commit_of(roots[name]),
                                            "num_traces": len(samples), "num_prompt_tokens": sorted(num_tokens),
@@ -170,17 +203,12 @@ def main() -> None:
         for proc, _ in servers.values():
             proc.terminate()
             proc.wait(10)
-    keys = list(report["servers"]["B"]["summary"])
-    names = list(report["servers"])
-    print(f"{'span (us, p50 / p90)':58s}" + "".join(f"{n + ' ' + report['servers'][n]['commit']:>22s}" for n in names))
-    for k in keys:
-        cells = "".join(f"{report['servers'][n]['summary'].get(k, {}).get('p50_us', float('nan')):>12.1f}"
-                        f" / {report['servers'][n]['summary'].get(k, {}).get('p90_us', float('nan')):>7.1f}"
-                        for n in names)
-        print(f"{k:58s}{cells}")
+    if "A" in report["servers"]:
+        report["paired"] = paired(report)
+    print_report(report)
     if a.out:
         Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(a.out).write_text(json.dumps(report, indent=1))
+        Path(a.out).write_text(json.dumps(report, separators=(",", ":")))
 
 
 if __name__ == "__main__":
