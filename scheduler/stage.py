@@ -99,10 +99,11 @@ class SchedulerStage(Stage[SchedulerMessage]):
             while (more := self.inbox.get_nowait()) is not None:
                 self.timed(more, self._take)
             self._after_burst()
-        except Exception as exc:  # as the run loop does: the stage fails and stops
+        except Exception as exc:  # the stage fails and stops, and the engine with it
             self.failure = exc
             log.exception("stage %s failed", self.name)
             self.inbox.close()
+            self.on_engine_error(f"scheduler failed: {type(exc).__name__}: {exc}")
 
     def _take(self, msg: SchedulerMessage) -> None:
         if isinstance(msg, StepResult):

@@ -157,3 +157,14 @@ def test_a_result_taken_on_the_loop_runs_its_burst_with_what_waits_in_the_inbox(
         assert sent(gpu) == [] and stage.emitted.get_nowait() is None
         await stage.on_stop()
     asyncio.run(run())
+
+
+def test_a_result_that_breaks_the_scheduler_stops_it_and_reports_an_engine_error() -> None:
+    async def run() -> None:
+        errors: list[str] = []
+        stage, _ = make_stage(max_num_seqs=2)
+        stage.on_engine_error = errors.append
+        stage.take_result(StepResult(7, [], duration_ns=1))  # a result for no step in flight
+        assert stage.inbox.closed and isinstance(stage.failure, AssertionError)
+        assert len(errors) == 1 and errors[0].startswith("scheduler failed: AssertionError")
+    asyncio.run(run())
