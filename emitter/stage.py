@@ -1,10 +1,16 @@
 """EmitterStage: turns each step's token events into text deltas on the requests' own streams.
 
-One message per step; per request one RequestOutput (one flush) per step: one pass over the step's
+One call per step; per request one RequestOutput (one flush) per step: one pass over the step's
 requests does their detokenizing and stop-string matching; the readers frame and write (the
 protocol room turns outputs into bytes). The requests admitted since the last step arrive with the
 step's events and are registered first. A stop string found here ends the reply at once and sends
 Abort(reason="stop") upstream so the scheduler frees the blocks.
+
+It runs inside the scheduler's task, as the ingress runs inside the handler's: the scheduler calls
+`deliver` with a step's events once it has sent the next step to the device. Both live on the event
+loop's one thread, so an inbox and a task of its own would overlap nothing and would cost every
+token an event-loop turn between the step's result and the socket write. Nothing here waits, so
+nothing queues here: a reader's own stream is the bounded buffer (emitter/output_stream.py).
 
 It also counts the tokens the engine produced (/metrics' prompt and generation token counters, read
 at scrape time): in the pass it makes anyway, one add per event and step, nothing per token.
@@ -18,7 +24,6 @@ from emitter.output_stream import OutputStream
 from emitter.request_emitter import RequestEmitter
 from stages.channel import Channel
 from stages.messages import Abort, RequestOutput, StepEvents
-from stages.stage import Stage
 from stages.trace import cpu_clock_ns, host_clock_ns
 
 
@@ -28,14 +33,12 @@ class _Entry:
     emitter: RequestEmitter
 
 
-class EmitterStage(Stage[StepEvents]):
+class EmitterStage:
     def __init__(
         self,
         scheduler_inbox: Channel,
-        inbox_size: int,
         on_finished: Callable[[OutputStream, RequestOutput], None],
     ) -> None:
-        super().__init__("emitter", inbox_size)
         self.scheduler_inbox = scheduler_inbox
         self.on_finished = on_finished
         self._entries: dict[str, _Entry] = {}
@@ -45,7 +48,8 @@ class EmitterStage(Stage[StepEvents]):
     def register(self, stream: OutputStream, emitter: RequestEmitter) -> None:
         self._entries[stream.request_id] = _Entry(stream, emitter)
 
-    async def handle(self, msg: StepEvents) -> None:
+    def deliver(self, msg: StepEvents) -> None:
+        """One step's events onto their streams (the scheduler's call, in its task)."""
         for admission in msg.admitted:
             for stream, emitter in admission.outputs:
                 self.register(stream, emitter)
@@ -71,8 +75,8 @@ class EmitterStage(Stage[StepEvents]):
             stream.push(out)
             if emitter.stopped_by_string and event.finish_reason is None:
                 # The reply ended here; the scheduler still runs it: free its blocks now. Past the
-                # inbox's bound, because this actor must not wait on the scheduler (which may be
-                # waiting on this inbox). Bounded all the same: at most one per admitted request,
+                # inbox's bound, because this runs in the scheduler's own task, which must not wait
+                # on its own inbox. Bounded all the same: at most one per admitted request,
                 # since a stop string finishes the output, so the entry goes in this pass and the
                 # request's later events find none (tests/emitter/test_emitter_stage.py).
                 self.scheduler_inbox.force_put(Abort(event.request_id, reason="stop"))

@@ -1,16 +1,18 @@
 """GpuStage: runs the model on two dedicated threads, so the event loop never waits on it and the
 device never waits for the host between steps.
 
-    launcher:  takes each StepBatch as it arrives and queues its work on the device (runner.launch),
-               and early tier copies (runner.launch_transfer)
+    launcher:  takes each StepBatch from the inbox as it arrives and queues its work on the device
+               (runner.launch), and early tier copies (runner.launch_transfer)
     completer: waits for each launched step's sampled ids, in launch order (runner.complete), and
                hands the StepResult to the scheduler
 
-With async scheduling the scheduler sends step N+1 while step N runs, so the launcher queues it
-behind step N on the device before step N's result has reached the host. The scheduler bounds the
-steps in flight (MAX_STEPS_IN_FLIGHT), which bounds both thread queues. A failed step becomes a
-StepResult with `error` set: the scheduler turns it into an engine failure (every in-flight request
-gets an error, /health goes 503).
+The inbox is the launch thread's own queue (launch_queue.py): the scheduler's `submit` puts a step
+there from the event loop, with no task of this stage's in between (one would cost every step an
+event-loop turn before its launch). With async scheduling the scheduler sends step N+1 while step N
+runs, so the launcher queues it behind step N on the device before step N's result has reached the
+host. The scheduler bounds the steps in flight (MAX_STEPS_IN_FLIGHT), which bounds both thread
+queues. A failed step becomes a StepResult with `error` set: the scheduler turns it into an engine
+failure (every in-flight request gets an error, /health goes 503).
 
 On CPU the launcher computes each step, on as many OpenMP threads as a CpuThreadPolicy
 (cpu_threads.py) gives it: all of them on a quiet host, one while other processes want the cores.
@@ -27,17 +29,17 @@ import queue
 import threading
 import time
 import traceback
+from typing import Callable
 
 import torch
 
 from gpu_stage.attention.cpu_decode_kernel import kernel as decode_kernel
 from gpu_stage.cpu_caps import CpuPath, choose_path, detect
 from gpu_stage.cpu_threads import CpuThreadPolicy, HostCpuLoad
+from gpu_stage.launch_queue import LaunchQueue
 from gpu_stage.model.cpu_ops import CpuOps
 from gpu_stage.model_runner import LaunchedStep, ModelRunner
-from stages.channel import Channel, ChannelClosed
-from stages.messages import KvTransferOps, StepBatch, StepResult
-from stages.stage import Stage
+from stages.messages import MAX_STEPS_IN_FLIGHT, KvTransferOps, StepBatch, StepResult
 
 log = logging.getLogger("ttft.gpu")
 
@@ -46,18 +48,19 @@ STOP_WAIT_S = 10.0  # how long stop() waits for the step in flight before it let
 HOST_LOAD_READABLE = os.path.exists("/proc/stat") and os.path.exists("/proc/self/stat")  # Linux: CpuThreadPolicy
 
 
-class GpuStage(Stage[StepBatch | KvTransferOps]):
-    def __init__(
-        self, runner: ModelRunner, result_inbox: Channel, inbox_size: int, cpu_threads: int | None = None
-    ) -> None:
-        super().__init__("gpu", inbox_size)
+class GpuStage:
+    def __init__(self, runner: ModelRunner, on_result: Callable[[StepResult], None],
+                 cpu_threads: int | None = None) -> None:
+        """`on_result`: each step's result, called on the event loop (SchedulerStage.take_result)."""
+        self.name = "gpu"
+        # Steps, and the early copies of a burst of arrivals: bounded by the scheduler (see above).
+        self.inbox: LaunchQueue[StepBatch | KvTransferOps] = LaunchQueue("gpu.inbox", MAX_STEPS_IN_FLIGHT + 1)
         self.runner = runner
-        self.result_inbox = result_inbox
+        self.on_result = on_result
         self.busy_ns = 0  # device-side time of the steps, overlaps not counted twice
         self._cpu_threads = cpu_threads
         self.thread_policy: CpuThreadPolicy | None = None  # CPU: made on the launch thread
         self.cpu_path: CpuPath | None = None  # CPU: what the CPU has and the path chosen for it
-        self._launches: queue.SimpleQueue[StepBatch | KvTransferOps | None] = queue.SimpleQueue()
         self._completions: queue.SimpleQueue[LaunchedStep | StepResult | None] = queue.SimpleQueue()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._threads: list[threading.Thread] = []
@@ -69,17 +72,22 @@ class GpuStage(Stage[StepBatch | KvTransferOps]):
             thread = threading.Thread(target=target, name=name, daemon=True)
             thread.start()
             self._threads.append(thread)
-        super().start()
+
+    @property
+    def running(self) -> bool:
+        return any(thread.is_alive() for thread in self._threads)
 
     async def wait_warm(self) -> None:
         """Return once the launch thread has built its per-thread caches (ModelRunner.warm_thread)."""
         await asyncio.to_thread(self._warm.wait)
 
-    async def handle(self, batch: StepBatch | KvTransferOps) -> None:
-        self._launches.put(batch)
+    def submit(self, batch: StepBatch | KvTransferOps) -> None:
+        """A step (or early tier copies) for the launch thread: the scheduler's call, on the loop."""
+        self.inbox.put(batch)
 
-    async def on_stop(self) -> None:
-        self._launches.put(_STOP)  # the launcher passes it on to the completer after the last step
+    async def stop(self) -> None:
+        """Launch what is queued, then end both threads."""
+        self.inbox.close()  # the launcher passes the end on to the completer after the last step
         # Wait for both threads to end, the step in flight included: a process that exits while a
         # daemon thread is inside the model can die in interpreter shutdown (a server once exited
         # with SIGABRT right after a clean drain). Bounded, so that a hung device cannot hang it.
@@ -104,7 +112,7 @@ class GpuStage(Stage[StepBatch | KvTransferOps]):
             log.error("warming the launch thread failed:\n%s", traceback.format_exc())
         finally:
             self._warm.set()
-        while (batch := self._launches.get()) is not _STOP:
+        while (batch := self.inbox.get()) is not None:
             if isinstance(batch, KvTransferOps):  # early tier copies: reported with the next step
                 try:
                     self.runner.launch_transfer(batch)
@@ -166,7 +174,4 @@ class GpuStage(Stage[StepBatch | KvTransferOps]):
 
     def _deliver(self, result: StepResult) -> None:
         self.busy_ns += result.duration_ns
-        try:
-            self.result_inbox.force_put(result)  # bounded by the scheduler's steps in flight
-        except ChannelClosed:
-            pass  # shutting down: the scheduler is gone, and so is whoever waited for this step
+        self.on_result(result)  # (a stopped scheduler drops it: nobody waits for this step any more)

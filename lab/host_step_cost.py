@@ -10,7 +10,7 @@ prompts. They are prefilled and warmed up untimed, then every step is timed call
 order the stages make the calls:
   update    Scheduler.update(batch, result) of the oldest step in flight
   schedule  Scheduler.schedule() (async on: each decode is built ahead of its own step in flight)
-  emit      EmitterStage.handle(StepEvents) for that step's N events: RequestEmitter (detokenizer,
+  emit      EmitterStage.deliver(StepEvents) for that step's N events: RequestEmitter (detokenizer,
             stop checks), the "emit" trace charge, OutputStream.push
   frame     what the HTTP route does per output: ChatChunker.chunk, the SSE framing and its own
             "emit" trace charge
@@ -54,15 +54,6 @@ BLOCK_SIZE = 16
 perf_ns = time.perf_counter_ns
 
 
-def _run_sync(coro: Any) -> None:
-    """Run a coroutine that never awaits (EmitterStage.handle) without an event loop."""
-    try:
-        coro.send(None)
-    except StopIteration:
-        return
-    raise RuntimeError("the coroutine awaited: not a synchronous handler")
-
-
 class StepHarness:
     """One scheduler and one emitter stage with N decoding requests, stepped as the stages do."""
 
@@ -75,7 +66,7 @@ class StepHarness:
             enable_prefix_caching=True, async_scheduling=async_scheduling,
             eos_token_ids=frozenset(tok.eos_token_ids),
         ))
-        self.emitter = EmitterStage(Channel("scheduler.inbox", 1024), 1024, lambda stream, out: None)
+        self.emitter = EmitterStage(Channel("scheduler.inbox", 1024), lambda stream, out: None)
         self.output_ids = tok.encode(_TEXT * 4, add_special_tokens=False)  # replays real text
         self.num_seqs = num_seqs
         self.streams: list[tuple[OutputStream, ChatChunker]] = []
@@ -118,7 +109,7 @@ class StepHarness:
         t_schedule = self._schedule()
         self.digest.update(repr(events).encode())
         t0 = perf_ns()
-        _run_sync(self.emitter.handle(StepEvents(batch.step_id, events)))
+        self.emitter.deliver(StepEvents(batch.step_id, events))
         t_emit = perf_ns() - t0
         t_frame = 0
         for stream, chunker in self.streams:

@@ -23,16 +23,28 @@ TIMINGS: tuple[tuple[str, str, str], ...] = (
 )
 
 
+# (object key, header name, from edge, to edge), named once: a streamed reply's headers are built
+# between its first token's sampling and its first write.
+_NAMED = tuple((f"{name}_ms", f"x-ttft-{name.replace('_', '-')}-ms", first, last) for name, first, last in TIMINGS)
+
+
 def timings_ms(trace: RequestTrace) -> dict[str, float]:
     """`<name>_ms` for each timing whose edges are both marked."""
+    marks = trace.marks_ns
     out = {}
-    for name, first, last in TIMINGS:
-        span_s = trace.span_s(first, last)
-        if span_s is not None:
-            out[f"{name}_ms"] = round(max(span_s, 0.0) * 1e3, 3)
+    for key, _, first, last in _NAMED:
+        start, end = marks.get(first), marks.get(last)
+        if start is not None and end is not None:
+            out[key] = round(max(end - start, 0) / 1e6, 3)
     return out
 
 
 def timing_headers(trace: RequestTrace) -> dict[str, str]:
-    """`x-ttft-<name>-ms` headers for what the trace holds now."""
-    return {f"x-ttft-{key[:-3].replace('_', '-')}-ms": f"{value:.3f}" for key, value in timings_ms(trace).items()}
+    """`x-ttft-<name>-ms` headers for what the trace holds now (the values of `timings_ms`)."""
+    marks = trace.marks_ns
+    out = {}
+    for _, header, first, last in _NAMED:
+        start, end = marks.get(first), marks.get(last)
+        if start is not None and end is not None:
+            out[header] = f"{round(max(end - start, 0) / 1e6, 3):.3f}"
+    return out

@@ -143,8 +143,6 @@ class EngineConfig:
               "device pool evicts it)")
     # Channel and buffer bounds (every queue is bounded).
     scheduler_inbox_size: int = 4096
-    gpu_inbox_size: int = 2
-    emitter_inbox_size: int = 64
     stream_buffer_items: int = 256
     # Deadlines.
     request_timeout_s: float | None = option(

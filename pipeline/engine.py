@@ -211,6 +211,7 @@ class Engine:
                     num_left -= 1
         finally:
             reply.abort()
+            reply.close()
 
     # ---- internals --------------------------------------------------------------------------
     def _on_engine_error(self, message: str) -> None:

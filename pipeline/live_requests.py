@@ -9,6 +9,13 @@ their first events. A full inbox is answered like a full server: 503 at once, no
 Cancellation is a message too: an Abort per engine request, sent once (a disconnect, a stalled
 reader, a deadline or a shutdown may all ask). It never passes the inbox's bound: when the inbox is
 full it waits here and goes with the next housekeeping pass, a tenth of a second later.
+
+A request's trace ends ("finished", then its metrics and sinks) when the engine is done with it,
+unless its first token's bytes are still on their way: a whole reply is written after its last
+token, and a streamed one whose first output is also its last is written after the engine's end.
+Then the trace ends when the reader writes it, so that its edges stay in order, or when the reader
+closes the reply without writing (the engine's end time), or, as a safety net, once the reader has
+been silent for the stall timeout.
 """
 from __future__ import annotations
 
@@ -54,6 +61,11 @@ class LiveRequests:
         self._live: dict[str, _Live] = {}
         self._aborted: set[str] = set()  # an Abort was sent (or waits to be)
         self._unsent: dict[str, str] = {}  # request_id -> reason: Aborts that found the inbox full
+        # Finished by the engine, the first token not yet written: request_id -> (stream, its last
+        # output, the engine's end in perf_counter_ns). The readers done early (closed) are noted
+        # while their request is live, so that its end is not held for them.
+        self._unwritten: dict[str, tuple[OutputStream, RequestOutput, int]] = {}
+        self._closed_readers: set[str] = set()
 
     @property
     def num_active(self) -> int:
@@ -89,7 +101,7 @@ class LiveRequests:
                 del self._live[request.request_id]
             self.metrics.count_outcome("rejected_overload")
             raise overloaded(1, "the server is at capacity (its scheduler's inbox is full)")
-        return Reply([stream for stream, _ in admission.outputs], self.abort, self.written)
+        return Reply([stream for stream, _ in admission.outputs], self.abort, self.written, self.closed)
 
     def _open(self, admission: Admission, sample: Sample, prompt: list[int], prepared: PreparedRequest) -> None:
         """One engine request into the admission: its stream, its emitter, its GenerateRequest."""
@@ -128,6 +140,17 @@ class LiveRequests:
         if whole_reply or out.token_ids or out.text:
             self.metrics.observe_write(stream.trace, now, whole_reply)
             stream.trace.mark("first_token_written", now)
+            if (ending := self._unwritten.pop(stream.request_id, None)) is not None:
+                self._end_trace(ending[0], ending[1], now)
+
+    def closed(self, stream: OutputStream) -> None:
+        """The reader is done with the stream (whatever it wrote): a trace still waiting for its
+        first token's write ends at the engine's end."""
+        request_id = stream.request_id
+        if (ending := self._unwritten.pop(request_id, None)) is not None:
+            self._end_trace(*ending)
+        elif request_id in self._live:
+            self._closed_readers.add(request_id)
 
     def finished(self, stream: OutputStream, out: RequestOutput) -> None:
         """The request's last output is out (the emitter's word, or fail_all's)."""
@@ -136,7 +159,17 @@ class LiveRequests:
             return  # already ended (an engine failure ended it first)
         self._aborted.discard(request_id)
         self._unsent.pop(request_id, None)
-        stream.trace.mark("finished")
+        now = time.perf_counter_ns()
+        reader_left = request_id in self._closed_readers
+        self._closed_readers.discard(request_id)
+        if out.num_output_tokens and "first_token_written" not in stream.trace.marks_ns and not reader_left:
+            self._unwritten[request_id] = (stream, out, now)  # its first token's write ends it
+            return
+        self._end_trace(stream, out, now)
+
+    def _end_trace(self, stream: OutputStream, out: RequestOutput, at_ns: int) -> None:
+        """Mark the request's trace finished at `at_ns`, and hand it to the metrics and sinks."""
+        stream.trace.mark("finished", at_ns)
         stream.trace.info["finish_reason"] = out.finish_reason
         stream.trace.info["num_output_tokens"] = out.num_output_tokens
         stream.trace.info["num_cached_tokens"] = out.num_cached_tokens
@@ -163,6 +196,10 @@ class LiveRequests:
                 if self.scheduler_inbox.closed or self.scheduler_inbox.put_nowait(Abort(request_id, reason)):
                     del self._unsent[request_id]
             now = time.perf_counter_ns()
+            for request_id, (stream, out, end_ns) in list(self._unwritten.items()):
+                if now - end_ns > stall_ns:  # a reader that neither wrote nor closed: end it anyway
+                    del self._unwritten[request_id]
+                    self._end_trace(stream, out, end_ns)
             for request_id, live in list(self._live.items()):
                 stalled = live.stream.stalled_since_ns
                 if stalled is not None and now - stalled > stall_ns:

@@ -77,7 +77,7 @@ async def _generate(request: Request, chat: bool) -> Response:
     fmt = reply_format(request_id, engine.model_name, prepared.api, prepared.echo_texts, reply.num_choices,
                        prepared.output_plan)
     writer = ReplyWriter(fmt, reply.num_choices)  # now, while the prefill runs: ready for the first token
-    watch = DisconnectWatch(request.receive, reply.abort)
+    watch = DisconnectWatch(request.receive, reply.abort, reply.close)
     first = await reply.get()
     if first.error is not None and first.num_output_tokens == 0 and not first.text:
         watch.cancel()

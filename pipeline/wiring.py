@@ -3,9 +3,12 @@
     ingress (in the handler task) -> engine (one Admission) -> scheduler <-> gpu, scheduler -> emitter,
     scheduler <-> kv_disk
 
-The GPU stage and the disk stage reply into the scheduler's inbox; the scheduler is the one owner
-of the cores it drives, and hands each Admission's streams to the emitter with its step events. `all` lists the running actors in stop order: the disk stage last, so it
-flushes pending block writes on a graceful shutdown.
+The GPU stage hands each step's result to the scheduler on the loop (SchedulerStage.take_result),
+the disk stage replies into the scheduler's inbox; the scheduler is the one owner
+of the cores it drives, hands each step straight to the GPU stage's launch thread, and runs the
+emitter in its own task on each step's events (with the Admissions' streams ahead of them). `all`
+lists the running actors in stop order: the disk stage last, so it flushes pending block writes on
+a graceful shutdown.
 """
 from __future__ import annotations
 
@@ -37,7 +40,7 @@ class PipelineStages:
 
     @property
     def all(self) -> list:
-        return [self.scheduler, self.gpu, self.emitter, *([self.kv_disk] if self.kv_disk else [])]
+        return [self.scheduler, self.gpu, *([self.kv_disk] if self.kv_disk else [])]
 
 
 def wire_stages(built: BuiltModel, cfg: EngineConfig, on_engine_error: Callable[[str], None],
@@ -46,11 +49,11 @@ def wire_stages(built: BuiltModel, cfg: EngineConfig, on_engine_error: Callable[
                            cfg.offload_tokenize_chars, cfg.num_tokenizer_threads,
                            OutputParsers(cfg.tool_call_parser, cfg.reasoning_parser),
                            StructuredCheck(built.grammars, cfg.grammar_compile_timeout_s) if built.grammars else None)
-    scheduler = SchedulerStage(built.scheduler, gpu_inbox=None, emitter_inbox=None,  # joined below
+    scheduler = SchedulerStage(built.scheduler, submit=None, emit=None,  # joined below
                                inbox_size=cfg.scheduler_inbox_size, on_engine_error=on_engine_error)
-    gpu = GpuStage(built.runner, scheduler.inbox, cfg.gpu_inbox_size, cfg.cpu_threads)
-    emitter = EmitterStage(scheduler.inbox, cfg.emitter_inbox_size, on_finished)
-    scheduler.gpu_inbox, scheduler.emitter_inbox = gpu.inbox, emitter.inbox
+    gpu = GpuStage(built.runner, scheduler.take_result, cfg.cpu_threads)
+    emitter = EmitterStage(scheduler.inbox, on_finished)
+    scheduler.submit, scheduler.emit = gpu.submit, emitter.deliver
     kv_disk = None
     tiers = built.tiers
     if tiers.disk_store is not None and tiers.disk_lanes is not None:  # every rank's shard: one job each

@@ -6,6 +6,13 @@ while decode steps are in flight it builds the next one just before the device i
 finish them (StepClock), so the device does not wait for the host and requests that arrive in
 the meantime still join it. Results and the clock's ticks come back through the same inbox, so
 one task owns the scheduler and no lock is needed.
+
+Its two outputs are calls, not inboxes: `submit` hands a step to the GPU stage's launch thread and
+`emit` runs the emitter on a step's events, here in this task. A step's result comes in as a call
+too (`take_result`, from the loop callback the GPU stage's completion thread schedules), and its
+burst runs in that callback: a step's first token goes from the device to its reader's stream in
+one event-loop turn. That is safe because no handler here ever suspends, so the stage's task is
+always parked in its inbox's `get` when a callback runs, and a burst is never interleaved.
 """
 from __future__ import annotations
 
@@ -19,6 +26,7 @@ from typing import Callable, Union
 from scheduler.host_charge import StepCostShares
 from scheduler.scheduler import OVERLOADED, Scheduler
 from scheduler.step_clock import StepClock
+from scheduler.step_handoff import StepHandOff
 from stages.channel import Channel, ChannelClosed
 from stages.messages import (
     MAX_STEPS_IN_FLIGHT, Abort, Admission, GenerateRequest, KvDiskDone, KvDiskRequest, KvTransferOps, StepBatch, StepEvents,
@@ -47,15 +55,18 @@ class SchedulerStage(Stage[SchedulerMessage]):
     def __init__(
         self,
         scheduler: Scheduler,
-        gpu_inbox: Channel[StepBatch | KvTransferOps],
-        emitter_inbox: Channel[StepEvents],
+        submit: Callable[[StepBatch | KvTransferOps], None] | None,
+        emit: Callable[[StepEvents], None] | None,
         inbox_size: int,
         on_engine_error: Callable[[str], None],
     ) -> None:
+        """`submit`: to the GPU stage (GpuStage.submit); `emit`: to the emitter (EmitterStage.deliver).
+        Neither waits; both may be joined after construction (pipeline/wiring.py)."""
         super().__init__("scheduler", inbox_size)
         self.scheduler = scheduler
-        self.gpu_inbox = gpu_inbox
-        self.emitter_inbox = emitter_inbox
+        self.submit = submit
+        self.emit = emit
+        self.handoff = StepHandOff(lambda item: self.submit(item))  # (submit may be joined later)
         self.on_engine_error = on_engine_error
         self.disk_inbox: Channel[KvDiskRequest] | None = None  # the KV disk tier's stage, if any
         # Steps sent and not yet answered, oldest first, with when each was sent: one, or two
@@ -73,6 +84,28 @@ class SchedulerStage(Stage[SchedulerMessage]):
         self._update_cost = StepCostShares()
 
     async def handle(self, msg: SchedulerMessage) -> None:
+        self._take(msg)
+
+    async def after_burst(self) -> None:
+        self._after_burst()
+
+    def take_result(self, result: StepResult) -> None:
+        """A step's result, on the loop: its burst (this result, whatever else waits in the inbox,
+        the next step, the emit) runs now rather than after a wake of the stage's task."""
+        if self.inbox.closed:
+            return  # stopping: nobody waits for this step any more
+        try:
+            self.timed(result, self._take)
+            while (more := self.inbox.get_nowait()) is not None:
+                self.timed(more, self._take)
+            self._after_burst()
+        except Exception as exc:  # the stage fails and stops, and the engine with it
+            self.failure = exc
+            log.exception("stage %s failed", self.name)
+            self.inbox.close()
+            self.on_engine_error(f"scheduler failed: {type(exc).__name__}: {exc}")
+
+    def _take(self, msg: SchedulerMessage) -> None:
         if isinstance(msg, StepResult):
             self._on_result(msg)
         elif isinstance(msg, GenerateRequest):
@@ -90,7 +123,7 @@ class SchedulerStage(Stage[SchedulerMessage]):
         elif isinstance(msg, Admission):
             self._admitted.append(msg)
             for request in msg.requests:
-                await self.handle(request)
+                self._take(request)
         elif isinstance(msg, Abort):
             event = self.scheduler.abort(msg.request_id, msg.reason)
             if event is not None:
@@ -134,13 +167,17 @@ class SchedulerStage(Stage[SchedulerMessage]):
             if state is not None:
                 state.request.trace.add_host("schedule", cpu, wall)
 
-    async def after_burst(self) -> None:
+    def _after_burst(self) -> None:
         self._send_disk_jobs()  # reads started by arrivals go out before anything else
         if (early := self.scheduler.tiers.take_early_ops(self.scheduler.next_step_id)) is not None:
-            await self.gpu_inbox.put(early)  # loads for new arrivals start now, beside the steps
-        # The next step goes out first: the GPU stage wakes before the emitter, so the model runs
-        # step N+1 while this step's tokens are detokenized and written to their sockets. With
-        # async scheduling, a decode step in flight gets its successor now, not after its result.
+            self.handoff.send(early)  # loads for new arrivals start now, beside the steps
+        # The next step goes out first: its launch thread has it before the emitter runs, so the
+        # model runs step N+1 while this step's tokens are detokenized and written to their
+        # sockets. With async scheduling, a decode step in flight gets its successor now, not
+        # after its result. Unless a request's first token is among them (step_handoff.py).
+        first_tokens = any(e.token_ids and e.num_output_tokens == len(e.token_ids) for e in self._pending_events)
+        if first_tokens:
+            self.handoff.hold()
         while self.scheduler.has_work() and len(self.in_flight) < MAX_STEPS_IN_FLIGHT:
             now_ns = time.perf_counter_ns()
             if self.in_flight:
@@ -161,11 +198,13 @@ class SchedulerStage(Stage[SchedulerMessage]):
             self.in_flight.append((batch, now_ns))
             self.clock.on_sent(now_ns)
             self.num_steps += 1
-            await self.gpu_inbox.put(batch)
+            self.handoff.send(batch)
         if self._pending_events:
             events, self._pending_events = self._pending_events, []
             admitted, self._admitted = self._admitted, []
-            await self.emitter_inbox.put(StepEvents(self.num_steps, events, admitted))
+            self.emit(StepEvents(self.num_steps, events, admitted))
+        if first_tokens:
+            self.handoff.release_soon()
         if self.in_flight:
             # While the model runs, evict cold cached blocks that waiting reservations need, so
             # that admission never pays for it.

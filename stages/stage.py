@@ -12,7 +12,7 @@ import logging
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Callable, Generic, TypeVar
 
 from stages.channel import Channel, ChannelClosed
 
@@ -95,7 +95,17 @@ class Stage(ABC, Generic[T]):
     async def _timed(self, msg: T) -> None:
         t0 = time.perf_counter_ns()
         await self.handle(msg)
+        self._record(msg, time.perf_counter_ns() - t0)
+
+    def timed(self, msg: T, take: Callable[[T], None]) -> None:
+        """`take(msg)`, timed as the run loop times a message (for a stage that takes some
+        messages outside its task, synchronously)."""
+        t0 = time.perf_counter_ns()
+        take(msg)
+        self._record(msg, time.perf_counter_ns() - t0)
+
+    def _record(self, msg: T, ns: int) -> None:
         timing = self.timings.get(type(msg).__name__)
         if timing is None:
             timing = self.timings[type(msg).__name__] = HandleTiming()
-        timing.record(time.perf_counter_ns() - t0)
+        timing.record(ns)

@@ -147,10 +147,11 @@ class ReplyWriter:
                 if self._num_left == 0:
                     break
             out = await reply.get()
-        fmt = self.fmt
-        timings = timings_ms(reply.trace(0)) if fmt.return_timings else None
-        body = (chat_body(fmt.meta, accs, fmt.output, timings) if fmt.chat
-                else completion_body(fmt.meta, accs, fmt.echoes, timings))
+        # Reported before the body is built (it is handed to the transport right after): the
+        # request's trace ends at this write, and the timings the body carries run to its end.
         for acc in accs:
             reply.written(acc.last, whole_reply=True)
-        return body
+        fmt = self.fmt
+        timings = timings_ms(reply.trace(0)) if fmt.return_timings else None
+        return (chat_body(fmt.meta, accs, fmt.output, timings) if fmt.chat
+                else completion_body(fmt.meta, accs, fmt.echoes, timings))

@@ -1,6 +1,8 @@
 """LiveRequests: a request enters the scheduler's inbox as one Admission (all its sequences or none,
 never past the inbox's bound), each engine request is aborted at most once (an Abort that finds the
-inbox full waits for housekeeping), an engine failure ends every reply, and a request ends once."""
+inbox full waits for housekeeping), an engine failure ends every reply, and a request ends once: its
+trace ends after its first token's write when that comes after the engine's end (in order), at the
+engine's end when the reader closes without writing, or after the stall timeout when it does neither."""
 from __future__ import annotations
 
 import asyncio
@@ -30,7 +32,7 @@ class Metrics:
     def count_outcome(self, outcome: str) -> None:
         self.outcomes.append(outcome)
 
-    def observe_write(self, trace: RequestTrace, now_ns: int) -> None:
+    def observe_write(self, trace: RequestTrace, now_ns: int, whole_reply: bool = False) -> None:
         pass
 
     def observe_finished(self, trace: RequestTrace, out: RequestOutput) -> None:
@@ -119,3 +121,74 @@ def test_an_engine_failure_ends_every_reply_once():
     assert requests.num_active == 0 and metrics.finished == ["a-0", "a-1"]
     requests.finished(reply.streams[0], outs[0])  # the emitter's late word on it changes nothing
     assert metrics.finished == ["a-0", "a-1"] and len(requests.traces) == 2
+
+
+def _last(request_id: str, num_output_tokens: int = 3) -> RequestOutput:
+    return RequestOutput(request_id, "c", [7], finish_reason="length", num_output_tokens=num_output_tokens)
+
+
+def _in_order(trace: RequestTrace) -> bool:
+    from stages.trace import EDGES
+    times = [trace.marks_ns[e] for e in EDGES if e in trace.marks_ns]
+    return times == sorted(times)
+
+
+def test_a_whole_reply_ends_its_trace_at_its_write_after_the_engine_is_done():
+    requests, inbox, metrics = table()
+    reply = requests.submit(prepared("w", [[1, 2]]))
+    stream, last = reply.streams[0], _last("w")
+    requests.finished(stream, last)  # the engine is done; the body is not written yet
+    assert requests.num_active == 0 and metrics.finished == [] and "finished" not in stream.trace.marks_ns
+    reply.written(last, whole_reply=True)
+    marks = stream.trace.marks_ns
+    assert metrics.finished == ["w"] and marks["first_token_written"] <= marks["finished"]
+    assert _in_order(stream.trace) and list(requests.traces) == [stream.trace]
+    assert stream.trace.info["finish_reason"] == "length"
+    reply.close()  # nothing left to end
+    assert metrics.finished == ["w"]
+
+
+def test_a_stream_whose_first_token_was_written_ends_at_the_engines_end():
+    requests, _, metrics = table()
+    reply = requests.submit(prepared("s", [[1, 2]]))
+    stream = reply.streams[0]
+    first = RequestOutput("s", "a", [5], num_output_tokens=1)
+    reply.written(first)
+    requests.finished(stream, _last("s"))
+    assert metrics.finished == ["s"] and _in_order(stream.trace)
+
+
+def test_a_reader_that_closes_without_writing_ends_the_trace_at_the_engines_end():
+    requests, _, metrics = table()
+    reply = requests.submit(prepared("gone", [[1, 2]]))
+    stream = reply.streams[0]
+    requests.finished(stream, _last("gone"))
+    end_ns = requests._unwritten["gone"][2]
+    reply.close()  # e.g. the client went away with the reply unwritten
+    assert metrics.finished == ["gone"] and stream.trace.marks_ns["finished"] == end_ns
+    assert "first_token_written" not in stream.trace.marks_ns
+
+
+def test_a_reader_gone_before_the_end_does_not_hold_the_trace():
+    requests, _, metrics = table()
+    reply = requests.submit(prepared("early", [[1, 2]]))
+    reply.close()
+    requests.finished(reply.streams[0], _last("early"))
+    assert metrics.finished == ["early"] and requests._closed_readers == set()
+
+
+def test_a_request_that_produced_no_token_ends_at_once():
+    requests, _, metrics = table()
+    reply = requests.submit(prepared("refused", [[1, 2]]))
+    requests.finished(reply.streams[0], RequestOutput("refused", "", [], finish_reason="error", error="no"))
+    assert metrics.finished == ["refused"]
+
+
+async def test_housekeeping_ends_a_trace_whose_reader_neither_writes_nor_closes():
+    requests, _, metrics = table(stream_stall_timeout_s=0.01)
+    reply = requests.submit(prepared("silent", [[1, 2]]))
+    requests.finished(reply.streams[0], _last("silent"))
+    housekeeping = asyncio.create_task(requests.housekeep())
+    await asyncio.sleep(HOUSEKEEPING_S * 2.5)
+    housekeeping.cancel()
+    assert metrics.finished == ["silent"] and requests._unwritten == {}

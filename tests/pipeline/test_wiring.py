@@ -13,14 +13,14 @@ def noop(*_: object) -> None:
     return None
 
 
-def test_without_tiers_three_actors_reply_to_the_scheduler() -> None:
+def test_without_tiers_the_scheduler_drives_the_gpu_and_the_emitter() -> None:
     cfg = EngineConfig(model="dummy:tiny", num_kv_blocks=16, max_model_len=128)
     stages = wire_stages(build_model(cfg), cfg, noop, noop)
     assert stages.kv_disk is None and stages.scheduler.disk_inbox is None
-    assert [s.name for s in stages.all] == ["scheduler", "gpu", "emitter"]
-    assert stages.scheduler.gpu_inbox is stages.gpu.inbox
-    assert stages.scheduler.emitter_inbox is stages.emitter.inbox
-    assert stages.gpu.result_inbox is stages.scheduler.inbox
+    assert [s.name for s in stages.all] == ["scheduler", "gpu"]  # the emitter runs in the scheduler's task
+    assert stages.scheduler.submit == stages.gpu.submit
+    assert stages.scheduler.emit == stages.emitter.deliver
+    assert stages.gpu.on_result == stages.scheduler.take_result
 
 
 def test_a_disk_tier_adds_the_disk_stage_last(tmp_path: Path) -> None:

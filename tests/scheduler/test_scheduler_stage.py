@@ -1,7 +1,7 @@
 """SchedulerStage: when a decode step is built ahead, and how a step's host cost reaches the traces.
 
 The stage is driven by hand (handle + after_burst, as its run loop calls them) against bare
-channels standing in for the GPU and emitter stages."""
+channels standing in for the GPU and emitter stages (their `submit` and `emit` put there)."""
 from __future__ import annotations
 
 import asyncio
@@ -23,7 +23,9 @@ def make_stage(max_num_seqs: int) -> tuple[SchedulerStage, Channel]:
     sched = Scheduler(SchedulerConfig(num_blocks=64, block_size=4, eos_token_ids=frozenset({EOS}),
                                       max_num_seqs=max_num_seqs, async_scheduling=True, policy="fcfs"))
     gpu: Channel = Channel("gpu", 16)
-    stage = SchedulerStage(sched, gpu, Channel("emitter", 16), inbox_size=16, on_engine_error=lambda e: None)
+    emitter: Channel = Channel("emitter", 16)
+    stage = SchedulerStage(sched, gpu.force_put, emitter.force_put, inbox_size=16, on_engine_error=lambda e: None)
+    stage.emitted = emitter  # (the test's own handle on what was emitted)
     return stage, gpu
 
 
@@ -38,6 +40,7 @@ async def answer(stage: SchedulerStage, batch: StepBatch, duration_ns: int) -> N
     sampled = [SampledToken(c.request_id, 10) for c in batch.chunks if c.sample]
     await stage.handle(StepResult(batch.step_id, sampled, duration_ns=duration_ns))
     await stage.after_burst()
+    await asyncio.sleep(0)  # steps held behind a first token's write go in the next loop turn
 
 
 async def decoding(stage: SchedulerStage, gpu: Channel, num_requests: int) -> list[StepBatch]:
@@ -122,11 +125,46 @@ def test_an_admission_reaches_the_emitter_with_its_requests_first_events() -> No
         admission = Admission(requests, [("stream", "emitter")] * 2)
         await stage.handle(admission)
         await stage.after_burst()
-        assert stage.emitter_inbox.get_nowait() is None  # no events yet: it waits for them
+        assert stage.emitted.get_nowait() is None  # no events yet: it waits for them
         [prefill] = sent(gpu)
         assert sorted(c.request_id for c in prefill.chunks) == ["a-0", "a-1"]
         await answer(stage, prefill, SECOND_NS)
-        events = stage.emitter_inbox.get_nowait()
+        events = stage.emitted.get_nowait()
         assert events.admitted == [admission] and {e.request_id for e in events.events} == {"a-0", "a-1"}
 
+    asyncio.run(run())
+
+
+def test_a_result_taken_on_the_loop_runs_its_burst_with_what_waits_in_the_inbox() -> None:
+    """take_result (the GPU stage's call): the result, then the messages already waiting, then the
+    next step and the emit, all at once; once the inbox is closed, a late result is dropped."""
+    async def run() -> None:
+        stage, gpu = make_stage(max_num_seqs=4)
+        await stage.handle(GenerateRequest("r0", [100, 101, 102], SamplingParams(max_tokens=8), RequestTrace("r0")))
+        await stage.after_burst()
+        [prefill] = sent(gpu)
+        stage.inbox.put_nowait(GenerateRequest("r1", [100, 101], SamplingParams(max_tokens=8), RequestTrace("r1")))
+        stage.take_result(StepResult(prefill.step_id, [SampledToken("r0", 10)], duration_ns=SECOND_NS))
+        assert len(stage.inbox) == 0 and stage.timings["StepResult"].num_messages == 1
+        assert sent(gpu) == []  # r0's first token is emitted before its next step leaves
+        await asyncio.sleep(0)
+        [step] = sent(gpu)
+        assert sorted(c.request_id for c in step.chunks) == ["r0", "r1"]  # the arrival joined the next step
+        events = stage.emitted.get_nowait()
+        assert [(e.request_id, e.token_ids) for e in events.events] == [("r0", [10])]
+        stage.inbox.close()
+        stage.take_result(StepResult(step.step_id, [], duration_ns=SECOND_NS))
+        assert sent(gpu) == [] and stage.emitted.get_nowait() is None
+        await stage.on_stop()
+    asyncio.run(run())
+
+
+def test_a_result_that_breaks_the_scheduler_stops_it_and_reports_an_engine_error() -> None:
+    async def run() -> None:
+        errors: list[str] = []
+        stage, _ = make_stage(max_num_seqs=2)
+        stage.on_engine_error = errors.append
+        stage.take_result(StepResult(7, [], duration_ns=1))  # a result for no step in flight
+        assert stage.inbox.closed and isinstance(stage.failure, AssertionError)
+        assert len(errors) == 1 and errors[0].startswith("scheduler failed: AssertionError")
     asyncio.run(run())
