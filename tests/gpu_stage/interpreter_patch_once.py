@@ -3,8 +3,8 @@
 Under TRITON_INTERPRET=1 a launch patches triton.language for the interpreter (`_patch_lang`:
 `inspect.getmembers` over tl, tl.tensor, tl.math, ...) and restores it when its grid is done; and
 every call of a @triton.jit helper inside the kernel patches the same modules again, although the
-launch's patch is still in place. The decode and prefill kernels call helpers per key tile, so those
-repeated patches cost about a third of the interpreter's time in the kernel tests.
+launch's patch is still in place. The decode and prefill kernels call helpers per key tile, so the
+attention kernels' tests pay for those repeated patches many times per launch.
 
 `install()` lets a helper's call skip its patch while the launch that runs it has patched every
 language module the helper sees. What a kernel computes is unchanged: the repeated patch would only
