@@ -258,7 +258,9 @@ def _tables(meta) -> list[list[int]]:
 @LAYOUTS
 @pytest.mark.parametrize("fmt", ["int8", "fp8_e4m3"])
 def test_bf16_attention_over_8_bit_kv(fmt: str, vt: bool) -> None:
-    for specs in ([(0, 40), (21, 19), (7, 1)], [(60, 1), (3, 1)]):
+    # chunks of several query tiles (4 queries of 4 heads per tile) and key tiles with a masked tail,
+    # a decode beside them; then a decode-only step
+    for specs in ([(0, 20), (19, 11), (7, 1)], [(60, 1), (3, 1)]):
         layer, q, meta, ref = _case(fmt, specs, 8, 2, 32, 8, torch.bfloat16, seed=len(specs), v_transposed=vt)
         assert _rel(triton_backend.forward(q, layer, meta), ref) < TOL[torch.bfloat16]
 
@@ -304,7 +306,7 @@ def _distinct_on_this_device(variants: dict) -> list[str]:
         return sorted(variants)
     seen, out = set(), []
     for name in sorted(variants):
-        key = tuple(sorted((k, v) for k, v in variants[name].items() if k not in ("BLOCK_N", "num_warps",
+        key = tuple(sorted((k, v) for k, v in variants[name].items() if k not in ("BLOCK_M", "BLOCK_N", "num_warps",
                                                                                   "num_stages", "maxnreg")))
         if key not in seen:
             seen.add(key)
@@ -312,12 +314,22 @@ def _distinct_on_this_device(variants: dict) -> list[str]:
     return out
 
 
+def _split_counts(fmt: str, variant: str) -> tuple[int, ...]:
+    """Split counts a variant runs at: both with CUDA. On the CPU int8 and e4m3 at one split, e5m2
+    at 4, and an e4m3-only (MMA_T) variant at both: every variant still runs at one split and at
+    split-K, and how codes become values does not depend on the split (the served variants of the
+    three formats run split in test_split_k_decode_over_8_bit_kv)."""
+    if torch.cuda.is_available() or QUANT_VARIANTS[variant].get("MMA_T"):
+        return (1, 4)
+    return (4,) if fmt == "fp8_e5m2" else (1,)
+
+
 @pytest.mark.parametrize("fmt", FORMATS)
 @pytest.mark.parametrize("variant", _distinct_on_this_device(QUANT_VARIANTS))
 def test_every_decode_variant_over_8_bit_kv(fmt: str, variant: str) -> None:
-    """Each variant equals the reference (a bf16 query: the DEQ_BITS patterns), at any split count;
-    on the CPU at the interpreter's BLOCK_N, with the variant's codes and scale reads; a `vt_`
-    variant over the same K/V in the V-transposed layout."""
+    """Each variant equals the reference (a bf16 query: the DEQ_BITS patterns), at one split and at
+    split-K (_split_counts); on the CPU at the interpreter's BLOCK_N, with the variant's codes and
+    scale reads; a `vt_` variant over the same K/V in the V-transposed layout."""
     if not variant_runs_on(variant, fmt):
         pytest.skip(f"{variant} reads fp8_e4m3 codes only")
     cfg = dict(QUANT_VARIANTS[variant])
@@ -325,7 +337,7 @@ def test_every_decode_variant_over_8_bit_kv(fmt: str, variant: str) -> None:
                                 v_transposed=cfg.get("V_LAYOUT") == "vt")
     if not torch.cuda.is_available():
         cfg["BLOCK_N"] = 16
-    for splits in (1, 4):
+    for splits in _split_counts(fmt, variant):
         ws = DecodeWorkspace(q.shape[0], 8, 32, splits, DEVICE)
         out = decode_attention(q, layer, meta.seq_lens, meta.block_tables, ws, config=dict(cfg))
         assert _rel(out, ref) < TOL[torch.bfloat16]
@@ -370,10 +382,10 @@ def test_the_served_variant_depends_on_format_and_splits() -> None:
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
-@pytest.mark.parametrize("variant", sorted(PREFILL_VARIANTS))
+@pytest.mark.parametrize("variant", _distinct_on_this_device(PREFILL_VARIANTS))
 def test_every_prefill_variant_over_8_bit_kv(fmt: str, variant: str) -> None:
     """The general kernel's variants (prefill_variants.py) on a mixed batch, bf16 queries; a `vt_`
-    variant on a pool of the V-transposed layout."""
+    variant on a pool of the V-transposed layout. On the CPU one per set of knobs, as for decode."""
     cfg = dict(PREFILL_VARIANTS[variant])
     layer, q, meta, ref = _case(fmt, [(0, 11), (9, 7), (17, 1), (3, 4)], 8, 2, 32, 4, torch.bfloat16, seed=3,
                                 v_transposed=cfg.get("V_LAYOUT") == "vt")

@@ -151,10 +151,11 @@ def test_graph_path_of_execute_on_cpu(kv_cache_dtype: str) -> None:
 
 def test_model_with_every_one_row_product_in_gemv_equals_torch() -> None:
     """Batch-1 steps (one row per product, the lm_head on one row) through the gemv kernel, fused
-    gate_up + SiLU included: the same logits as the torch path."""
+    gate_up + SiLU included: the same logits as the torch path. One layer holds every product's
+    shape (test_model_logits_triton_equal_torch runs two layers)."""
     from gpu_stage.kernels.gemv import INTERPRETER_CONFIG
 
-    hf = hf_model("llama", num_hidden_layers=2)
+    hf = hf_model("llama", num_hidden_layers=1)
     models = {b: _model(hf, b) for b in ("torch", "triton")}
     triton_model = models["triton"]
     for layer in triton_model.layers:
