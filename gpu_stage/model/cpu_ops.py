@@ -42,6 +42,7 @@ import logging
 import torch
 import torch.nn.functional as F
 
+from gpu_stage.model import cpu_fused
 from gpu_stage.model.torch_ops import TorchOps
 
 log = logging.getLogger("ttft.gpu")
@@ -63,6 +64,7 @@ class CpuOps(TorchOps):
 
     def __init__(self, row_invariant: bool = False) -> None:
         self.row_invariant = row_invariant
+        self.fused = cpu_fused.library()  # the C++ elementwise ops (cpu_fused.py) where built, else None
         self.head_weight: torch.Tensor | None = None  # the parameter the packed head stands for
         self.num_packed_layers = 0  # layer weights packed (pack_layers, or every one when row_invariant)
         # id(weight) -> (weight, packed copy, fewest rows, most rows that use the copy)
@@ -107,6 +109,28 @@ class CpuOps(TorchOps):
 
     def gate_up_silu(self, x: torch.Tensor, gate_up_weight: torch.Tensor) -> torch.Tensor:
         return self.silu_and_mul(self.linear(x, gate_up_weight))
+
+    # The elementwise ops: one C++ call each where cpu_fused is built and the tensors are its kind.
+    def rms_norm(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+        fused = None if self.fused is None else cpu_fused.add_rms_norm(self.fused, None, x, weight, eps)
+        return TorchOps.rms_norm(x, weight, eps) if fused is None else fused[0]
+
+    def add_rms_norm(self, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
+                     eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+        fused = None if self.fused is None else cpu_fused.add_rms_norm(self.fused, x, residual, weight, eps)
+        return TorchOps.add_rms_norm(x, residual, weight, eps) if fused is None else fused
+
+    def silu_and_mul(self, x: torch.Tensor) -> torch.Tensor:
+        fused = None if self.fused is None else cpu_fused.silu_mul(self.fused, x)
+        return TorchOps.silu_and_mul(x) if fused is None else fused
+
+    @property
+    def fuses_rope_store(self) -> bool:
+        return self.fused is not None
+
+    def rope_store_rows(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cos: torch.Tensor,
+                        sin: torch.Tensor, rows: torch.Tensor, k_rows: torch.Tensor, v_delta: int) -> bool:
+        return self.fused is not None and cpu_fused.rope_store(self.fused, q, k, v, cos, sin, rows, k_rows, v_delta)
 
 
 LAYER_WEIGHTS = ("qkv_weight", "o_weight", "gate_up_weight", "down_weight")
