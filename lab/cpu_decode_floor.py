@@ -19,8 +19,10 @@ launch thread is not the main one) each rep times, in turn:
 against the floor measured in the same run (bench/cpu_floors: the weights and the KV read once at the
 read bandwidth) and the products' own floor (their weights at that bandwidth). One profiled forward
 counts the operators dispatched from Python (top-level events) and lists the costliest.
-`--ab`: a has neither C++ part, b both (the decode attention and the fused ops), switched in the same
-process rep by rep; each case then also gives the median per-rep ratio of b's step to a's.
+`--ab`: a as main ran it (neither C++ part; the lm_head at 1-2 rows by F.linear over its [out, in]
+storage), b as it runs now (the decode attention and the fused ops; the head at one row from its
+[in, out] copy, at two from oneDNN's), switched in the same process rep by rep; each case then also
+gives the median per-rep ratio of b's step to a's.
 """
 from __future__ import annotations
 
@@ -38,7 +40,7 @@ from gpu_stage.attention import cpu_decode_kernel
 from gpu_stage.loaders import load_model_source
 from gpu_stage.model_runner import ModelRunner
 from gpu_stage.model import cpu_fused
-from gpu_stage.model.cpu_ops import LAYER_WEIGHTS
+from gpu_stage.model.cpu_ops import LAYER_WEIGHTS, PACKED_HEAD_MIN_ROWS
 from gpu_stage.sampling.rows import draw_uniforms
 from gpu_stage.step_inputs import forward_step
 from stages.messages import NewRequestData, ScheduledChunk, StepBatch
@@ -136,15 +138,21 @@ def profile_ops(case: DecodeCase) -> dict:
 
 
 class Variant:
-    """The C++ decode attention and fused ops on or off, switched in the running process (the same
-    model: CpuOps reads `fused` at each call, the backend the decode kernel's state)."""
+    """The C++ decode attention and fused ops on or off, and the lm_head at 1-2 rows as main ran it
+    (F.linear over the [out, in] head; `old_head`) or as CpuOps runs it now (one row from the
+    [in, out] copy, two from oneDNN's), switched in the running process: the same model (CpuOps
+    reads these at each call, the backend the decode kernel's state)."""
 
-    def __init__(self, name: str, kernel, fused) -> None:
+    def __init__(self, name: str, kernel, fused, head_one_row, head_min_rows: int) -> None:
         self.name, self.kernel, self.fused = name, kernel, fused
+        self.head_one_row, self.head_min_rows = head_one_row, head_min_rows
 
     def apply(self, model) -> None:
+        ops = model.ops
         cpu_decode_kernel._state["kernel"] = self.kernel
-        model.ops.fused = self.fused
+        ops.fused, ops.head_one_row = self.fused, self.head_one_row
+        weight, copy, _, most = ops.packed[id(ops.head_weight)]
+        ops.packed[id(ops.head_weight)] = (weight, copy, self.head_min_rows, most)
 
 
 def measure(runner: ModelRunner, case: DecodeCase, reps: int, read_gbps: float, variants: list[Variant]) -> dict:
@@ -199,7 +207,7 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--decode-kernel", action="store_true", help="with the C++ decode attention")
     p.add_argument("--fused-ops", action="store_true", help="with the C++ elementwise ops (model/cpu_fused.py)")
-    p.add_argument("--ab", action="store_true", help="a: neither C++ part, b: both, alternating rep by rep")
+    p.add_argument("--ab", action="store_true", help="a: as main ran it, b: as it runs now, alternating rep by rep")
     p.add_argument("--out", default=None)
     a = p.parse_args()
     cases = [tuple(int(x) for x in c.split("x")) for c in a.cases.split(",")]
@@ -210,8 +218,10 @@ def main() -> None:
     source = load_model_source(None)
     runner = ModelRunner.build(source, "cpu", torch.float32, 2048, BLOCK, 2048, 64, max_model_len=2048)
     results: dict = {"decode_kernel": a.decode_kernel, "fused_ops": a.fused_ops, "ab": a.ab, "cases": []}
-    kernel, fused = cpu_decode_kernel.kernel(), runner.model.ops.fused
-    variants = [Variant("a", None, None), Variant("b", kernel, fused)] if a.ab else [Variant("run", kernel, fused)]
+    ops = runner.model.ops
+    kernel, fused, head = cpu_decode_kernel.kernel(), ops.fused, ops.head_one_row
+    now = Variant("b" if a.ab else "run", kernel, fused, head, PACKED_HEAD_MIN_ROWS)
+    variants = [Variant("a", None, None, None, 3), now] if a.ab else [now]
 
     def work() -> None:
         if a.threads:

@@ -4,7 +4,9 @@
 
 `--ab decode-kernel`: one model (packed layers), a without and b with the C++ decode kernel
 (gpu_stage/attention/cpu_decode_kernel.py). `--ab fused-ops`: b a second copy prepared with the C++
-elementwise ops (gpu_stage/model/cpu_fused.py); `--ab cpu-kernels`: b with both.
+elementwise ops (gpu_stage/model/cpu_fused.py); `--ab cpu-kernels`: b with both. `--one-row`: each
+prompt decoded alone (one-row products), a's lm_head by F.linear over its [out, in] storage as main
+ran it, b's from its [in, out] copy (gpu_stage/model/cpu_ops.py).
 
 Two copies of the packaged SmolLM2 (runner_builder.load_model, as `ttft serve` loads it): a with
 prepare_cpu_model(pack_layers=False), b as the runner prepares it now (layer products from packed
@@ -68,6 +70,8 @@ def main() -> None:
     p.add_argument("--new-tokens", type=int, default=48)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--ab", choices=("packed-layers", "decode-kernel", "fused-ops", "cpu-kernels"), default="packed-layers")
+    p.add_argument("--one-row", action="store_true", help="decode each prompt alone (a: the lm_head by F.linear "
+                   "over its [out, in] storage, as main ran it)")
     a = p.parse_args()
     torch.set_num_threads(a.threads)
     source = load_model_source(None)
@@ -82,10 +86,20 @@ def main() -> None:
     else:
         new = old
     kv = KvCache(old.config, 1 + len(prompts) * BLOCKS_PER_SEQ, BLOCK, "cpu", torch.float32)
-    ref, ref_gaps = generate(old, kv, prompts, a.new_tokens)
+    if a.one_row:  # each prompt alone: one-row products (the lm_head's [in, out] copy in b)
+        old.ops.head_one_row = None
+        ref, ref_gaps = [], []
+        for prompt in prompts:
+            r, g = generate(old, kv, [prompt], a.new_tokens)
+            ref, ref_gaps = ref + r, ref_gaps + g
+    else:
+        ref, ref_gaps = generate(old, kv, prompts, a.new_tokens)
     if a.ab in ("decode-kernel", "cpu-kernels"):
         assert cpu_decode_kernel.enable(), "the decode kernel did not build"
-    got, _ = generate(new, kv, prompts, a.new_tokens)
+    if a.one_row:
+        got = [generate(new, kv, [prompt], a.new_tokens)[0][0] for prompt in prompts]
+    else:
+        got, _ = generate(new, kv, prompts, a.new_tokens)
     identical = excused = differ = 0
     for i, (r, g) in enumerate(zip(ref, got)):
         if r == g:
