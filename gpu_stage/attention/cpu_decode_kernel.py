@@ -1,5 +1,6 @@
 """A decode attention for the CPU that reads the paged KV pool in place: a small C++ kernel compiled at
-start-up (g++, no torch headers), opted into with `--cpu-decode-kernel`.
+start-up (g++, ATen's headers only), on by default (`--cpu-decode-kernel`; `--no-cpu-decode-kernel`
+keeps the torch path). model/cpu_fused.py builds the same way (`build_shared`).
 
 The torch path (torch_backend._decode) gathers every decode sequence's whole context out of the pool
 per layer (index_select into a fresh [Bd * Ld, kv_heads * head_dim] copy) and then runs SDPA's flash
