@@ -9,7 +9,8 @@ The CPU path's choices hang on the instruction sets and the cores this process m
 - the step's OpenMP threads: never more than the cores in this process's affinity mask (a container
   or `taskset` may give it fewer than the host has; more threads than cores spin against each other);
 - decode attention: the torch path's gather and SDPA, or the C++ kernel that reads the pool in place
-  (attention/cpu_decode_kernel.py) where `--cpu-decode-kernel` built it.
+  (attention/cpu_decode_kernel.py), and the layers' norms, SiLU and RoPE as torch operators or one
+  C++ call each (model/cpu_fused.py), where `--cpu-decode-kernel` (the default) built them.
 
 `detect()` reads /proc/cpuinfo and os.sched_getaffinity; `CpuCaps.from_text` parses any cpuinfo text
 (tests feed it fakes). `CpuPath.line()` is the one line the server logs at start-up and /metrics carries.
@@ -68,6 +69,7 @@ class CpuPath:
     packed: str  # which weights oneDNN's blocked layout holds (model/cpu_ops.py): none, head, head+layers
     bf16_products: bool  # bf16 weights with float32 accumulation would pay on this CPU
     decode_kernel: bool = False  # decodes read the KV pool in place (attention/cpu_decode_kernel.py)
+    fused_ops: bool = False  # norms, SiLU-and-multiply and RoPE + KV store in C++ (model/cpu_fused.py)
 
     def line(self) -> str:
         flags = ",".join(f for f in KNOWN_FLAGS if f in self.caps.flags) or "none"
@@ -75,20 +77,25 @@ class CpuPath:
                 f"path: float32 products (oneDNN-packed: {self.packed}), "
                 f"{self.threads} threads, decode attention "
                 f"{'in place (C++ kernel)' if self.decode_kernel else 'gather + SDPA'}, "
+                f"elementwise ops {'fused (C++)' if self.fused_ops else 'torch'}, "
                 f"bf16 dot products {'available' if self.bf16_products else 'absent'}")
 
     def labels(self) -> dict[str, str]:
         """The path as Prometheus label values (ttft_cpu_info)."""
         return {"cpu_model": self.caps.model, "isa": self.caps.isa, "usable_cores": str(self.caps.num_usable_cores),
                 "threads": str(self.threads), "packed": self.packed,
-                "bf16_dot": str(self.caps.bf16_dot).lower(), "decode_kernel": str(self.decode_kernel).lower()}
+                "bf16_dot": str(self.caps.bf16_dot).lower(), "decode_kernel": str(self.decode_kernel).lower(),
+                "fused_ops": str(self.fused_ops).lower()}
 
 
-def choose_path(caps: CpuCaps, torch_threads: int, packed: str, decode_kernel: bool = False) -> CpuPath:
+def choose_path(caps: CpuCaps, torch_threads: int, packed: str, decode_kernel: bool = False,
+                fused_ops: bool = False) -> CpuPath:
     """The path for these caps: threads capped at the usable cores; `packed`: what the model's
     preparation packed for oneDNN (none where torch lacks it or the model is not float32);
-    `decode_kernel`: whether the in-place decode kernel was built (--cpu-decode-kernel)."""
-    return CpuPath(caps, max(1, min(torch_threads, caps.num_usable_cores)), packed, caps.bf16_dot, decode_kernel)
+    `decode_kernel`, `fused_ops`: whether the C++ decode attention and elementwise ops were built
+    (--cpu-decode-kernel)."""
+    return CpuPath(caps, max(1, min(torch_threads, caps.num_usable_cores)), packed, caps.bf16_dot, decode_kernel,
+                   fused_ops)
 
 
 def usable_cores() -> int:

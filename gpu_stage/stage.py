@@ -136,7 +136,8 @@ class GpuStage:
         packed = "none"
         if isinstance(ops, CpuOps) and ops.head_weight is not None:
             packed = "head+layers" if ops.num_packed_layers else "head"
-        self.cpu_path = choose_path(detect(), torch.get_num_threads(), packed, decode_kernel() is not None)
+        fused = isinstance(ops, CpuOps) and ops.fused is not None
+        self.cpu_path = choose_path(detect(), torch.get_num_threads(), packed, decode_kernel() is not None, fused)
         if torch.get_num_threads() > self.cpu_path.threads:
             torch.set_num_threads(self.cpu_path.threads)
         log.info("%s", self.cpu_path.line())

@@ -3,7 +3,10 @@
     python -m lab.cpu_packed_greedy [--new-tokens 48] [--threads 2] [--ab decode-kernel]
 
 `--ab decode-kernel`: one model (packed layers), a without and b with the C++ decode kernel
-(gpu_stage/attention/cpu_decode_kernel.py).
+(gpu_stage/attention/cpu_decode_kernel.py). `--ab fused-ops`: b a second copy prepared with the C++
+elementwise ops (gpu_stage/model/cpu_fused.py); `--ab cpu-kernels`: b with both. `--one-row`: each
+prompt decoded alone (one-row products), a's lm_head by F.linear over its [out, in] storage as main
+ran it, b's from its [in, out] copy (gpu_stage/model/cpu_ops.py).
 
 Two copies of the packaged SmolLM2 (runner_builder.load_model, as `ttft serve` loads it): a with
 prepare_cpu_model(pack_layers=False), b as the runner prepares it now (layer products from packed
@@ -22,6 +25,7 @@ from gpu_stage.attention import cpu_decode_kernel
 from gpu_stage.attention.metadata import build_metadata
 from gpu_stage.kv.cache import KvCache
 from gpu_stage.loaders import load_model_source
+from gpu_stage.model import cpu_fused
 from gpu_stage.model.cpu_ops import prepare_cpu_model
 from gpu_stage.runner_builder import load_model
 
@@ -65,7 +69,9 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--new-tokens", type=int, default=48)
     p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--ab", choices=("packed-layers", "decode-kernel"), default="packed-layers")
+    p.add_argument("--ab", choices=("packed-layers", "decode-kernel", "fused-ops", "cpu-kernels"), default="packed-layers")
+    p.add_argument("--one-row", action="store_true", help="decode each prompt alone (a: the lm_head by F.linear "
+                   "over its [out, in] storage, as main ran it)")
     a = p.parse_args()
     torch.set_num_threads(a.threads)
     source = load_model_source(None)
@@ -74,13 +80,26 @@ def main() -> None:
     if a.ab == "packed-layers":
         prepare_cpu_model(old, pack_layers=False)
         new = load_model(source, torch.device("cpu"), torch.float32, "torch")
+    elif a.ab in ("fused-ops", "cpu-kernels"):  # CpuOps takes the fused ops when the model is prepared
+        assert cpu_fused.enable(), "the fused ops did not build"
+        new = load_model(source, torch.device("cpu"), torch.float32, "torch")
     else:
         new = old
     kv = KvCache(old.config, 1 + len(prompts) * BLOCKS_PER_SEQ, BLOCK, "cpu", torch.float32)
-    ref, ref_gaps = generate(old, kv, prompts, a.new_tokens)
-    if a.ab == "decode-kernel":
+    if a.one_row:  # each prompt alone: one-row products (the lm_head's [in, out] copy in b)
+        old.ops.head_one_row = None
+        ref, ref_gaps = [], []
+        for prompt in prompts:
+            r, g = generate(old, kv, [prompt], a.new_tokens)
+            ref, ref_gaps = ref + r, ref_gaps + g
+    else:
+        ref, ref_gaps = generate(old, kv, prompts, a.new_tokens)
+    if a.ab in ("decode-kernel", "cpu-kernels"):
         assert cpu_decode_kernel.enable(), "the decode kernel did not build"
-    got, _ = generate(new, kv, prompts, a.new_tokens)
+    if a.one_row:
+        got = [generate(new, kv, [prompt], a.new_tokens)[0][0] for prompt in prompts]
+    else:
+        got, _ = generate(new, kv, prompts, a.new_tokens)
     identical = excused = differ = 0
     for i, (r, g) in enumerate(zip(ref, got)):
         if r == g:

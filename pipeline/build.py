@@ -17,6 +17,7 @@ from gpu_stage.kv.cache import blocks_for_memory
 from gpu_stage.kv.format import check_kv_format, resolve_kv_format
 from gpu_stage.loaders import load_model_source
 from gpu_stage.loaders.model_source import ModelSource
+from gpu_stage.model.cpu_fused import enable as enable_fused_ops
 from gpu_stage.model.skinny_products import check_skinny_gemm
 from gpu_stage.model_runner import ModelRunner
 from gpu_stage.parallel import worker
@@ -124,8 +125,9 @@ def plan_runner(cfg: EngineConfig) -> tuple[ModelSource, torch.device, torch.dty
     device = torch.device(cfg.resolved_device())
     if (threads := cpu_threads_per_rank(cfg, device.type)) is not None:
         torch.set_num_threads(threads)
-    if cfg.cpu_decode_kernel and device.type == "cpu":
-        enable_decode_kernel()  # compiled before the weights load; a failure leaves the torch path
+    if cfg.cpu_decode_kernel and device.type == "cpu":  # compiled before the weights load (CpuOps reads them)
+        enable_decode_kernel()  # a failure leaves the torch path, with a warning
+        enable_fused_ops()
     dtype = DTYPES[cfg.resolved_dtype()]
     try:  # before the weights load: a format this device cannot run refuses at once
         kv_format = resolve_kv_format(cfg.kv_cache_dtype, dtype)

@@ -171,8 +171,9 @@ class EngineConfig:
     num_tokenizer_threads: int = 2
     cpu_threads: int | None = option(None, "torch threads for the CPU path (default: torch's own choice)")
     cpu_decode_kernel: bool = option(
-        False, "CPU decodes read the paged KV pool in place through a C++ kernel compiled at start-up "
-               "(needs g++; ~30 s the first time, then cached; without it the torch path serves)", action="store_true")
+        True, "CPU path: decodes read the paged KV pool in place and the layers' norms, SiLU and RoPE run in "
+              "C++ kernels compiled at start-up (g++; a few seconds the first time, then cached under "
+              "$TTFT_CACHE_DIR; where the build fails the torch operators serve, with a warning)")
     max_traces: int = 1000  # recent traces kept for /debug/traces
     profile_dir: str | None = option(
         None, "enable POST /start_profile and /stop_profile: torch.profiler traces written here")

@@ -1,5 +1,6 @@
 """A decode attention for the CPU that reads the paged KV pool in place: a small C++ kernel compiled at
-start-up (g++, no torch headers), opted into with `--cpu-decode-kernel`.
+start-up (g++, ATen's headers only), on by default (`--cpu-decode-kernel`; `--no-cpu-decode-kernel`
+keeps the torch path). model/cpu_fused.py builds the same way (`build_shared`).
 
 The torch path (torch_backend._decode) gathers every decode sequence's whole context out of the pool
 per layer (index_select into a fresh [Bd * Ld, kv_heads * head_dim] copy) and then runs SDPA's flash
@@ -110,19 +111,23 @@ def kernel():
     return _state["kernel"]
 
 
-def build_name(flags: frozenset[str]) -> str:
-    key = SOURCE + " ".join(FLAGS) + ",".join(sorted(flags)) + torch.__version__  # ATen's ABI is the version's
-    digest = hashlib.sha256(key.encode()).hexdigest()[:12]
-    return f"ttft_cpu_decode_{digest}"
+def build_name(flags: frozenset[str], source: str | None = None, prefix: str = "ttft_cpu_decode",
+               compile_flags: tuple[str, ...] = FLAGS) -> str:
+    """The cached object's name for `source` (default: this module's SOURCE) compiled with
+    `compile_flags` on a CPU of `flags`."""
+    key = (SOURCE if source is None else source) + " ".join(compile_flags) + ",".join(sorted(flags)) + torch.__version__
+    digest = hashlib.sha256(key.encode()).hexdigest()[:12]  # ATen's ABI is the version's
+    return f"{prefix}_{digest}"
 
 
 def cache_dir() -> Path:
     return Path(os.environ.get("TTFT_CACHE_DIR") or Path.home() / ".cache" / "ttft")
 
 
-def _build(name: str) -> Path:
-    """The shared object of `name`: the cached one, or compiled now (atomically: a concurrent start
-    compiles its own copy and the last rename wins, never a half-written file)."""
+def build_shared(name: str, source: str, flags: tuple[str, ...] = FLAGS) -> Path:
+    """The shared object of `name` compiled from `source`: the cached one, or compiled now (atomically:
+    a concurrent start compiles its own copy and the last rename wins, never a half-written file).
+    RuntimeError (the compiler's message) or OSError where it cannot be built."""
     folder = cache_dir()
     target = folder / f"{name}.so"
     if target.exists():
@@ -130,9 +135,9 @@ def _build(name: str) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=folder) as tmp:
         src, out = Path(tmp) / f"{name}.cpp", Path(tmp) / f"{name}.so"
-        src.write_text(SOURCE)
+        src.write_text(source)
         compile_flags, link_flags = _aten_flags()
-        run = subprocess.run([COMPILER, *FLAGS, *compile_flags, str(src), "-o", str(out), *link_flags],
+        run = subprocess.run([COMPILER, *flags, *compile_flags, str(src), "-o", str(out), *link_flags],
                              capture_output=True, text=True, timeout=300)
         if run.returncode != 0:
             raise RuntimeError(f"{COMPILER} failed:\n{run.stderr.strip()}")
@@ -156,7 +161,7 @@ def enable() -> bool:
     if _state["kernel"] is not None:
         return True
     try:
-        fn = ctypes.CDLL(str(_build(build_name(detect().flags)))).paged_decode
+        fn = ctypes.CDLL(str(build_shared(build_name(detect().flags), SOURCE))).paged_decode
     except Exception as exc:  # no compiler, a failed build, an unloadable object: the torch path serves
         log.warning("CPU decode kernel: not built (%s: %s); decodes gather and use SDPA", type(exc).__name__,
                     str(exc).strip().splitlines()[-1][:200] if str(exc).strip() else "")

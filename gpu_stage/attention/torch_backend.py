@@ -67,9 +67,13 @@ class _Plan:
 
 
 def _row_width(kv_layer: torch.Tensor) -> int:
-    """Elements of one token's K (or V) row: kv_heads * head_dim, or an 8-bit pool's row bytes."""
-    width = kv_layer[0, 0, 0].numel()
-    assert kv_layer.stride(2) == width and kv_layer[0, 0, 0].is_contiguous(), "token rows must be contiguous"
+    """Elements of one token's K (or V) row: kv_heads * head_dim, or an 8-bit pool's row bytes.
+    Read from the shape and strides alone (no indexing: every layer of every step asks)."""
+    width = 1
+    for size, stride in zip(reversed(kv_layer.shape[3:]), reversed(kv_layer.stride()[3:])):
+        assert size == 1 or stride == width, "token rows must be contiguous"
+        width *= size
+    assert kv_layer.stride(2) == width, "token rows must be contiguous"
     return width
 
 
@@ -183,7 +187,14 @@ def store_kv(kv_layer: torch.Tensor | QuantKvLayer, k: torch.Tensor, v: torch.Te
 
 def rope_store_kv(kv_layer: torch.Tensor | QuantKvLayer, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cos: torch.Tensor,
                   sin: torch.Tensor, meta: AttentionMetadata, ops) -> tuple[torch.Tensor, torch.Tensor]:
-    """q [T, H, D], k/v [T, Hkv, D]: rotate q and k with ops.rope, store k and v; -> (q, k)."""
+    """q [T, H, D], k/v [T, Hkv, D]: rotate q and k with ops.rope, store k and v; -> (q, k). A plain
+    pool of the model's dtype may take both in one pass of the ops' (ops.rope_store_rows)."""
+    if ops.fuses_rope_store and not isinstance(kv_layer, QuantKvLayer):
+        rows = pool_rows(kv_layer)
+        plan = _get_plan(meta, kv_layer)
+        if rows.dtype == q.dtype and ops.rope_store_rows(q, k, v, cos, sin, rows, plan.store_k_rows, plan.v_delta):
+            meta.fresh_kv = (k, v)  # fresh_kv.py
+            return q, k
     q, k = ops.rope(q, k, cos, sin)
     store_kv(kv_layer, k, v, meta)
     return q, k

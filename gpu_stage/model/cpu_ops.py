@@ -9,10 +9,14 @@ rows copies the weight into its own panels first and reads it about twice:
   40 rows ~3.0 ms instead of ~4.0, qkv 0.46 instead of 0.63; at 1 row the same or faster
   (`transpose_layer_weights`, no memory added);
 - the lm_head (49,152 x 576, 113 MB): at 4 rows 51 ms with F.linear, 27 ms from a copy in oneDNN's
-  blocked layout (torch.ops.mkldnn, the path vLLM's CPU build takes), 34 against 98 at 8 rows, the
-  same at 1-2. A decode step of 4 sequences reads the head once per row with F.linear: about a
-  third of the step. So `pack_head` keeps that copy (113 MB here) and `linear` uses it from
-  PACKED_HEAD_MIN_ROWS rows on, F.linear below.
+  blocked layout (torch.ops.mkldnn, the path vLLM's CPU build takes), 34 against 98 at 8 rows; on
+  the AVX2 EPYC (2 threads, shared) 15.5 against 43 ms at 2 rows. A decode step of 4 sequences reads
+  the head once per row with F.linear: about a third of the step. So `pack_head` keeps that copy
+  (113 MB here) and `linear` uses it from PACKED_HEAD_MIN_ROWS rows on. At one row oneDNN's kernel is
+  no faster than F.linear, but F.linear over the head stored [out, in] (a tied head is the
+  embedding) is MKL's slow GEMV form: 15.7-18.2 ms against 9.2-10.2 from the same values stored
+  [in, out] (lab/cpu_gemm.py, `linear` against `tview`), so `pack_head` keeps that layout too (another
+  113 MB) for one-row products.
 - a layer's products at 2-64 rows (decode steps of several sequences): from a oneDNN-packed copy
   too, on an AVX2 EPYC (2 threads, weights cold) ~2x faster than F.linear's NN product at 2-8
   rows (gate_up at 4 rows ~0.4 ms against ~1.0, down 0.25 against 0.38), no slower up to 64; at
@@ -42,11 +46,12 @@ import logging
 import torch
 import torch.nn.functional as F
 
+from gpu_stage.model import cpu_fused
 from gpu_stage.model.torch_ops import TorchOps
 
 log = logging.getLogger("ttft.gpu")
 
-PACKED_HEAD_MIN_ROWS = 3  # at 1 row F.linear's GEMV reads the head once already
+PACKED_HEAD_MIN_ROWS = 2  # one row: the head's [in, out] copy (F.linear's GEMV), 2+: oneDNN's
 PACKED_LAYER_ROWS = (2, 64)  # the row counts a layer's product runs from its packed copy
 LAYER_ROW_BUCKETS = (2, 3, 4, 5, 6, 7, 8, 12, 16, 24, 32, 48, 64)  # the row counts it runs at (padded up)
 ANY_ROWS = (1, 2**62)
@@ -63,7 +68,9 @@ class CpuOps(TorchOps):
 
     def __init__(self, row_invariant: bool = False) -> None:
         self.row_invariant = row_invariant
+        self.fused = cpu_fused.library()  # the C++ elementwise ops (cpu_fused.py) where built, else None
         self.head_weight: torch.Tensor | None = None  # the parameter the packed head stands for
+        self.head_one_row: torch.Tensor | None = None  # its values stored [in, out] (one-row products)
         self.num_packed_layers = 0  # layer weights packed (pack_layers, or every one when row_invariant)
         # id(weight) -> (weight, packed copy, fewest rows, most rows that use the copy)
         self.packed: dict[int, tuple[torch.Tensor, torch.Tensor, int, int]] = {}
@@ -79,8 +86,11 @@ class CpuOps(TorchOps):
         return True
 
     def pack_head(self, weight: torch.Tensor) -> bool:
-        """pack(weight), the lm_head's: from PACKED_HEAD_MIN_ROWS rows on its products use the copy."""
+        """pack(weight), the lm_head's: from PACKED_HEAD_MIN_ROWS rows on its products use the copy,
+        below from a copy stored [in, out] (not where every product goes through oneDNN)."""
         self.head_weight = weight if self.pack(weight, (PACKED_HEAD_MIN_ROWS, ANY_ROWS[1])) else None
+        if self.head_weight is not None and not self.row_invariant:
+            self.head_one_row = weight.detach().t().contiguous().t()
         return self.head_weight is not None
 
     def linear(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
@@ -92,6 +102,8 @@ class CpuOps(TorchOps):
             bucket = row_bucket(rows)
             padded = x if bucket == rows else F.pad(x, (0, 0, 0, bucket - rows))
             return torch.ops.mkldnn._linear_pointwise(padded, entry[1], bias, "none", [], "")[:rows]
+        if weight is self.head_weight and self.head_one_row is not None:
+            return F.linear(x, self.head_one_row, bias)
         return F.linear(x, weight, bias)
 
     def build_layer_primitives(self) -> int:
@@ -107,6 +119,28 @@ class CpuOps(TorchOps):
 
     def gate_up_silu(self, x: torch.Tensor, gate_up_weight: torch.Tensor) -> torch.Tensor:
         return self.silu_and_mul(self.linear(x, gate_up_weight))
+
+    # The elementwise ops: one C++ call each where cpu_fused is built and the tensors are its kind.
+    def rms_norm(self, x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+        fused = None if self.fused is None else cpu_fused.add_rms_norm(self.fused, None, x, weight, eps)
+        return TorchOps.rms_norm(x, weight, eps) if fused is None else fused[0]
+
+    def add_rms_norm(self, x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
+                     eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+        fused = None if self.fused is None else cpu_fused.add_rms_norm(self.fused, x, residual, weight, eps)
+        return TorchOps.add_rms_norm(x, residual, weight, eps) if fused is None else fused
+
+    def silu_and_mul(self, x: torch.Tensor) -> torch.Tensor:
+        fused = None if self.fused is None else cpu_fused.silu_mul(self.fused, x)
+        return TorchOps.silu_and_mul(x) if fused is None else fused
+
+    @property
+    def fuses_rope_store(self) -> bool:
+        return self.fused is not None
+
+    def rope_store_rows(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cos: torch.Tensor,
+                        sin: torch.Tensor, rows: torch.Tensor, k_rows: torch.Tensor, v_delta: int) -> bool:
+        return self.fused is not None and cpu_fused.rope_store(self.fused, q, k, v, cos, sin, rows, k_rows, v_delta)
 
 
 LAYER_WEIGHTS = ("qkv_weight", "o_weight", "gate_up_weight", "down_weight")

@@ -8,6 +8,7 @@ path and the reference); triton_ops.TritonOps is the same interface on the Trito
     silu_and_mul(gate_up)                    -> silu(gate) * up
     linear(x, weight, bias)                  -> x @ weight.T + bias
     gate_up_silu(x, gate_up_weight)          -> silu_and_mul(linear(x, gate_up_weight))
+    rope_store_rows(q, k, v, cos, sin, rows, k_rows, v_delta) -> whether it rotated and stored them
 
 Callers use only the returned tensors: whether an op reused its input's memory is its own business.
 """
@@ -21,6 +22,7 @@ from gpu_stage.model.rotary import apply_rope
 
 class TorchOps:
     name = "torch"
+    fuses_rope_store = False  # rope_store_rows may do the work (True only where a kernel is built)
 
     @staticmethod
     def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -52,3 +54,11 @@ class TorchOps:
     @staticmethod
     def gate_up_silu(x: torch.Tensor, gate_up_weight: torch.Tensor) -> torch.Tensor:
         return TorchOps.silu_and_mul(F.linear(x, gate_up_weight))
+
+    @staticmethod
+    def rope_store_rows(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                        rows: torch.Tensor, k_rows: torch.Tensor, v_delta: int) -> bool:
+        """RoPE on q and k in place and k, v stored at pool rows k_rows (+ v_delta) in one pass, where
+        the ops have such a kernel (model/cpu_ops.py's); False: nothing done, the caller rotates
+        and stores."""
+        return False

@@ -30,6 +30,7 @@ def test_an_avx2_epyc() -> None:
     line = path.line()
     assert "decode attention gather + SDPA" in line
     assert "decode attention in place" in choose_path(caps, 2, "head", decode_kernel=True).line()
+    assert "elementwise ops torch" in line and "elementwise ops fused" in choose_path(caps, 2, "head", True, True).line()
     assert "AMD EPYC 7B13" in line and "flags avx2,fma" in line and "oneDNN-packed: head+layers" in line and "bf16 dot products absent" in line
 
 
@@ -41,7 +42,7 @@ def test_a_xeon_with_amx_and_bf16() -> None:
     assert path.bf16_products and "oneDNN-packed: none" in path.line()
     assert path.labels() == {"cpu_model": "Intel(R) Xeon(R) Platinum 8480+", "isa": "amx", "usable_cores": "56",
                              "threads": "56", "packed": "none", "bf16_dot": "true",
-                             "decode_kernel": "false"}
+                             "decode_kernel": "false", "fused_ops": "false"}
 
 
 def test_threads_never_exceed_the_usable_cores() -> None:

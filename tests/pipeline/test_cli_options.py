@@ -42,6 +42,7 @@ FLAGS += ["--otlp-traces-endpoint"]  # issue 45
 FLAGS += ["--data-parallel-size", "-dp"]  # issue 48
 FLAGS += ["--skinny-gemm"]  # issue 46
 FLAGS += ["--step-decode-ratio"]  # issue 47
+FLAGS += ["--no-cpu-decode-kernel"]  # issue 47 (the CPU's C++ kernels on by default)
 
 
 def parser() -> argparse.ArgumentParser:

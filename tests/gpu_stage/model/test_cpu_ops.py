@@ -43,7 +43,11 @@ def test_the_packed_head_gives_f_linear_s_products(rows: int) -> None:
     assert out.shape == (rows, 1000) and _rel(out, F.linear(x, head)) < 1e-6
     other = torch.randn(1000, 64)  # any other weight goes through F.linear
     assert torch.equal(ops.linear(x, other), F.linear(x, other))
-    assert PACKED_HEAD_MIN_ROWS >= 2  # one row: F.linear's GEMV already reads the head once
+    assert PACKED_HEAD_MIN_ROWS == 2  # one row: F.linear over the head's [in, out] copy
+    assert ops.head_one_row.t().is_contiguous() and torch.equal(ops.head_one_row, head)
+    invariant = CpuOps(row_invariant=True)
+    invariant.pack_head(head)
+    assert invariant.head_one_row is None
 
 
 def test_a_bf16_head_is_not_packed() -> None:
