@@ -85,7 +85,7 @@ class IngressStage:
         else:
             prompts = [list(ids) for ids in req.prompts]
             trace.mark("tokenized")
-        pending = self.settle_grammar(grammar, req.params) if grammar is not None else None
+        pending = await self.settle_grammar(grammar, req.params) if grammar is not None else None
         prepared = self._finish(req, prompts, trace)
         prepared.grammar_pending = pending
         if req.echo:  # each prompt's text as given, or its ids decoded (off the loop when long)
@@ -98,7 +98,7 @@ class IngressStage:
         grammar = self.start_grammar(req.params)  # a response_format's or a forced tool choice's
         num_chars = content_chars(req.messages) + (req.tools.num_chars if req.tools is not None else 0)
         ids = await self.pool.run(trace, num_chars, self.codec.encode_chat, req)
-        pending = self.settle_grammar(grammar, req.params) if grammar is not None else None
+        pending = await self.settle_grammar(grammar, req.params) if grammar is not None else None
         prepared = self._finish(req, [ids], trace)
         prepared.grammar_pending = pending
         if req.tools is not None or self.parsers.reasoning_parser is not None:
@@ -123,10 +123,10 @@ class IngressStage:
             raise bad_request("structured outputs are not available on this server.", params.structured.param)
         return self.structured.start(params)
 
-    def settle_grammar(self, grammar: Future, params: SamplingParams) -> Future | None:
-        """After tokenizing: a compile that failed is its ApiError now; one still running is the
-        request's to be queued beside (PreparedRequest.grammar_pending); else None."""
-        return self.structured.settle(grammar, params)
+    async def settle_grammar(self, grammar: Future, params: SamplingParams) -> Future | None:
+        """After tokenizing (and a short grace): a compile that failed is its ApiError now; one still
+        running is the request's to be queued beside (PreparedRequest.grammar_pending); else None."""
+        return await self.structured.settle(grammar, params)
 
     async def finish_grammar(self, pending: Future, params: SamplingParams) -> None:
         """Wait for a compile the request was queued beside (its ApiError when it fails)."""

@@ -2,10 +2,16 @@
 its queueing.
 
 `start` submits the compile (structured/compiler.py: a cache hit is a finished future) as soon as
-the body is parsed. After tokenizing, `settle` decides a compile that has ended (a cached grammar,
-or a quick one) at once; one still running is returned, and the request is queued with it as its
-sampling gate (scheduler/sampling_gates.py): its prefill runs beside the compile and only its first
-sampled token waits for it. The engine then awaits it (`finish`) before reading the reply.
+the body is parsed. After tokenizing, `settle` gives a compile still running up to GRACE_S more, then
+decides one that has ended (a cached grammar, or a quick one); one still running is returned, and
+the request is queued with it as its sampling gate (scheduler/sampling_gates.py): its prefill runs
+beside the compile and only its first sampled token waits for it. The engine then awaits it
+(`finish`) before reading the reply.
+
+Why the grace: a gated request's last prompt token is held until the compile ends, so its first
+token takes a step of its own after the prefill, one forward pass (~5-6 ms for an 8B model on an
+H100: bench/results/20261207-NVIDIA-H100/structured-347ecba/). A compile that ends within about
+that long costs less waited for than overlapped; most llguidance compiles do (~2-3 ms there).
 
 A schema, regex or grammar that does not compile is a 400 naming its field; one that takes longer
 than --grammar-compile-timeout-s (counted from the end of tokenizing) is a 400 naming the flag
@@ -24,18 +30,31 @@ from structured.backend import GrammarError
 from structured.compiler import GrammarCompiler
 
 
+# Seconds a compile still running after tokenizing is waited for before its request is queued
+# beside it (see the module's docstring): about one forward pass of a step of its own.
+GRACE_S = 0.005
+
+
 class StructuredCheck:
-    def __init__(self, compiler: GrammarCompiler, timeout_s: float) -> None:
+    def __init__(self, compiler: GrammarCompiler, timeout_s: float, grace_s: float = GRACE_S) -> None:
         self.compiler = compiler
         self.timeout_s = timeout_s
+        self.grace_s = min(grace_s, timeout_s)  # a compile that ends within the grace is within the timeout
 
     def start(self, params: SamplingParams) -> Future | None:
         return self.compiler.submit(params.structured) if params.structured is not None else None
 
-    def settle(self, pending: Future | None, params: SamplingParams) -> Future | None:
-        """The compile if it is still running (the request is queued beside it); None when there is
-        none or it succeeded; raises its ApiError when it failed."""
-        if pending is None or not pending.done():
+    async def settle(self, pending: Future | None, params: SamplingParams) -> Future | None:
+        """The compile if it is still running after the grace (the request is queued beside it);
+        None when there is none or it succeeded; raises its ApiError when it failed."""
+        if pending is None:
+            return None
+        if not pending.done() and self.grace_s > 0:
+            # asyncio.wait neither raises nor cancels: the compile is shared through the cache.
+            waiter = asyncio.wrap_future(pending)
+            waiter.add_done_callback(_retrieved)  # its error is `pending`'s, answered from there
+            await asyncio.wait([waiter], timeout=self.grace_s)
+        if not pending.done():
             return pending
         try:
             error = pending.exception()
@@ -62,6 +81,11 @@ class StructuredCheck:
     async def check(self, params: SamplingParams) -> None:
         """Both at once (a caller with nothing to overlap)."""
         await self.finish(self.start(params), params)
+
+
+def _retrieved(waiter: asyncio.Future) -> None:
+    if not waiter.cancelled():
+        waiter.exception()
 
 
 def compile_error(exc: BaseException, param: str) -> ApiError:

@@ -195,7 +195,7 @@ class Engine:
         params = dataclasses.replace(params, max_tokens=max_tokens)
         prepared = PreparedRequest(rid, [ids], params, trace, n)
         if grammar is not None:
-            prepared.grammar_pending = self.ingress.settle_grammar(grammar, params)
+            prepared.grammar_pending = await self.ingress.settle_grammar(grammar, params)
         reply = self.submit(prepared)
         if self.kv_events is not None and self.kv_events.subscribed:  # a router reads what the cache holds
             self.kv_events.admitted(rid, prompt_text({"prompt": prompt}), ids, None)
