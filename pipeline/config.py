@@ -70,19 +70,21 @@ class EngineConfig:
                                                "CUDA graph; 0: none")
     max_num_seqs: int = option(64, "running requests")
     # On CPU a step's cost grows with its tokens, so small steps keep short prompts and decodes
-    # moving; on a GPU steps are weight-read bound.
-    max_num_batched_tokens: int | None = option(None, "per-step token budget (default 512 on CPU, 8192 on a GPU)")
+    # moving; on a GPU steps are weight-read bound. 1,024 on CPU, not less: a prompt's prefill
+    # there costs several decode steps whatever else its step holds, so the streams' stalls are set
+    # by how many steps carry a prefill, and two prompts sharing one step halve them
+    # (bench/results/20261207-cpu/cpu-step-defaults/: ITL P95 1.4-2.3x its P50 against 5.4-7.2x).
+    max_num_batched_tokens: int | None = option(None, "per-step token budget (default 1024 on CPU, 8192 on a GPU)")
     max_queued: int = option(1024, "waiting requests; past them: 503")
     long_prefill_threshold: int | None = option(
         None, "chunk cap for one prefill per step (lanes: not for a prompt alone in the server); shorter "
-              "uncached prompts take the fast lane (default: half the step budget)")
+              "uncached prompts take the fast lane (default: half the step budget on a GPU, a quarter on CPU)")
     # So that a burst gets its first tokens shortest first in small steps (each default chosen in a
-    # simulation of its device's step cost). 128 on CPU: a step's cost there grows with its tokens,
-    # so a second long prompt's chunk beside the first only delays the first one's first token;
-    # short prompts still join.
+    # simulation of its device's step cost). 256 on CPU: a second prompt of up to the fast lane's
+    # 256 tokens joins the first one's step (see max_num_batched_tokens), a longer one does not.
     prefill_step_tokens: int | None = option(
         None, "lanes: prefill tokens that may join a step after its first prefill, whole prompts only "
-              "(default 768 on a GPU, 128 on CPU; 0: no cap)")
+              "(default 768 on a GPU, 256 on CPU; 0: no cap)")
     prefill_backlog_steps: int = option(  # why: see SchedulerConfig
         PREFILL_BACKLOG_STEPS, "lanes: while the waiting prompts hold this many full steps of tokens, "
                                "prompts as long as a step's first join it past the cap (0: never)")
@@ -193,11 +195,11 @@ class EngineConfig:
     def resolve_budgets(self) -> None:
         """Fill the device-dependent defaults in place (called once at start-up)."""
         if self.max_num_batched_tokens is None:
-            self.max_num_batched_tokens = 8192 if self.resolved_device() == "cuda" else 512
+            self.max_num_batched_tokens = 8192 if self.resolved_device() == "cuda" else 1024
         if self.long_prefill_threshold is None:
-            self.long_prefill_threshold = max(1, self.max_num_batched_tokens // 2)
+            self.long_prefill_threshold = max(1, self.max_num_batched_tokens // (2 if self.resolved_device() == "cuda" else 4))
         if self.prefill_step_tokens is None:
-            self.prefill_step_tokens = 768 if self.resolved_device() == "cuda" else 128
+            self.prefill_step_tokens = 768 if self.resolved_device() == "cuda" else 256
         if self.async_scheduling is None:
             self.async_scheduling = self.resolved_device() == "cuda"
         on_gpu = self.resolved_device().startswith("cuda")

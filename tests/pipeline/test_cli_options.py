@@ -79,8 +79,8 @@ def test_every_option_field_is_a_flag_with_its_default_in_parser_and_help() -> N
 
 def test_the_help_keeps_the_device_dependent_defaults_said() -> None:
     help_text = " ".join(parser().format_help().split())
-    assert "per-step token budget (default 512 on CPU, 8192 on a GPU)" in help_text
-    assert "(default: half the step budget)" in help_text and "(default: on a GPU)" in help_text
+    assert "per-step token budget (default 1024 on CPU, 8192 on a GPU)" in help_text
+    assert "(default: half the step budget on a GPU, a quarter on CPU)" in help_text and "(default: on a GPU)" in help_text
 
 
 def other_value(f, default):

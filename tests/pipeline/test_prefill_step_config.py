@@ -1,4 +1,4 @@
-"""How the lanes' per-step prefill cap resolves: 768 on a GPU budget, 128 on CPU, and the flag."""
+"""How the lanes' per-step prefill cap resolves: 768 on a GPU budget, 256 on CPU (with a 1,024-token budget and a 256-token fast lane), and the flag."""
 from __future__ import annotations
 
 import argparse
@@ -14,9 +14,12 @@ def test_the_cap_resolves_by_device() -> None:
     assert (gpu.max_num_batched_tokens, gpu.long_prefill_threshold, gpu.prefill_step_tokens) == (8192, 4096, 768)
     cpu = EngineConfig(device="cpu")
     cpu.resolve_budgets()
-    assert (cpu.max_num_batched_tokens, cpu.long_prefill_threshold, cpu.prefill_step_tokens) == (512, 256, 128)
+    assert (cpu.max_num_batched_tokens, cpu.long_prefill_threshold, cpu.prefill_step_tokens) == (1024, 256, 256)
     assert SchedulerConfig(num_blocks=8, max_num_batched_tokens=512, prefill_step_tokens=128).prefill_step_cap == 128
     assert SchedulerConfig(num_blocks=8, max_num_batched_tokens=512, prefill_step_tokens=0).prefill_step_cap is None
+    given = EngineConfig(device="cpu", max_num_batched_tokens=512)  # the CPU's fast lane: a quarter of any budget
+    given.resolve_budgets()
+    assert given.long_prefill_threshold == 128
     small = EngineConfig(device="cuda", max_num_batched_tokens=512)  # a cap at or above the budget is none
     small.resolve_budgets()
     assert SchedulerConfig(num_blocks=8, max_num_batched_tokens=512,
