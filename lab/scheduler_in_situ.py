@@ -5,7 +5,7 @@ weights through the caches as the server's do).
 
 An embedded Engine serves 16 token-id prompts (half 30 tokens, half 1,000; 64 output tokens each)
 with 8 at a time, as issue 2's CPU workload does over HTTP. Every `Scheduler.schedule`,
-`Scheduler.update` and `EmitterStage.handle` call is timed on the thread's CPU clock; prints, as
+`Scheduler.update` and `EmitterStage.deliver` call is timed on the thread's CPU clock; prints, as
 JSON, for each the median us per request in decode-only steps, the median per call, and the calls.
 `--gc-freeze` freezes the heap after warm-up; `--cpu-threads` sets torch's threads for the model.
 """
@@ -42,9 +42,9 @@ def _timed(fn, calls: Calls):
 
 
 def _timed_emit(fn, calls: Calls):
-    async def timed(self, msg):
+    def timed(self, msg):
         t0 = time.thread_time_ns()
-        await fn(self, msg)  # no await inside handle(): its CPU time is this thread's
+        fn(self, msg)  # a plain call from the scheduler's task: its CPU time is this thread's
         ns = time.thread_time_ns() - t0
         calls.append((ns, len(msg.events), sum(len(e.token_ids) for e in msg.events)))
     return timed
@@ -64,14 +64,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--gc-freeze", action="store_true")
     a = p.parse_args(argv)
     timings: dict[str, Calls] = {"schedule": [], "update": [], "emit": []}
-    originals = (Scheduler.schedule, Scheduler.update, EmitterStage.handle)
+    originals = (Scheduler.schedule, Scheduler.update, EmitterStage.deliver)
     Scheduler.schedule = _timed(Scheduler.schedule, timings["schedule"])
     Scheduler.update = _timed(Scheduler.update, timings["update"])
-    EmitterStage.handle = _timed_emit(EmitterStage.handle, timings["emit"])
+    EmitterStage.deliver = _timed_emit(EmitterStage.deliver, timings["emit"])
     try:
         asyncio.run(_serve(a, timings))
     finally:
-        Scheduler.schedule, Scheduler.update, EmitterStage.handle = originals
+        Scheduler.schedule, Scheduler.update, EmitterStage.deliver = originals
         gc.unfreeze()  # a frozen heap is never collected: leave the process as it was
     update = _summary(timings["update"])
     out = {"model": a.model, "cpu_threads": a.cpu_threads, "gc_freeze": a.gc_freeze,

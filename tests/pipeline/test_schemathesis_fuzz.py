@@ -40,7 +40,7 @@ CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance,
 # Structured outputs: whether a schema, regex or grammar compiles is the compiler's to say.
 EXPECTED_REFUSALS = ("context length", "must not exceed max_tokens", "not valid UTF-8", "surrogate", "does not compile",
                      "did not compile within", "both ask for structured output", "is a string but not JSON text",
-                     "'min_tokens' cannot be combined",
+                     "'min_tokens' cannot be combined", "cannot be combined with another output format",
                      # tool rules JSON Schema cannot state (protocol/tool_calls/fields.py)
                      "not one of the request's tools", "given twice", "levels deep", "'tools' are too long")
 
