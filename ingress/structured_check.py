@@ -2,8 +2,8 @@
 its queueing.
 
 `start` submits the compile (structured/compiler.py: a cache hit is a finished future) as soon as
-the body is parsed. After tokenizing, `settle` gives a compile still running up to GRACE_S more, then
-decides one that has ended (a cached grammar, or a quick one); one still running is returned, and
+the body is parsed. After tokenizing, `settle` gives a compile still running up to GRACE_S more
+(none where the timeout is not much longer), then decides one that has ended (a cached grammar, or a quick one); one still running is returned, and
 the request is queued with it as its sampling gate (scheduler/sampling_gates.py): its prefill runs
 beside the compile and only its first sampled token waits for it. The engine then awaits it
 (`finish`) before reading the reply.
@@ -39,7 +39,9 @@ class StructuredCheck:
     def __init__(self, compiler: GrammarCompiler, timeout_s: float, grace_s: float = GRACE_S) -> None:
         self.compiler = compiler
         self.timeout_s = timeout_s
-        self.grace_s = min(grace_s, timeout_s)  # a compile that ends within the grace is within the timeout
+        # No grace unless the timeout is longer: a compile seen done after the grace (the loop may
+        # wake late) must still have ended within the timeout.
+        self.grace_s = grace_s if timeout_s > 2 * grace_s else 0.0
 
     def start(self, params: SamplingParams) -> Future | None:
         return self.compiler.submit(params.structured) if params.structured is not None else None

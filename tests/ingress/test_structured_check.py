@@ -42,8 +42,8 @@ async def test_a_compile_that_ends_within_the_grace_is_waited_for_and_decided():
     quick = Future()
     later(quick, 0.01)
     t0 = time.monotonic()
-    assert await check(grace_s=2.0).settle(quick, PARAMS) is None  # no gate: it compiled meanwhile
-    assert time.monotonic() - t0 < 1.5  # not the whole grace: it ended first
+    assert await check(grace_s=0.3).settle(quick, PARAMS) is None  # no gate: it compiled meanwhile
+    assert time.monotonic() - t0 < 0.25  # not the whole grace: it ended first
 
 
 async def test_a_compile_past_the_grace_is_handed_back_after_it():
@@ -54,11 +54,19 @@ async def test_a_compile_past_the_grace_is_handed_back_after_it():
     slow.set_result("compiled")
 
 
+async def test_no_grace_where_the_timeout_is_not_much_longer():
+    running = Future()
+    t0 = time.monotonic()
+    short = StructuredCheck(compiler=None, timeout_s=0.000001, grace_s=0.5)
+    assert short.grace_s == 0 and await short.settle(running, PARAMS) is running
+    assert time.monotonic() - t0 < 0.4  # handed back at once: `finish` applies the timeout
+
+
 async def test_a_compile_that_fails_within_the_grace_is_its_400():
     failing = Future()
     later(failing, 0.01, fail=True)
     with pytest.raises(ApiError) as info:
-        await check(grace_s=2.0).settle(failing, PARAMS)
+        await check(grace_s=0.3).settle(failing, PARAMS)
     assert info.value.status == 400 and "unclosed group" in info.value.message
 
 
