@@ -17,7 +17,7 @@ HEADER_TIMEOUT_S = 1.0
 KEEP_ALIVE_S = 1.0
 MARGIN_S = 2.0  # a loaded 2-core machine; a server that never closes would take forever
 TINY = ("--model", "dummy:tiny", "--max-model-len", "512", "--num-kv-blocks", "256")
-COMPLETION = orjson.dumps({"model": "dummy:tiny", "prompt": "hello", "max_tokens": 4})
+COMPLETION = orjson.dumps({"model": "dummy:tiny", "prompt": "hello", "max_tokens": 4, "ignore_eos": True})
 
 
 @pytest.fixture(scope="module")
